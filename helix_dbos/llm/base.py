@@ -1,0 +1,40 @@
+"""The contract between the runtime and any LLM provider.
+
+An adapter turns an `LLMRequest` into one parsed `StepResult`. It is built
+inside the LLM step (never serialized into a checkpoint) and may stream text
+deltas through `on_text_delta` while the step's recorded result stays whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
+
+from pydantic import TypeAdapter
+
+from helix_dbos.orchestration.types import LLMRequest, StepResult
+
+TextDeltaCallback = Callable[[str], Awaitable[None]]
+
+step_result_adapter: TypeAdapter[StepResult] = TypeAdapter(StepResult)
+
+
+class LLMProviderError(Exception):
+    """A provider call that failed.
+
+    `retryable` errors (rate limits, 5xx, connection errors) are raised out of
+    the LLM step so DBOS retries it with backoff; the others become an
+    `ErrorStepResult` that fails the run with the provider's message.
+    """
+
+    def __init__(self, message: str, *, retryable: bool, status_code: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+
+
+@runtime_checkable
+class LLMAdapter(Protocol):
+    async def generate_step(
+        self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
+    ) -> StepResult: ...

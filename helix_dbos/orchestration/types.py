@@ -1,0 +1,150 @@
+"""The values that flow between the LLM, the orchestration and the store.
+
+Everything here is a plain pydantic model so it can be checkpointed by DBOS,
+stored as JSON in Postgres and sent over HTTP without custom code.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FINISH_TOOL_NAME = "__finish__"
+SUBAGENT_PREFIX = "subagent__"
+
+StopReason = Literal[
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "content_filter",
+    "refusal",
+    "error",
+    "unknown",
+]
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCall(_Model):
+    """A tool invocation requested by the model (seed 001 `ParsedToolCall`)."""
+
+    id: str
+    name: str
+    arguments: Any = Field(default_factory=dict)
+
+
+class SubAgentCall(_Model):
+    id: str
+    agent_type: str
+    input: Any = Field(default_factory=dict)
+
+
+class ThinkingBlock(_Model):
+    """Reasoning content; kept verbatim because some providers require it back."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: bool = False
+
+
+class LLMUsage(_Model):
+    """Token counts of one LLM call; every field a provider may report."""
+
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+class Message(_Model):
+    """One transcript entry; the shape of a `helix.messages` row."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    thinking: list[ThinkingBlock] = Field(default_factory=list)
+    is_error: bool = False
+
+
+# --- Step results (seed 001) -------------------------------------------------
+
+
+class TextStepResult(_Model):
+    type: Literal["text"] = "text"
+    content: str = ""
+    thinking: list[ThinkingBlock] = Field(default_factory=list)
+    should_stop: bool = False
+    stop_reason: StopReason | None = None
+    usage: LLMUsage | None = None
+
+
+class ToolCallsStepResult(_Model):
+    type: Literal["tool_calls"] = "tool_calls"
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    sub_agent_calls: list[SubAgentCall] = Field(default_factory=list)
+    thinking: list[ThinkingBlock] = Field(default_factory=list)
+    stop_reason: StopReason | None = None
+    usage: LLMUsage | None = None
+
+
+class StructuredOutputStepResult(_Model):
+    type: Literal["structured_output"] = "structured_output"
+    output: Any = None
+    stop_reason: StopReason | None = None
+    usage: LLMUsage | None = None
+
+
+class ErrorStepResult(_Model):
+    type: Literal["error"] = "error"
+    error: str
+    should_stop: bool = True
+    stop_reason: StopReason | None = "error"
+    usage: LLMUsage | None = None
+
+
+StepResult = Annotated[
+    TextStepResult | ToolCallsStepResult | StructuredOutputStepResult | ErrorStepResult,
+    Field(discriminator="type"),
+]
+
+
+# --- What the LLM adapter is asked -------------------------------------------
+
+
+class ToolSpec(_Model):
+    """A tool as offered to the model: name, description and JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False
+
+
+class LLMRequest(_Model):
+    """Everything an adapter needs for one call; built fresh inside the LLM step."""
+
+    agent_name: str
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    strict_output: bool = False
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def system(self) -> str | None:
+        """The system prompt, when the first message carries one."""
+        if self.messages and self.messages[0].role == "system":
+            return self.messages[0].content
+        return None
