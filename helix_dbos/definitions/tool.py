@@ -1,0 +1,259 @@
+"""Tool definitions: what the model may call and how it runs.
+
+`@tool` turns a plain function into a `Tool`: the name comes from the function,
+the description from its docstring and the input schema from its signature
+(or from a single pydantic-model parameter). Invalid combinations are rejected
+here, at definition time, not when a run first meets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Union, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
+
+ApprovalPredicate = Callable[[Any, ToolContext], Union[bool, Awaitable[bool]]]
+ExecuteMode = Literal["server", "client"]
+
+
+class Tool:
+    """A tool the model can call.
+
+    `function` receives the validated arguments as keyword arguments (or a
+    single pydantic model), plus the `ToolContext` when it declares one.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        function: Callable[..., Any] | None = None,
+        *,
+        description: str = "",
+        input_model: type[BaseModel] | None = None,
+        execute: ExecuteMode = "server",
+        finish_with: bool = False,
+        finish_with_transform: Callable[[Any], Any] | None = None,
+        require_approval: bool | ApprovalPredicate = False,
+        strict: bool = False,
+        client_timeout_seconds: float | None = None,
+    ) -> None:
+        _check_definition(name, function, execute, finish_with, finish_with_transform, require_approval)
+        self.name = name
+        self.function = function
+        self.description = description
+        self.execute = execute
+        self.finish_with = finish_with
+        self.finish_with_transform = finish_with_transform
+        self.require_approval = require_approval
+        self.strict = strict
+        self.client_timeout_seconds = client_timeout_seconds
+        self._ctx_param: str | None = None
+        self._model_param: str | None = None
+        if function is not None and input_model is None:
+            input_model, self._ctx_param, self._model_param = _model_from_signature(name, function)
+        elif function is not None:
+            self._ctx_param = _context_parameter(function)
+        self.input_model: type[BaseModel] = input_model or create_model(f"{name}_input")
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def spec(self) -> ToolSpec:
+        """The definition sent to the model."""
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.input_model.model_json_schema(),
+            strict=self.strict,
+        )
+
+    def validate_arguments(self, arguments: Any) -> BaseModel:
+        """Parse the model's arguments, with an error message the model can act on."""
+        if isinstance(arguments, dict) and "__parse_error__" in arguments:
+            raise ToolArgumentsError(
+                f"Invalid arguments for tool '{self.name}': not valid JSON "
+                f"({arguments['__parse_error__']})"
+            )
+        if not isinstance(arguments, dict):
+            raise ToolArgumentsError(
+                f"Invalid arguments for tool '{self.name}': expected a JSON object, "
+                f"got {type(arguments).__name__}"
+            )
+        try:
+            return self.input_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise ToolArgumentsError(
+                f"Invalid arguments for tool '{self.name}': {_format_errors(exc)}"
+            ) from exc
+
+    async def call(self, arguments: BaseModel, ctx: ToolContext) -> Any:
+        """Run the function: async tools on the loop, sync tools in a worker thread."""
+        if self.function is None:
+            raise ToolDefinitionError(f"Tool '{self.name}' has no server-side function")
+        kwargs: dict[str, Any]
+        if self._model_param is not None:
+            kwargs = {self._model_param: arguments}
+        else:
+            kwargs = {field: getattr(arguments, field) for field in type(arguments).model_fields}
+        if self._ctx_param is not None:
+            kwargs[self._ctx_param] = ctx
+        if inspect.iscoroutinefunction(self.function):
+            return await self.function(**kwargs)
+        result = await asyncio.to_thread(self.function, **kwargs)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def needs_approval(self, arguments: Any, ctx: ToolContext) -> bool:
+        """Evaluate `require_approval`; an exception means approval is required (fail closed)."""
+        if not callable(self.require_approval):
+            return bool(self.require_approval)
+        try:
+            verdict = self.require_approval(arguments, ctx)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            return bool(verdict)
+        except Exception:
+            return True
+
+
+def _check_definition(
+    name: str,
+    function: Callable[..., Any] | None,
+    execute: ExecuteMode,
+    finish_with: bool,
+    transform: Callable[[Any], Any] | None,
+    require_approval: bool | ApprovalPredicate,
+) -> None:
+    if not name or not isinstance(name, str):
+        raise ToolDefinitionError("A tool needs a non-empty string name")
+    if name == FINISH_TOOL_NAME:
+        raise ToolDefinitionError(
+            f"'{FINISH_TOOL_NAME}' is reserved for the injected completion tool; choose another name"
+        )
+    if execute not in ("server", "client"):
+        raise ToolDefinitionError(f"Tool '{name}': execute must be 'server' or 'client', not {execute!r}")
+    if execute == "client" and finish_with:
+        raise ToolDefinitionError(f"Tool '{name}': execute='client' cannot be combined with finish_with")
+    if execute == "client" and require_approval:
+        raise ToolDefinitionError(
+            f"Tool '{name}': execute='client' cannot be combined with require_approval"
+        )
+    if finish_with and require_approval:
+        raise ToolDefinitionError(f"Tool '{name}': require_approval cannot be combined with finish_with")
+    if transform is not None and not finish_with:
+        raise ToolDefinitionError(f"Tool '{name}': finish_with_transform needs finish_with=True")
+    if execute == "server" and function is None:
+        raise ToolDefinitionError(f"Tool '{name}': a server tool needs a function")
+
+
+def _context_parameter(function: Callable[..., Any]) -> str | None:
+    hints = _hints(function)
+    for param in inspect.signature(function).parameters.values():
+        if hints.get(param.name) is ToolContext or param.name == "ctx":
+            return param.name
+    return None
+
+
+def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return get_type_hints(function)
+    except Exception:
+        return {}
+
+
+def _model_from_signature(
+    name: str, function: Callable[..., Any]
+) -> tuple[type[BaseModel], str | None, str | None]:
+    """Build the input model from the signature; returns (model, ctx param, model param)."""
+    hints = _hints(function)
+    ctx_param = _context_parameter(function)
+    params = [
+        p
+        for p in inspect.signature(function).parameters.values()
+        if p.name != ctx_param and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if len(params) == 1:
+        only = hints.get(params[0].name)
+        if inspect.isclass(only) and issubclass(only, BaseModel):
+            return only, ctx_param, params[0].name
+    fields: dict[str, Any] = {}
+    for param in params:
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model, ctx_param, None
+
+
+def _format_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        location = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{location}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _description(function: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(function) or ""
+    return doc.split("\n\n")[0].strip()
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    execute: ExecuteMode = "server",
+    finish_with: bool = False,
+    finish_with_transform: Callable[[Any], Any] | None = None,
+    require_approval: bool | ApprovalPredicate = False,
+    strict: bool = False,
+    client_timeout_seconds: float | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    execute: ExecuteMode = "server",
+    finish_with: bool = False,
+    finish_with_transform: Callable[[Any], Any] | None = None,
+    require_approval: bool | ApprovalPredicate = False,
+    strict: bool = False,
+    client_timeout_seconds: float | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a `Tool` from a function; usable bare (`@tool`) or with options (`@tool(...)`)."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        return Tool(
+            name or fn.__name__,
+            fn,
+            description=description if description is not None else _description(fn),
+            execute=execute,
+            finish_with=finish_with,
+            finish_with_transform=finish_with_transform,
+            require_approval=require_approval,
+            strict=strict,
+            client_timeout_seconds=client_timeout_seconds,
+        )
+
+    if function is not None:
+        return wrap(function)
+    return wrap

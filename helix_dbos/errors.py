@@ -1,0 +1,80 @@
+"""Errors users can catch; each message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class HelixError(Exception):
+    """Base class of every helix_dbos error."""
+
+
+class ToolDefinitionError(HelixError, ValueError):
+    """A tool was defined with an invalid combination of options."""
+
+
+class AgentDefinitionError(HelixError, ValueError):
+    """An agent was defined with an invalid configuration."""
+
+
+class ToolArgumentsError(HelixError):
+    """The model called a tool with arguments that do not match its schema."""
+
+
+class SessionNotFoundError(HelixError, LookupError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"Session '{session_id}' does not exist")
+        self.session_id = session_id
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.session_id,))
+
+
+class RunNotFoundError(HelixError, LookupError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run '{run_id}' does not exist")
+        self.run_id = run_id
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.run_id,))
+
+
+class AgentNotRegisteredError(HelixError, LookupError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(
+            f"Agent '{name}' is not registered with HelixDBOS (registered: {listed}); "
+            "pass it in HelixDBOS(agents=[...]) before launch"
+        )
+        self.name = name
+        self.known = known
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        return (type(self), (self.name, self.known))
+
+
+class AgentAlreadyRunningError(HelixError):
+    def __init__(self, session_id: str, run_id: str | None = None) -> None:
+        where = f" (run '{run_id}')" if run_id else ""
+        super().__init__(
+            f"Session '{session_id}' already has a run in progress{where}; "
+            "wait for it, interrupt it or abort it before starting another"
+        )
+        self.session_id = session_id
+        self.run_id = run_id
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return (type(self), (self.session_id, self.run_id))
+
+
+class SessionAgentMismatchError(HelixError, ValueError):
+    def __init__(self, session_id: str, session_agent: str, agent: str) -> None:
+        super().__init__(
+            f"Session '{session_id}' belongs to agent '{session_agent}', not '{agent}'"
+        )
+        self.args_ = (session_id, session_agent, agent)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), self.args_)
+
+
+class StateUpdateError(HelixError, ValueError):
+    """A tool produced a state that does not match the agent's state_schema."""

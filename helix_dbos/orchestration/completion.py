@@ -1,0 +1,83 @@
+"""How an agent finishes (seeds 000 and 004): pure rules, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, StopReason
+
+DEFAULT_NUDGE_MESSAGE = (
+    "You are currently in an autonomous execution mode with no user interaction. "
+    "You must complete your task by calling one of the terminating tools."
+)
+DEFAULT_COMPLETION_NUDGE = (
+    "You replied with text, but this task must be completed by calling the `{tool}` tool. "
+    "Call it now with your final answer."
+)
+DEFAULT_MAX_TOKENS_CORRECTION = (
+    "Your previous response was cut off because it reached the maximum output length. "
+    "Do not write a long text answer: call the `{tool}` tool directly with your final output."
+)
+MAX_NUDGES_ERROR = "Max consecutive nudges exceeded"
+MAX_STEPS_ERROR = "Max invocations exceeded: the agent reached max_steps={max_steps} without finishing"
+RECOVERABLE_STOP_REASONS: frozenset[str] = frozenset({"max_tokens"})
+FAILING_STOP_REASONS: frozenset[str] = frozenset(
+    {"max_tokens", "content_filter", "refusal", "error", "unknown"}
+)
+
+
+@dataclass(frozen=True)
+class CompletionMode:
+    """Which tools complete the run; empty means a text reply completes it."""
+
+    tool_names: tuple[str, ...]
+    inject_finish: bool
+
+    @property
+    def requires_tool(self) -> bool:
+        return bool(self.tool_names)
+
+    @property
+    def primary_tool(self) -> str | None:
+        return self.tool_names[0] if self.tool_names else None
+
+
+def output_requirement_section(tool_name: str) -> str:
+    """The system prompt section that names the completion tool (seed 000)."""
+    return (
+        "## Output Requirement\n"
+        "This task requires structured output. You MUST complete your work by calling\n"
+        f"the `{tool_name}` tool. This tool will process your output and complete the task.\n"
+        "DO NOT use any other method to return your final answer."
+    )
+
+
+def build_system_prompt(base_prompt: str, mode: CompletionMode) -> str:
+    """The agent's prompt plus the Output Requirement section when a tool must finish."""
+    if not mode.requires_tool:
+        return base_prompt
+    section = output_requirement_section(mode.primary_tool or FINISH_TOOL_NAME)
+    return f"{base_prompt.rstrip()}\n\n{section}" if base_prompt.strip() else section
+
+
+def completion_nudge(mode: CompletionMode, custom: str | None) -> str:
+    if custom is not None:
+        return custom
+    return DEFAULT_COMPLETION_NUDGE.format(tool=mode.primary_tool or FINISH_TOOL_NAME)
+
+
+def max_tokens_correction(template: str, mode: CompletionMode) -> str:
+    return template.format(tool=mode.primary_tool or FINISH_TOOL_NAME)
+
+
+def is_recoverable_error_stop_reason(stop_reason: StopReason | None) -> bool:
+    """max_tokens can be corrected once when the agent has an output schema."""
+    return stop_reason in RECOVERABLE_STOP_REASONS
+
+
+def finish_validation_message(details: str) -> str:
+    """The tool error sent back to the model for an invalid `__finish__` call."""
+    return (
+        f"Invalid output for {FINISH_TOOL_NAME}: {details}. "
+        f"Call {FINISH_TOOL_NAME} again with arguments that match the output schema."
+    )

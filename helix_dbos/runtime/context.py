@@ -1,0 +1,125 @@
+"""The process-wide runtime: registered agents, the engine, the datasource.
+
+The agent workflow is one module-level DBOS function, so it finds its
+dependencies here; a recovered process that constructs `HelixDBOS` with the
+same agents finds them again by name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.errors import AgentNotRegisteredError
+from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.orchestration.types import Message
+from helix_dbos.store import repository as repo
+
+T = TypeVar("T")
+logger = logging.getLogger("helix_dbos")
+
+
+class HistoryCache:
+    """Per-process cache of session transcripts, topped up with new rows only.
+
+    Each LLM step reads `seq > last_seq` instead of the whole transcript, so a
+    step's cost does not grow with the conversation. A fresh process simply
+    reads everything once.
+    """
+
+    def __init__(self, max_sessions: int = 1024) -> None:
+        self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._max = max_sessions
+
+    async def read(self, conn: Any, session_id: str) -> tuple[list[Message], int]:
+        last_seq, messages = self._entries.pop(session_id, (0, []))
+        rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
+        if rows:
+            messages = messages + [m for _, m in rows]
+            last_seq = rows[-1][0]
+        self._entries[session_id] = (last_seq, messages)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        return messages, last_seq + 1
+
+    def forget(self, session_id: str) -> None:
+        self._entries.pop(session_id, None)
+
+
+class Runtime:
+    def __init__(
+        self,
+        *,
+        agents: dict[str, Agent],
+        engine: AsyncEngine,
+        datasource: Any,
+        llm: LLMAdapter | None,
+        adapter_factory: Callable[[Agent], LLMAdapter],
+    ) -> None:
+        self.agents = agents
+        self.engine = engine
+        self.datasource = datasource
+        self.llm_override = llm
+        self._adapter_factory = adapter_factory
+        self.history = HistoryCache()
+
+    def agent(self, name: str) -> Agent:
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise AgentNotRegisteredError(name, list(self.agents)) from None
+
+    def adapter_for(self, agent: Agent) -> LLMAdapter:
+        if self.llm_override is not None:
+            return self.llm_override
+        return self._adapter_factory(agent)
+
+    async def transaction(
+        self, name: str, func: Callable[..., Coroutine[Any, Any, T]], *args: Any
+    ) -> T:
+        """An exactly-once datasource transaction inside a workflow, a plain one outside.
+
+        `func` receives the open session as its first argument.
+        """
+
+        async def body(*inner: Any) -> T:
+            return await func(self.datasource.sql_session(), *inner)
+
+        body.__qualname__ = name
+        return await self.datasource.run_tx_step_async(
+            {"name": name, "isolation_level": "READ COMMITTED"}, body, *args
+        )
+
+    async def read(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """A read-only query on a pooled connection."""
+        async with self.engine.connect() as conn:
+            return await func(conn, *args)
+
+    async def session_state(self, conn: Any, session_id: str) -> dict[str, Any]:
+        value = (
+            await conn.execute(text("SELECT state FROM helix.sessions WHERE session_id = :sid"), {"sid": session_id})
+        ).scalar_one()
+        return dict(value or {})
+
+
+_current: Runtime | None = None
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    global _current
+    _current = runtime
+
+
+def current_runtime() -> Runtime:
+    if _current is None:
+        raise RuntimeError(
+            "No HelixDBOS runtime in this process: construct HelixDBOS(agents=[...]) before launch "
+            "so recovered agent runs can find their definitions"
+        )
+    return _current

@@ -1,0 +1,327 @@
+"""`HelixDBOS`: register agents, launch DBOS, start runs and read sessions."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.errors import (
+    AgentAlreadyRunningError,
+    AgentNotRegisteredError,
+    SessionAgentMismatchError,
+    SessionNotFoundError,
+)
+from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.orchestration.messages import heal_unpaired_finish, pair_dangling_tool_calls
+from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime.context import Runtime, logger, set_runtime
+from helix_dbos.runtime.handle import RunHandle
+from helix_dbos.runtime.loop import on_target_loop, run_sync
+from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
+from helix_dbos.runtime.workflow import agent_run_workflow
+from helix_dbos.store import repository as repo
+from helix_dbos.store.database import (
+    ensure_database_exists,
+    libpq_url,
+    resolve_database_url,
+    sqlalchemy_url,
+)
+from helix_dbos.store.migrations import apply_migrations
+
+DEFAULT_APP_VERSION = "helix-1"
+_DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class HelixDBOS:
+    """The agent executor on DBOS.
+
+    Construct it with every agent before `launch()`: recovered runs find their
+    agent by name. With no `database_url` and no HELIX_DATABASE_URL an embedded
+    PostgreSQL starts in `./.helix/pgdata`.
+    """
+
+    def __init__(
+        self,
+        agents: Iterable[Agent] = (),
+        *,
+        database_url: str | None = None,
+        llm: LLMAdapter | None = None,
+        app_name: str = "helix_dbos",
+        application_version: str | None = None,
+        executor_id: str | None = None,
+        data_dir: str | None = None,
+        pool_size: int = 10,
+    ) -> None:
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.register(agent)
+        self.database_url = resolve_database_url(database_url, data_dir=data_dir)
+        ensure_database_exists(self.database_url)
+        apply_migrations(self.database_url)
+        self.application_version = application_version or os.environ.get("HELIX_APP_VERSION", DEFAULT_APP_VERSION)
+        self._configure_dbos(app_name, executor_id)
+        engine = create_async_engine(sqlalchemy_url(self.database_url), pool_size=pool_size, max_overflow=pool_size)
+        self._engine = engine
+        self.runtime = Runtime(
+            agents=self.agents,
+            engine=engine,
+            datasource=_make_datasource(self.database_url, engine),
+            llm=llm,
+            adapter_factory=_provider_adapter,
+        )
+        set_runtime(self.runtime)
+
+    # --- set-up -------------------------------------------------------------
+
+    def register(self, agent: Agent) -> None:
+        existing = self.agents.get(agent.name)
+        if existing is not None and existing is not agent:
+            raise ValueError(f"Another agent named '{agent.name}' is already registered")
+        self.agents[agent.name] = agent
+
+    def _configure_dbos(self, app_name: str, executor_id: str | None) -> None:
+        from dbos._dbos import _dbos_global_instance
+
+        if _dbos_global_instance is not None:
+            return  # the application configured DBOS itself
+        config: dict[str, Any] = {
+            "name": app_name,
+            "system_database_url": libpq_url(self.database_url),
+            "application_version": self.application_version,
+            "run_admin_server": False,
+        }
+        executor = executor_id or os.environ.get("HELIX_EXECUTOR_ID")
+        if executor:
+            config["executor_id"] = executor
+        DBOS(config=config)  # type: ignore[arg-type]
+
+    def launch(self) -> None:
+        """Launch DBOS; pending runs of this executor and version resume by themselves."""
+        DBOS.launch()
+
+    def shutdown(self) -> None:
+        set_runtime(None)
+        DBOS.destroy(destroy_registry=False)
+
+    # --- runs ---------------------------------------------------------------
+
+    def _agent(self, agent: Agent | str) -> Agent:
+        name = agent if isinstance(agent, str) else agent.name
+        if name not in self.agents:
+            raise AgentNotRegisteredError(name, list(self.agents))
+        return self.agents[name]
+
+    async def execute(
+        self,
+        agent: Agent | str,
+        input: str | None = None,
+        *,
+        session_id: str | None = None,
+        state: Any = None,
+    ) -> RunHandle:
+        """Start a run: a new session, or a new turn of an existing one."""
+        definition = self._agent(agent)
+        initial_state = definition.initial_state(state) if state is not None else None
+        messages = [Message(role="user", content=input)] if input is not None else []
+        return await self._open_and_start(definition, session_id, messages, initial_state)
+
+    async def _open_and_start(
+        self,
+        agent: Agent,
+        session_id: str | None,
+        messages: list[Message],
+        state: dict[str, Any] | None,
+    ) -> RunHandle:
+        request = {
+            "agent_name": agent.name,
+            "session_id": session_id,
+            "messages": messages,
+            "state": state,
+            "default_state": agent.initial_state(None),
+            "max_steps": agent.max_steps,
+        }
+        try:
+            opened = await on_target_loop(lambda: self.runtime.transaction("helix.open_run", _open_run, request))
+        except AgentAlreadyRunningError as exc:
+            if not (DBOS.workflow_id is None and await self._heal_stale_run(exc)):
+                raise
+            opened = await on_target_loop(lambda: self.runtime.transaction("helix.open_run", _open_run, request))
+
+        async def start() -> None:
+            with SetWorkflowID(opened["workflow_id"]):
+                await DBOS.start_workflow_async(
+                    agent_run_workflow, opened["run_id"], opened["session_id"], agent.name
+                )
+
+        await on_target_loop(start)
+        return RunHandle(self, opened["session_id"], opened["run_id"], opened["workflow_id"])
+
+    async def _heal_stale_run(self, exc: AgentAlreadyRunningError) -> bool:
+        """A live run row whose workflow never started or already ended is closed, not obeyed."""
+        if exc.run_id is None:
+            return False
+        run = await self.get_run(exc.run_id)
+        status = await DBOS.get_workflow_status_async(run.workflow_id)
+        if status is not None and status.status not in _DBOS_TERMINAL:
+            return False
+        reason = "never started" if status is None else f"ended as {status.status}"
+        logger.warning("Closing stale run %s of session %s: its workflow %s", run.run_id, run.session_id, reason)
+        await on_target_loop(
+            lambda: self.runtime.transaction("helix.close_stale_run", _close_run, run.session_id, run.run_id, f"Run {reason}")
+        )
+        return True
+
+    def execute_sync(self, agent: Agent | str, input: str | None = None, **kwargs: Any) -> RunHandle:
+        return run_sync(lambda: self.execute(agent, input, **kwargs))
+
+    async def get_handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run, for example after a restart."""
+        run = await self.get_run(run_id)
+        return RunHandle(self, run.session_id, run.run_id, run.workflow_id)
+
+    # --- reads --------------------------------------------------------------
+
+    async def _read(self, func: Any, *args: Any) -> Any:
+        return await on_target_loop(lambda: self.runtime.read(func, *args))
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        row = await self._read(repo.get_session, session_id)
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        return SessionInfo(
+            session_id=row.session_id,
+            agent_name=row.agent_name,
+            status=row.status,
+            state=row.state,
+            output=row.output,
+            error=row.error,
+            parent_session_id=row.parent_session_id,
+            turn_count=row.turn_count,
+        )
+
+    async def get_messages(self, session_id: str) -> list[Message]:
+        await self.get_session(session_id)
+        rows = await self._read(repo.load_messages, session_id)
+        return [m for _, m in rows]
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        from helix_dbos.errors import RunNotFoundError
+
+        row = await self._read(repo.get_run, run_id)
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return RunInfo(**row.__dict__)
+
+    async def get_current_run(self, session_id: str) -> RunInfo | None:
+        """The live run of a session, or None when nothing is running."""
+        await self.get_session(session_id)
+        row = await self._read(repo.get_live_run, session_id)
+        return RunInfo(**row.__dict__) if row else None
+
+    async def list_runs(self, session_id: str) -> list[RunInfo]:
+        await self.get_session(session_id)
+        return [RunInfo(**r.__dict__) for r in await self._read(repo.list_runs, session_id)]
+
+    async def get_usage(self, *, session_id: str | None = None, run_id: str | None = None) -> dict[str, int]:
+        async def query(conn: Any) -> dict[str, int]:
+            return await repo.usage_summary(conn, session_id=session_id, run_id=run_id)
+
+        return await self._read(query)
+
+    def get_session_sync(self, session_id: str) -> SessionInfo:
+        return run_sync(lambda: self.get_session(session_id))
+
+    def get_messages_sync(self, session_id: str) -> list[Message]:
+        return run_sync(lambda: self.get_messages(session_id))
+
+    def list_runs_sync(self, session_id: str) -> list[RunInfo]:
+        return run_sync(lambda: self.list_runs(session_id))
+
+    def get_usage_sync(self, **kwargs: Any) -> dict[str, int]:
+        return run_sync(lambda: self.get_usage(**kwargs))
+
+
+# --- transactions -----------------------------------------------------------
+
+
+async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Create or reopen the session, refuse a second live run, add the input, insert the run."""
+    agent_name = request["agent_name"]
+    session_id = request["session_id"] or new_id("ses")
+    row = await repo.get_session(session, session_id, for_update=True)
+    if row is None:
+        await repo.insert_session(session, session_id, agent_name, request["state"] or request["default_state"])
+        row = await repo.get_session(session, session_id, for_update=True)
+        assert row is not None
+    elif row.agent_name != agent_name:
+        raise SessionAgentMismatchError(session_id, row.agent_name, agent_name)
+    live = await repo.get_live_run(session, session_id)
+    if live is not None:
+        raise AgentAlreadyRunningError(session_id, live.run_id)
+    run_id = new_id("run")
+    workflow_id = f"helix-{run_id}"
+    turn = row.turn_count + 1
+    await repo.insert_run(
+        session,
+        run_id=run_id,
+        session_id=session_id,
+        workflow_id=workflow_id,
+        agent_name=agent_name,
+        turn=turn,
+        max_steps=request["max_steps"],
+    )
+    history = [m for _, m in await repo.load_messages(session, session_id)]
+    seq = await repo.next_message_seq(session, session_id)
+    await repo.insert_messages(session, session_id, run_id, seq, heal_unpaired_finish(history) + request["messages"])
+    fields: dict[str, Any] = {"status": "running", "turn_count": turn, "error": None}
+    if request["state"] is not None and row.turn_count > 0:
+        fields["state"] = request["state"]
+    await repo.update_session(session, session_id, **fields)
+    return {"session_id": session_id, "run_id": run_id, "workflow_id": workflow_id, "turn": turn}
+
+
+async def _close_run(session: Any, session_id: str, run_id: str, error: str, status: str = "failed") -> None:
+    """End a run from outside its workflow, pairing every dangling tool call."""
+    history = [m for _, m in await repo.load_messages(session, session_id)]
+    seq = await repo.next_message_seq(session, session_id)
+    await repo.insert_messages(session, session_id, run_id, seq, pair_dangling_tool_calls(history, error))
+    await repo.update_run(session, run_id, status=status, error=error, waiting_for=None, finished=True)
+    await repo.update_session(session, session_id, status=status, error=error)
+
+
+def _make_datasource(database_url: str, engine: Any) -> Any:
+    """The DBOS async datasource on our engine (its checkpoint table lives in schema `dbos`)."""
+    from dbos._datasource_migration import migrate_datasource_database
+    from dbos._datasource_postgres import PostgresAsyncDatasource
+    from dbos._serialization import DBOSDefaultSerializer
+
+    migrate_datasource_database(sqlalchemy_url(database_url), "dbos", None)
+    return PostgresAsyncDatasource(
+        database_url=sqlalchemy_url(database_url),
+        engine_kwargs={},
+        engine=engine,
+        schema="dbos",
+        serializer=DBOSDefaultSerializer,
+    )
+
+
+def _provider_adapter(agent: Agent) -> LLMAdapter:
+    from helix_dbos.llm.providers import resolve_adapter
+
+    kwargs: dict[str, Any] = {}
+    if agent.llm.base_url:
+        kwargs["base_url"] = agent.llm.base_url
+    return resolve_adapter(agent.llm.model, **kwargs)
+
+
+__all__ = ["HelixDBOS", "TERMINAL_STATUSES"]

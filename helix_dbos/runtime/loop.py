@@ -1,0 +1,68 @@
+"""One event loop for all helix database work and agent workflows.
+
+SQLAlchemy's async pool must not be shared between event loops (waiters on a
+contended pool hang). DBOS runs recovered async workflows on its target loop
+(the loop it was launched in, or its background loop), so helix does all its
+database work there too; callers on another loop hop over, keeping their
+context variables (the DBOS workflow context among them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def target_loop() -> asyncio.AbstractEventLoop:
+    from dbos._dbos import _get_dbos_instance
+
+    loop = _get_dbos_instance()._background_event_loop.target_loop()
+    if loop is None:
+        raise RuntimeError("DBOS is not launched: call helix.launch() (or DBOS.launch()) first")
+    return loop
+
+
+def _submit(loop: asyncio.AbstractEventLoop, factory: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
+    ctx = contextvars.copy_context()
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def start() -> None:
+        task = loop.create_task(factory(), context=ctx)
+
+        def done(t: asyncio.Task[T]) -> None:
+            if t.cancelled():
+                future.cancel()
+            elif t.exception() is not None:
+                future.set_exception(t.exception())  # type: ignore[arg-type]
+            else:
+                future.set_result(t.result())
+
+        task.add_done_callback(done)
+
+    loop.call_soon_threadsafe(start)
+    return future
+
+
+async def on_target_loop(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Await `factory()` on the target loop, from whichever loop we are on."""
+    loop = target_loop()
+    if asyncio.get_running_loop() is loop:
+        return await factory()
+    return await asyncio.wrap_future(_submit(loop, factory))
+
+
+def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run on the target loop from synchronous code and wait for the result."""
+    loop = target_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError("Synchronous helix calls cannot run on the event loop; use the async API")
+    return _submit(loop, factory).result()

@@ -1,0 +1,51 @@
+"""What callers get back: a handle on a run and its final result."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+RunStatus = Literal["running", "waiting", "completed", "failed", "interrupted", "aborted"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "interrupted", "aborted"})
+LIVE_STATUSES: frozenset[str] = frozenset({"running", "waiting"})
+
+
+class AgentResult(BaseModel):
+    status: RunStatus
+    output: Any = None
+    error: str | None = None
+    session_id: str
+    run_id: str
+    step_count: int = 0
+    usage: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+class SessionInfo(BaseModel):
+    session_id: str
+    agent_name: str
+    status: str
+    state: dict[str, Any]
+    output: Any = None
+    error: str | None = None
+    parent_session_id: str | None = None
+    turn_count: int = 0
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    session_id: str
+    workflow_id: str
+    agent_name: str
+    turn: int
+    status: str
+    step_count: int
+    output: Any = None
+    error: str | None = None
+    waiting_for: str | None = None
+    started_at: Any = None
+    finished_at: Any = None

@@ -1,0 +1,168 @@
+"""The bodies of the durable steps: one LLM call, one tool call.
+
+Each returns a small JSON-ready dict, which DBOS checkpoints; history is read
+from the messages table, never carried in a checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.hooks import (
+    HookContext,
+    MessageEvent,
+    StateChangeEvent,
+    ToolEvent,
+    fire,
+)
+from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.orchestration.completion import build_system_prompt
+from helix_dbos.orchestration.messages import build_messages_for_llm, create_tool_result_message
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    ErrorStepResult,
+    LLMRequest,
+    ToolCall,
+    ToolSpec,
+)
+from helix_dbos.runtime.context import current_runtime, logger
+
+
+def offered_tools(agent: Agent) -> list[ToolSpec]:
+    specs = [t.spec() for t in agent.tools]
+    if agent.completion.inject_finish:
+        specs.append(
+            ToolSpec(
+                name=FINISH_TOOL_NAME,
+                description="Complete the task and return the final structured output.",
+                parameters=agent.finish_parameters(),
+                strict=agent.llm.strict_output,
+            )
+        )
+    return specs
+
+
+async def llm_step(session_id: str, agent_name: str) -> dict[str, Any]:
+    """Read the transcript, ask the model, return the parsed step result and the state."""
+    rt = current_runtime()
+    agent = rt.agent(agent_name)
+    async with rt.engine.connect() as conn:
+        history, next_seq = await rt.history.read(conn, session_id)
+        state = await rt.session_state(conn, session_id)
+    system = build_system_prompt(agent.resolve_system_prompt(state), agent.completion)
+    request = LLMRequest(
+        agent_name=agent.name,
+        model=agent.llm.model,
+        messages=build_messages_for_llm(history, system, state),
+        tools=offered_tools(agent),
+        temperature=agent.llm.temperature,
+        max_tokens=agent.llm.max_tokens,
+        strict_output=agent.llm.strict_output,
+        provider_options=dict(agent.llm.provider_options),
+    )
+    try:
+        result = await rt.adapter_for(agent).generate_step(request)
+    except LLMProviderError as exc:
+        if exc.retryable:
+            raise  # DBOS retries the step with backoff
+        result = ErrorStepResult(error=str(exc))
+    except Exception as exc:  # a broken adapter fails the run, not the process
+        result = ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
+    return {"result": result.model_dump(mode="json"), "state": state, "next_seq": next_seq}
+
+
+def is_retryable_llm_error(exc: BaseException) -> bool:
+    return isinstance(exc, LLMProviderError) and exc.retryable
+
+
+async def tool_step(
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    call: dict[str, Any],
+    state: dict[str, Any],
+) -> dict[str, Any]:
+    """Run one tool call with its hooks: before_tool, execute, on_state_change, on_message, after_tool."""
+    rt = current_runtime()
+    agent = rt.agent(agent_name)
+    tool_call = ToolCall.model_validate(call)
+    hook_ctx = HookContext(session_id=session_id, run_id=run_id, agent_name=agent_name, step=step)
+    ctx = ToolContext(
+        session_id=session_id,
+        run_id=run_id,
+        agent_name=agent_name,
+        tool_call_id=tool_call.id,
+        tool_name=tool_call.name,
+        step=step,
+        state=state,
+        state_schema=agent.state_schema,
+    )
+    hooks = agent.hooks
+    started = time.perf_counter()
+    await _safe_fire(hooks.before_tool, ToolEvent(hook_ctx, tool_call))
+    success, result, error = await _execute(agent, tool_call, ctx)
+    finish_output, transform_error = None, None
+    tool = agent.tool(tool_call.name)
+    if success and tool is not None and tool.finish_with:
+        finish_output, transform_error = _transform(tool, result)
+    duration_ms = (time.perf_counter() - started) * 1000
+    new_state = ctx.state_dict
+    changed = new_state != state
+    if changed:
+        await _safe_fire(hooks.on_state_change, StateChangeEvent(hook_ctx, state, new_state, tool_call.name))
+    message = create_tool_result_message(tool_call.id, tool_call.name, result=result, success=success, error=error)
+    await _safe_fire(hooks.on_message, MessageEvent(hook_ctx, message))
+    await _safe_fire(
+        hooks.after_tool,
+        ToolEvent(hook_ctx, tool_call, success=success, result=result, error=error, duration_ms=duration_ms),
+    )
+    return {
+        "success": success,
+        "content": message.content,
+        "result": result,
+        "error": error,
+        "state": new_state if changed else None,
+        "events": to_jsonable_python(ctx.events, fallback=str),
+        "duration_ms": duration_ms,
+        "finish_output": finish_output,
+        "transform_error": transform_error,
+    }
+
+
+async def _execute(agent: Agent, call: ToolCall, ctx: ToolContext) -> tuple[bool, Any, str | None]:
+    tool = agent.tool(call.name)
+    if tool is None:
+        available = ", ".join(t.name for t in agent.tools) or "none"
+        return False, None, f"Unknown tool '{call.name}'. Available tools: {available}"
+    try:
+        arguments = tool.validate_arguments(call.arguments)
+        value = await tool.call(arguments, ctx)
+        return True, to_jsonable_python(value, fallback=str), None
+    except ToolArgumentsError as exc:
+        return False, None, str(exc)
+    except Exception as exc:
+        return False, None, f"Tool '{call.name}' failed: {exc}"
+
+
+def _transform(tool: Any, result: Any) -> tuple[Any, str | None]:
+    if tool.finish_with_transform is None:
+        return result, None
+    try:
+        return to_jsonable_python(tool.finish_with_transform(result), fallback=str), None
+    except Exception as exc:
+        return None, f"finish_with_transform of '{tool.name}' failed: {exc}"
+
+
+async def _safe_fire(hook: Any, event: Any) -> None:
+    """Hooks observe; a failing hook is logged and never breaks the run."""
+    try:
+        await fire(hook, event)
+    except Exception:
+        logger.exception("helix hook %s raised", getattr(hook, "__name__", hook))

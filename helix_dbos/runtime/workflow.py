@@ -1,0 +1,309 @@
+"""The one DBOS workflow that runs every agent.
+
+Per agent step: one LLM step, one step per tool call (parallel calls run
+concurrently at step ids reserved in call order), and one exactly-once
+datasource transaction that commits the step's messages, state, usage and
+status together with its checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbos import DBOS
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.hooks import HookContext, RunEvent
+from helix_dbos.llm.base import step_result_adapter
+from helix_dbos.orchestration.completion import (
+    MAX_NUDGES_ERROR,
+    MAX_STEPS_ERROR,
+    completion_nudge,
+    max_tokens_correction,
+)
+from helix_dbos.orchestration.messages import (
+    create_assistant_message,
+    create_tool_result_message,
+    synthesize_finish_tool_result,
+)
+from helix_dbos.orchestration.planning import StepProcessingPlan, plan_step_processing
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, LLMUsage, Message, ToolCall
+from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, tool_step
+from helix_dbos.store import repository as repo
+from helix_dbos.store.repository import UsageRecord
+
+WORKFLOW_NAME = "helix.agent_run"
+LLM_STEP_OPTIONS = {
+    "name": "helix.llm",
+    "retries_allowed": True,
+    "max_attempts": 6,
+    "interval_seconds": 1.0,
+    "backoff_rate": 2.0,
+    "should_retry": is_retryable_llm_error,
+}
+
+
+@dataclass
+class StepCommit:
+    """Everything one agent step writes, committed in one transaction."""
+
+    session_id: str
+    run_id: str
+    agent_name: str
+    step: int
+    first_seq: int
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] | None = None
+    usage: list[UsageRecord] = field(default_factory=list)
+    events: list[tuple[str, str, Any]] = field(default_factory=list)
+    status: str | None = None
+    output: Any = None
+    error: str | None = None
+
+
+async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
+    next_seq = await repo.insert_messages(
+        session, commit.session_id, commit.run_id, commit.first_seq, commit.messages
+    )
+    if commit.state is not None:
+        await repo.update_session(session, commit.session_id, state=commit.state)
+    await repo.insert_usage(session, commit.session_id, commit.run_id, commit.agent_name, commit.usage)
+    await repo.insert_chunks(session, commit.session_id, commit.run_id, commit.agent_name, commit.step, commit.events)
+    if commit.status is None:
+        await repo.update_run(session, commit.run_id, step_count=commit.step)
+    else:
+        await repo.update_run(
+            session,
+            commit.run_id,
+            step_count=commit.step,
+            status=commit.status,
+            output=commit.output,
+            error=commit.error,
+            waiting_for=None,
+            finished=True,
+        )
+        await repo.update_session(
+            session, commit.session_id, status=commit.status, output=commit.output, error=commit.error
+        )
+    return {"next_seq": next_seq}
+
+
+@dataclass
+class ToolOutcome:
+    call: ToolCall
+    out: dict[str, Any]
+
+
+class AgentLoop:
+    def __init__(self, rt: Runtime, run_id: str, session_id: str, agent: Agent) -> None:
+        self.rt = rt
+        self.run_id = run_id
+        self.session_id = session_id
+        self.agent = agent
+        self.nudges = 0
+        self.output_retries = 0
+        self.max_tokens_fixes = 0
+
+    async def run(self) -> dict[str, Any]:
+        step = 0
+        while True:
+            step += 1
+            if step > self.agent.max_steps:
+                return await self._finish_without_step(
+                    step - 1, "failed", error=MAX_STEPS_ERROR.format(max_steps=self.agent.max_steps)
+                )
+            try:
+                llm = await DBOS.run_step_async(LLM_STEP_OPTIONS, llm_step, self.session_id, self.agent.name)  # type: ignore[arg-type]
+            except Exception as exc:
+                return await self._finish_without_step(step, "failed", error=f"LLM call failed after retries: {exc}")
+            outcome = await self._process(step, llm)
+            if outcome is not None:
+                return outcome
+
+    async def _process(self, step: int, llm: dict[str, Any]) -> dict[str, Any] | None:
+        agent = self.agent
+        result = step_result_adapter.validate_python(llm["result"])
+        state: dict[str, Any] = llm["state"]
+        plan = plan_step_processing(
+            result,
+            mode=agent.completion,
+            validate_output=agent.validate_output if agent.output_schema is not None else None,
+        )
+        commit = StepCommit(self.session_id, self.run_id, agent.name, step, llm["next_seq"])
+        commit.usage.append(
+            UsageRecord(f"{self.run_id}:{step}:llm", "llm", step, llm=result.usage or LLMUsage(model=agent.llm.model))
+        )
+        if plan.assistant_message_plan is not None:
+            commit.messages.append(create_assistant_message(plan.assistant_message_plan))
+        if plan.is_terminal and plan.status_update is not None:
+            commit.status = plan.status_update.status
+            commit.output = plan.status_update.output
+            commit.error = plan.status_update.error
+        self._apply_finish(plan, commit)
+        if plan.pending_tool_calls:
+            new_state = await self._run_tools(step, plan.pending_tool_calls, state, commit)
+            if new_state != state:
+                commit.state = new_state
+        self._apply_nudges(plan, commit)
+        committed = await self.rt.transaction("helix.commit_step", commit_step, commit)
+        del committed
+        if commit.status is None:
+            return None
+        return await self._after_finish(step, commit.status, commit.output, commit.error)
+
+    def _apply_finish(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
+        if not plan.finish_call_ids:
+            return
+        if plan.finish_error is None:
+            commit.messages.append(synthesize_finish_tool_result(plan.finish_call_ids[0]))
+            return
+        self.output_retries += 1
+        logger.warning(
+            "Agent '%s' (run %s) called %s with invalid output (attempt %d of %d): %s",
+            self.agent.name,
+            self.run_id,
+            FINISH_TOOL_NAME,
+            self.output_retries,
+            self.agent.max_output_retries + 1,
+            plan.finish_error,
+        )
+        for call_id in plan.finish_call_ids:
+            commit.messages.append(
+                create_tool_result_message(call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error)
+            )
+        if self.output_retries > self.agent.max_output_retries:
+            commit.status = "failed"
+            commit.error = f"Output validation failed {self.output_retries} times: {plan.finish_error}"
+
+    def _apply_nudges(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
+        mode = self.agent.completion
+        if plan.needs_completion_nudge:
+            self.nudges += 1
+            if self.nudges > self.agent.max_consecutive_nudges:
+                commit.status, commit.error = "failed", MAX_NUDGES_ERROR
+            else:
+                commit.messages.append(Message(role="user", content=completion_nudge(mode, self.agent.nudge_message)))
+        elif plan.pending_tool_calls or plan.finish_call_ids:
+            self.nudges = 0
+        if plan.needs_max_tokens_correction:
+            self.max_tokens_fixes += 1
+            if self.max_tokens_fixes > 1:
+                commit.status = "failed"
+                commit.error = "The model stopped at the maximum output length (max_tokens) again after a correction"
+            else:
+                commit.messages.append(
+                    Message(role="user", content=max_tokens_correction(self.agent.max_tokens_correction, mode))
+                )
+
+    async def _run_tools(
+        self, step: int, calls: list[ToolCall], state: dict[str, Any], commit: StepCommit
+    ) -> dict[str, Any]:
+        """Regular tools in parallel, then finish_with tools one by one seeing the new state."""
+        agent = self.agent
+        is_finisher = {c.id: bool((t := agent.tool(c.name)) and t.finish_with) for c in calls}
+        regular = [c for c in calls if not is_finisher[c.id]]
+        finishers = [c for c in calls if is_finisher[c.id]]
+        outcomes: dict[str, dict[str, Any]] = {}
+        reservations = [DBOS.reserve_step() for _ in regular]
+        results = await asyncio.gather(
+            *(
+                r.run_async({"name": f"helix.tool:{c.name}"}, tool_step, self.session_id, self.run_id, agent.name, step, c.model_dump(mode="json"), state)
+                for r, c in zip(reservations, regular)
+            )
+        )
+        new_state = dict(state)
+        for call, out in zip(regular, results):
+            outcomes[call.id] = out
+            new_state = _merge_state(new_state, state, out["state"])
+        winner: ToolCall | None = None
+        for call in finishers:
+            if winner is not None or commit.status == "failed":
+                done = winner.name if winner else "a failed run"
+                outcomes[call.id] = _not_executed(f"Not executed: the run already completed via '{done}'")
+                continue
+            out = await DBOS.run_step_async(
+                {"name": f"helix.tool:{call.name}"}, tool_step, self.session_id, self.run_id, agent.name, step, call.model_dump(mode="json"), new_state
+            )
+            outcomes[call.id] = out
+            if out["state"] is not None:
+                new_state = out["state"]
+            if out["transform_error"]:
+                commit.status, commit.error = "failed", out["transform_error"]
+            elif out["success"]:
+                winner = call
+                commit.status, commit.output, commit.error = "completed", out["finish_output"], None
+        for call in calls:
+            out = outcomes[call.id]
+            commit.messages.append(
+                create_tool_result_message(call.id, call.name, result=out["content"], success=out["success"], error=out["error"])
+            )
+            if out.get("duration_ms") is not None:
+                commit.usage.append(
+                    UsageRecord(
+                        f"{self.run_id}:{step}:tool:{call.id}",
+                        "tool",
+                        step,
+                        tool_name=call.name,
+                        duration_ms=out["duration_ms"],
+                        success=out["success"],
+                    )
+                )
+            for i, event in enumerate(out.get("events") or []):
+                commit.events.append((f"{self.run_id}:{step}:{call.id}:{i}", "custom", event))
+        return new_state
+
+    async def _finish_without_step(self, step: int, status: str, *, error: str) -> dict[str, Any]:
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step, 0, status=status, error=error)
+        await self.rt.transaction("helix.finish_run", commit_step, commit)
+        return await self._after_finish(step, status, None, error)
+
+    async def _after_finish(self, step: int, status: str, output: Any, error: str | None) -> dict[str, Any]:
+        hooks = self.agent.hooks
+        hook = hooks.on_agent_complete if status == "completed" else hooks.on_agent_failed
+        if hook is not None:
+            event = RunEvent(HookContext(self.session_id, self.run_id, self.agent.name, step), status, output, error)
+            await DBOS.run_step_async({"name": f"helix.hook:{status}"}, _fire_hook, hook, event)
+        return {
+            "status": status,
+            "output": output,
+            "error": error,
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "step_count": step,
+        }
+
+
+async def _fire_hook(hook: Any, event: RunEvent) -> None:
+    from helix_dbos.runtime.steps import _safe_fire
+
+    await _safe_fire(hook, event)
+
+
+def _not_executed(reason: str) -> dict[str, Any]:
+    return {"success": False, "content": None, "result": None, "error": reason, "state": None, "events": [], "duration_ms": None}
+
+
+def _merge_state(current: dict[str, Any], base: dict[str, Any], changed: dict[str, Any] | None) -> dict[str, Any]:
+    """Apply one parallel tool's top-level changes (against the shared base) in call order."""
+    if changed is None:
+        return current
+    merged = dict(current)
+    for key, value in changed.items():
+        if base.get(key, _MISSING) != value:
+            merged[key] = value
+    for key in base:
+        if key not in changed:
+            merged.pop(key, None)
+    return merged
+
+
+_MISSING = object()
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+async def agent_run_workflow(run_id: str, session_id: str, agent_name: str) -> dict[str, Any]:
+    rt = current_runtime()
+    return await AgentLoop(rt, run_id, session_id, rt.agent(agent_name)).run()

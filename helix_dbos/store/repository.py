@@ -1,0 +1,379 @@
+"""SQL over the `helix` schema. Every write is keyed, so a replay is a no-op.
+
+Functions take an open SQLAlchemy async connection or session, so the caller
+decides the transaction: the runtime's exactly-once datasource transaction, or
+a plain one for API calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import text
+
+from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
+
+
+class Executor(Protocol):
+    async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    agent_name: str
+    status: str
+    state: dict[str, Any]
+    output: Any
+    error: str | None
+    parent_session_id: str | None
+    turn_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    session_id: str
+    workflow_id: str
+    agent_name: str
+    turn: int
+    status: str
+    step_count: int
+    output: Any
+    error: str | None
+    waiting_for: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One `helix.usage` row before insert; `usage_id` makes a replay a no-op."""
+
+    usage_id: str
+    kind: str
+    step: int
+    llm: LLMUsage | None = None
+    tool_name: str | None = None
+    duration_ms: float | None = None
+    success: bool = True
+
+
+_SESSION_COLUMNS = (
+    "session_id, agent_name, status, state, output, error, parent_session_id, turn_count, "
+    "created_at, updated_at"
+)
+_RUN_COLUMNS = (
+    "run_id, session_id, workflow_id, agent_name, turn, status, step_count, output, error, "
+    "waiting_for, started_at, finished_at"
+)
+
+
+# --- sessions -------------------------------------------------------------
+
+
+async def get_session(conn: Executor, session_id: str, *, for_update: bool = False) -> SessionRow | None:
+    lock = " FOR UPDATE" if for_update else ""
+    row = (
+        await conn.execute(
+            text(f"SELECT {_SESSION_COLUMNS} FROM helix.sessions WHERE session_id = :sid{lock}"),
+            {"sid": session_id},
+        )
+    ).first()
+    return SessionRow(*row) if row else None
+
+
+async def insert_session(
+    conn: Executor,
+    session_id: str,
+    agent_name: str,
+    state: dict[str, Any],
+    parent_session_id: str | None = None,
+) -> bool:
+    """Create a session; False when it already exists."""
+    result = await conn.execute(
+        text(
+            "INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id) "
+            "VALUES (:sid, :agent, CAST(:state AS jsonb), :parent) ON CONFLICT DO NOTHING"
+        ),
+        {"sid": session_id, "agent": agent_name, "state": _json(state), "parent": parent_session_id},
+    )
+    return bool(result.rowcount)
+
+
+async def update_session(conn: Executor, session_id: str, **fields: Any) -> None:
+    sets, params = [], {"sid": session_id}
+    for name, value in fields.items():
+        if name in ("state", "output"):
+            sets.append(f"{name} = CAST(:{name} AS jsonb)")
+            params[name] = _json(value)
+        else:
+            sets.append(f"{name} = :{name}")
+            params[name] = value
+    sets.append("updated_at = now()")
+    await conn.execute(text(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params)
+
+
+# --- runs -----------------------------------------------------------------
+
+
+async def get_run(conn: Executor, run_id: str) -> RunRow | None:
+    row = (
+        await conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id})
+    ).first()
+    return RunRow(*row) if row else None
+
+
+async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
+    row = (
+        await conn.execute(
+            text(
+                f"SELECT {_RUN_COLUMNS} FROM helix.runs "
+                "WHERE session_id = :sid AND status IN ('running', 'waiting')"
+            ),
+            {"sid": session_id},
+        )
+    ).first()
+    return RunRow(*row) if row else None
+
+
+async def get_latest_run(conn: Executor, session_id: str) -> RunRow | None:
+    row = (
+        await conn.execute(
+            text(
+                f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid "
+                "ORDER BY turn DESC, started_at DESC LIMIT 1"
+            ),
+            {"sid": session_id},
+        )
+    ).first()
+    return RunRow(*row) if row else None
+
+
+async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
+    rows = await conn.execute(
+        text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid ORDER BY turn, started_at"),
+        {"sid": session_id},
+    )
+    return [RunRow(*r) for r in rows]
+
+
+async def insert_run(
+    conn: Executor,
+    *,
+    run_id: str,
+    session_id: str,
+    workflow_id: str,
+    agent_name: str,
+    turn: int,
+    max_steps: int,
+) -> None:
+    await conn.execute(
+        text(
+            "INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, max_steps, start_sequence) "
+            "VALUES (:rid, :sid, :wid, :agent, :turn, :max_steps, "
+            " COALESCE((SELECT max(seq) + 1 FROM helix.stream_chunks WHERE session_id = :sid), 0))"
+        ),
+        {
+            "rid": run_id,
+            "sid": session_id,
+            "wid": workflow_id,
+            "agent": agent_name,
+            "turn": turn,
+            "max_steps": max_steps,
+        },
+    )
+
+
+async def update_run(conn: Executor, run_id: str, **fields: Any) -> None:
+    sets, params = [], {"rid": run_id}
+    for name, value in fields.items():
+        if name == "output":
+            sets.append("output = CAST(:output AS jsonb)")
+            params[name] = _json(value)
+        elif name == "finished":
+            if value:
+                sets.append("finished_at = now()")
+        else:
+            sets.append(f"{name} = :{name}")
+            params[name] = value
+    await conn.execute(text(f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid"), params)
+
+
+# --- messages -------------------------------------------------------------
+
+
+async def next_message_seq(conn: Executor, session_id: str) -> int:
+    value = (
+        await conn.execute(
+            text("SELECT COALESCE(max(seq), 0) + 1 FROM helix.messages WHERE session_id = :sid"),
+            {"sid": session_id},
+        )
+    ).scalar_one()
+    return int(value)
+
+
+async def insert_messages(
+    conn: Executor, session_id: str, run_id: str | None, first_seq: int, messages: Sequence[Message]
+) -> int:
+    """Insert messages at first_seq, first_seq+1, ...; returns the next free seq."""
+    if not messages:
+        return first_seq
+    params = [
+        {
+            "sid": session_id,
+            "seq": first_seq + i,
+            "rid": run_id,
+            "role": m.role,
+            "content": m.content,
+            "tool_calls": _json([c.model_dump(mode="json") for c in m.tool_calls]) if m.tool_calls else None,
+            "tool_call_id": m.tool_call_id,
+            "tool_name": m.tool_name,
+            "thinking": _json([t.model_dump(mode="json") for t in m.thinking]) if m.thinking else None,
+            "is_error": m.is_error,
+        }
+        for i, m in enumerate(messages)
+    ]
+    await conn.execute(
+        text(
+            "INSERT INTO helix.messages "
+            "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error) "
+            "VALUES (:sid, :seq, :rid, :role, :content, CAST(:tool_calls AS jsonb), :tool_call_id, "
+            ":tool_name, CAST(:thinking AS jsonb), :is_error) ON CONFLICT DO NOTHING"
+        ),
+        params,
+    )
+    return first_seq + len(messages)
+
+
+def _message_from_row(row: Any) -> tuple[int, Message]:
+    seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error = row
+    return seq, Message(
+        role=role,
+        content=content,
+        tool_calls=[ToolCall.model_validate(c) for c in (tool_calls or [])],
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        thinking=[ThinkingBlock.model_validate(t) for t in (thinking or [])],
+        is_error=is_error,
+    )
+
+
+async def load_messages(conn: Executor, session_id: str, *, after_seq: int = 0) -> list[tuple[int, Message]]:
+    rows = await conn.execute(
+        text(
+            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
+            "FROM helix.messages WHERE session_id = :sid AND seq > :after ORDER BY seq"
+        ),
+        {"sid": session_id, "after": after_seq},
+    )
+    return [_message_from_row(r) for r in rows]
+
+
+# --- usage ----------------------------------------------------------------
+
+
+async def insert_usage(
+    conn: Executor, session_id: str, run_id: str, agent_name: str, records: Sequence[UsageRecord]
+) -> None:
+    if not records:
+        return
+    params = []
+    for r in records:
+        llm = r.llm or LLMUsage()
+        params.append(
+            {
+                "uid": r.usage_id,
+                "sid": session_id,
+                "rid": run_id,
+                "agent": agent_name,
+                "step": r.step,
+                "kind": r.kind,
+                "model": llm.model if r.llm else None,
+                "inp": llm.input_tokens,
+                "out": llm.output_tokens,
+                "cr": llm.cache_read_tokens,
+                "cw": llm.cache_write_tokens,
+                "rt": llm.reasoning_tokens,
+                "tool": r.tool_name,
+                "dur": r.duration_ms,
+                "ok": r.success,
+            }
+        )
+    await conn.execute(
+        text(
+            "INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, model, "
+            "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, "
+            "tool_name, duration_ms, success) VALUES (:uid, :sid, :rid, :agent, :step, :kind, :model, "
+            ":inp, :out, :cr, :cw, :rt, :tool, :dur, :ok) ON CONFLICT DO NOTHING"
+        ),
+        params,
+    )
+
+
+async def usage_summary(conn: Executor, *, session_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+    where, params = [], {}
+    if session_id:
+        where.append("session_id = :sid")
+        params["sid"] = session_id
+    if run_id:
+        where.append("run_id = :rid")
+        params["rid"] = run_id
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE kind = 'llm'), count(*) FILTER (WHERE kind = 'tool'), "
+                "COALESCE(sum(input_tokens), 0), COALESCE(sum(output_tokens), 0), "
+                "COALESCE(sum(cache_read_tokens), 0), COALESCE(sum(cache_write_tokens), 0), "
+                f"COALESCE(sum(reasoning_tokens), 0) FROM helix.usage {clause}"
+            ),
+            params,
+        )
+    ).one()
+    keys = (
+        "llm_calls",
+        "tool_calls",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+    )
+    return {k: int(v) for k, v in zip(keys, row)}
+
+
+# --- stream chunks (custom events) -----------------------------------------
+
+
+async def insert_chunks(
+    conn: Executor, session_id: str, run_id: str, agent_name: str, step: int, chunks: Sequence[tuple[str, str, Any]]
+) -> None:
+    """Insert (chunk_key, type, payload) rows at the session's next sequence numbers."""
+    for key, kind, payload in chunks:
+        await conn.execute(
+            text(
+                "INSERT INTO helix.stream_chunks (session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+                "SELECT :sid, COALESCE(max(seq) + 1, 0), :key, :rid, :agent, :step, :type, CAST(:payload AS jsonb) "
+                "FROM helix.stream_chunks WHERE session_id = :sid ON CONFLICT DO NOTHING"
+            ),
+            {
+                "sid": session_id,
+                "key": key,
+                "rid": run_id,
+                "agent": agent_name,
+                "step": step,
+                "type": kind,
+                "payload": _json(payload),
+            },
+        )
