@@ -131,7 +131,9 @@ class Agent:
         """Validate against output_schema; returns JSON-ready data. Raises ValidationError."""
         if self._output_adapter is None:
             return value
-        return self._output_adapter.dump_python(self._output_adapter.validate_python(value), mode="json")
+        return self._output_adapter.dump_python(
+            self._output_adapter.validate_python(value), mode="json"
+        )
 
     def initial_state(self, state: Any = None) -> dict[str, Any]:
         """The state a new session starts with, validated against state_schema."""
@@ -142,7 +144,9 @@ class Agent:
         if state is None:
             return {}
         if not isinstance(state, dict):
-            raise AgentDefinitionError(f"Agent '{self.name}': state must be a dict or a pydantic model")
+            raise AgentDefinitionError(
+                f"Agent '{self.name}': state must be a dict or a pydantic model"
+            )
         return dict(state)
 
     def resolve_system_prompt(self, state: dict[str, Any]) -> str:

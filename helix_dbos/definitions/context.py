@@ -83,10 +83,14 @@ class ToolContext:
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json")
         if not isinstance(value, dict):
-            raise StateUpdateError(f"State must be a dict or a pydantic model, not {type(value).__name__}")
+            raise StateUpdateError(
+                f"State must be a dict or a pydantic model, not {type(value).__name__}"
+            )
         if self._state_schema is not None:
             try:
                 return self._state_schema.model_validate(value).model_dump(mode="json")
             except ValidationError as exc:
-                raise StateUpdateError(f"State does not match {self._state_schema.__name__}: {exc}") from exc
+                raise StateUpdateError(
+                    f"State does not match {self._state_schema.__name__}: {exc}"
+                ) from exc
         return copy.deepcopy(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Union, get_type_hints, overload
+from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -19,7 +19,7 @@ from helix_dbos.definitions.context import ToolContext
 from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
 
-ApprovalPredicate = Callable[[Any, ToolContext], Union[bool, Awaitable[bool]]]
+ApprovalPredicate = Callable[[Any, ToolContext], bool | Awaitable[bool]]
 ExecuteMode = Literal["server", "client"]
 
 
@@ -44,7 +44,9 @@ class Tool:
         strict: bool = False,
         client_timeout_seconds: float | None = None,
     ) -> None:
-        _check_definition(name, function, execute, finish_with, finish_with_transform, require_approval)
+        _check_definition(
+            name, function, execute, finish_with, finish_with_transform, require_approval
+        )
         self.name = name
         self.function = function
         self.description = description
@@ -139,15 +141,21 @@ def _check_definition(
             f"'{FINISH_TOOL_NAME}' is reserved for the injected completion tool; choose another name"
         )
     if execute not in ("server", "client"):
-        raise ToolDefinitionError(f"Tool '{name}': execute must be 'server' or 'client', not {execute!r}")
+        raise ToolDefinitionError(
+            f"Tool '{name}': execute must be 'server' or 'client', not {execute!r}"
+        )
     if execute == "client" and finish_with:
-        raise ToolDefinitionError(f"Tool '{name}': execute='client' cannot be combined with finish_with")
+        raise ToolDefinitionError(
+            f"Tool '{name}': execute='client' cannot be combined with finish_with"
+        )
     if execute == "client" and require_approval:
         raise ToolDefinitionError(
             f"Tool '{name}': execute='client' cannot be combined with require_approval"
         )
     if finish_with and require_approval:
-        raise ToolDefinitionError(f"Tool '{name}': require_approval cannot be combined with finish_with")
+        raise ToolDefinitionError(
+            f"Tool '{name}': require_approval cannot be combined with finish_with"
+        )
     if transform is not None and not finish_with:
         raise ToolDefinitionError(f"Tool '{name}': finish_with_transform needs finish_with=True")
     if execute == "server" and function is None:

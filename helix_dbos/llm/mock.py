@@ -15,7 +15,9 @@ from typing import Any
 from helix_dbos.llm.base import TextDeltaCallback, step_result_adapter
 from helix_dbos.orchestration.types import LLMRequest, LLMUsage, StepResult
 
-Responder = Callable[[LLMRequest], "StepResult | dict[str, Any] | Awaitable[StepResult | dict[str, Any]]"]
+Responder = Callable[
+    [LLMRequest], "StepResult | dict[str, Any] | Awaitable[StepResult | dict[str, Any]]"
+]
 
 _CAMEL = {"toolCalls": "tool_calls", "stopReason": "stop_reason", "shouldStop": "should_stop"}
 
@@ -44,7 +46,9 @@ class MockLLM:
         self.model = model
         self.inputs: list[LLMRequest] = []
 
-    def add_response(self, response: StepResult | dict[str, Any], *, agent: str | None = None) -> MockLLM:
+    def add_response(
+        self, response: StepResult | dict[str, Any], *, agent: str | None = None
+    ) -> MockLLM:
         parsed = parse_step_result(response)
         if agent is None:
             self._queue.append(parsed)
@@ -52,7 +56,9 @@ class MockLLM:
             self._per_agent.setdefault(agent, deque()).append(parsed)
         return self
 
-    def add_responses(self, *responses: StepResult | dict[str, Any], agent: str | None = None) -> MockLLM:
+    def add_responses(
+        self, *responses: StepResult | dict[str, Any], agent: str | None = None
+    ) -> MockLLM:
         for response in responses:
             self.add_response(response, agent=agent)
         return self
@@ -80,7 +86,9 @@ class MockLLM:
         self.inputs.append(request)
         result = await self._next(request)
         if result.usage is None:
-            result = result.model_copy(update={"usage": _estimate_usage(request, result, self.model)})
+            result = result.model_copy(
+                update={"usage": _estimate_usage(request, result, self.model)}
+            )
         if on_text_delta is not None and getattr(result, "content", None):
             await on_text_delta(result.content)  # type: ignore[union-attr]
         return result
@@ -106,4 +114,6 @@ def _estimate_usage(request: LLMRequest, result: StepResult, model: str) -> LLMU
     """Deterministic token counts (about four characters a token) so usage rows are real."""
     prompt_chars = sum(len(m.content or "") for m in request.messages)
     output = result.model_dump_json(exclude={"usage"})
-    return LLMUsage(model=model, input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, len(output) // 4))
+    return LLMUsage(
+        model=model, input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, len(output) // 4)
+    )

@@ -19,7 +19,9 @@ DEFAULT_MAX_TOKENS_CORRECTION = (
     "Do not write a long text answer: call the `{tool}` tool directly with your final output."
 )
 MAX_NUDGES_ERROR = "Max consecutive nudges exceeded"
-MAX_STEPS_ERROR = "Max invocations exceeded: the agent reached max_steps={max_steps} without finishing"
+MAX_STEPS_ERROR = (
+    "Max invocations exceeded: the agent reached max_steps={max_steps} without finishing"
+)
 RECOVERABLE_STOP_REASONS: frozenset[str] = frozenset({"max_tokens"})
 FAILING_STOP_REASONS: frozenset[str] = frozenset(
     {"max_tokens", "content_filter", "refusal", "error", "unknown"}

@@ -86,7 +86,9 @@ def _plan_output(
     try:
         value = validate_output(output) if validate_output else output
     except Exception as exc:
-        error = f"Structured output does not match the output schema: {describe_validation_error(exc)}"
+        error = (
+            f"Structured output does not match the output schema: {describe_validation_error(exc)}"
+        )
         return StepProcessingPlan(
             status_update=StatusUpdate(status="failed", error=error),
             is_terminal=True,

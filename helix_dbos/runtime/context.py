@@ -103,7 +103,10 @@ class Runtime:
 
     async def session_state(self, conn: Any, session_id: str) -> dict[str, Any]:
         value = (
-            await conn.execute(text("SELECT state FROM helix.sessions WHERE session_id = :sid"), {"sid": session_id})
+            await conn.execute(
+                text("SELECT state FROM helix.sessions WHERE session_id = :sid"),
+                {"sid": session_id},
+            )
         ).scalar_one()
         return dict(value or {})
 

@@ -68,9 +68,13 @@ class HelixDBOS:
         self.database_url = resolve_database_url(database_url, data_dir=data_dir)
         ensure_database_exists(self.database_url)
         apply_migrations(self.database_url)
-        self.application_version = application_version or os.environ.get("HELIX_APP_VERSION", DEFAULT_APP_VERSION)
+        self.application_version = application_version or os.environ.get(
+            "HELIX_APP_VERSION", DEFAULT_APP_VERSION
+        )
         self._configure_dbos(app_name, executor_id)
-        engine = create_async_engine(sqlalchemy_url(self.database_url), pool_size=pool_size, max_overflow=pool_size)
+        engine = create_async_engine(
+            sqlalchemy_url(self.database_url), pool_size=pool_size, max_overflow=pool_size
+        )
         self._engine = engine
         self.runtime = Runtime(
             agents=self.agents,
@@ -151,11 +155,15 @@ class HelixDBOS:
             "max_steps": agent.max_steps,
         }
         try:
-            opened = await on_target_loop(lambda: self.runtime.transaction("helix.open_run", _open_run, request))
+            opened = await on_target_loop(
+                lambda: self.runtime.transaction("helix.open_run", _open_run, request)
+            )
         except AgentAlreadyRunningError as exc:
             if not (DBOS.workflow_id is None and await self._heal_stale_run(exc)):
                 raise
-            opened = await on_target_loop(lambda: self.runtime.transaction("helix.open_run", _open_run, request))
+            opened = await on_target_loop(
+                lambda: self.runtime.transaction("helix.open_run", _open_run, request)
+            )
 
         async def start() -> None:
             with SetWorkflowID(opened["workflow_id"]):
@@ -175,13 +183,22 @@ class HelixDBOS:
         if status is not None and status.status not in _DBOS_TERMINAL:
             return False
         reason = "never started" if status is None else f"ended as {status.status}"
-        logger.warning("Closing stale run %s of session %s: its workflow %s", run.run_id, run.session_id, reason)
+        logger.warning(
+            "Closing stale run %s of session %s: its workflow %s",
+            run.run_id,
+            run.session_id,
+            reason,
+        )
         await on_target_loop(
-            lambda: self.runtime.transaction("helix.close_stale_run", _close_run, run.session_id, run.run_id, f"Run {reason}")
+            lambda: self.runtime.transaction(
+                "helix.close_stale_run", _close_run, run.session_id, run.run_id, f"Run {reason}"
+            )
         )
         return True
 
-    def execute_sync(self, agent: Agent | str, input: str | None = None, **kwargs: Any) -> RunHandle:
+    def execute_sync(
+        self, agent: Agent | str, input: str | None = None, **kwargs: Any
+    ) -> RunHandle:
         return run_sync(lambda: self.execute(agent, input, **kwargs))
 
     async def get_handle(self, run_id: str) -> RunHandle:
@@ -232,7 +249,9 @@ class HelixDBOS:
         await self.get_session(session_id)
         return [RunInfo(**r.__dict__) for r in await self._read(repo.list_runs, session_id)]
 
-    async def get_usage(self, *, session_id: str | None = None, run_id: str | None = None) -> dict[str, int]:
+    async def get_usage(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> dict[str, int]:
         async def query(conn: Any) -> dict[str, int]:
             return await repo.usage_summary(conn, session_id=session_id, run_id=run_id)
 
@@ -260,7 +279,9 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     session_id = request["session_id"] or new_id("ses")
     row = await repo.get_session(session, session_id, for_update=True)
     if row is None:
-        await repo.insert_session(session, session_id, agent_name, request["state"] or request["default_state"])
+        await repo.insert_session(
+            session, session_id, agent_name, request["state"] or request["default_state"]
+        )
         row = await repo.get_session(session, session_id, for_update=True)
         assert row is not None
     elif row.agent_name != agent_name:
@@ -282,7 +303,9 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     )
     history = [m for _, m in await repo.load_messages(session, session_id)]
     seq = await repo.next_message_seq(session, session_id)
-    await repo.insert_messages(session, session_id, run_id, seq, heal_unpaired_finish(history) + request["messages"])
+    await repo.insert_messages(
+        session, session_id, run_id, seq, heal_unpaired_finish(history) + request["messages"]
+    )
     fields: dict[str, Any] = {"status": "running", "turn_count": turn, "error": None}
     if request["state"] is not None and row.turn_count > 0:
         fields["state"] = request["state"]
@@ -290,12 +313,18 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     return {"session_id": session_id, "run_id": run_id, "workflow_id": workflow_id, "turn": turn}
 
 
-async def _close_run(session: Any, session_id: str, run_id: str, error: str, status: str = "failed") -> None:
+async def _close_run(
+    session: Any, session_id: str, run_id: str, error: str, status: str = "failed"
+) -> None:
     """End a run from outside its workflow, pairing every dangling tool call."""
     history = [m for _, m in await repo.load_messages(session, session_id)]
     seq = await repo.next_message_seq(session, session_id)
-    await repo.insert_messages(session, session_id, run_id, seq, pair_dangling_tool_calls(history, error))
-    await repo.update_run(session, run_id, status=status, error=error, waiting_for=None, finished=True)
+    await repo.insert_messages(
+        session, session_id, run_id, seq, pair_dangling_tool_calls(history, error)
+    )
+    await repo.update_run(
+        session, run_id, status=status, error=error, waiting_for=None, finished=True
+    )
     await repo.update_session(session, session_id, status=status, error=error)
 
 

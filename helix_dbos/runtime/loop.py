@@ -27,7 +27,9 @@ def target_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _submit(loop: asyncio.AbstractEventLoop, factory: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
+def _submit(
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], Coroutine[Any, Any, T]]
+) -> concurrent.futures.Future[T]:
     ctx = contextvars.copy_context()
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -64,5 +66,7 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except RuntimeError:
         running = None
     if running is loop:
-        raise RuntimeError("Synchronous helix calls cannot run on the event loop; use the async API")
+        raise RuntimeError(
+            "Synchronous helix calls cannot run on the event loop; use the async API"
+        )
     return _submit(loop, factory).result()

@@ -116,12 +116,23 @@ async def tool_step(
     new_state = ctx.state_dict
     changed = new_state != state
     if changed:
-        await _safe_fire(hooks.on_state_change, StateChangeEvent(hook_ctx, state, new_state, tool_call.name))
-    message = create_tool_result_message(tool_call.id, tool_call.name, result=result, success=success, error=error)
+        await _safe_fire(
+            hooks.on_state_change, StateChangeEvent(hook_ctx, state, new_state, tool_call.name)
+        )
+    message = create_tool_result_message(
+        tool_call.id, tool_call.name, result=result, success=success, error=error
+    )
     await _safe_fire(hooks.on_message, MessageEvent(hook_ctx, message))
     await _safe_fire(
         hooks.after_tool,
-        ToolEvent(hook_ctx, tool_call, success=success, result=result, error=error, duration_ms=duration_ms),
+        ToolEvent(
+            hook_ctx,
+            tool_call,
+            success=success,
+            result=result,
+            error=error,
+            duration_ms=duration_ms,
+        ),
     )
     return {
         "success": success,

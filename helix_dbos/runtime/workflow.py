@@ -70,8 +70,12 @@ async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
     )
     if commit.state is not None:
         await repo.update_session(session, commit.session_id, state=commit.state)
-    await repo.insert_usage(session, commit.session_id, commit.run_id, commit.agent_name, commit.usage)
-    await repo.insert_chunks(session, commit.session_id, commit.run_id, commit.agent_name, commit.step, commit.events)
+    await repo.insert_usage(
+        session, commit.session_id, commit.run_id, commit.agent_name, commit.usage
+    )
+    await repo.insert_chunks(
+        session, commit.session_id, commit.run_id, commit.agent_name, commit.step, commit.events
+    )
     if commit.status is None:
         await repo.update_run(session, commit.run_id, step_count=commit.step)
     else:
@@ -86,7 +90,11 @@ async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
             finished=True,
         )
         await repo.update_session(
-            session, commit.session_id, status=commit.status, output=commit.output, error=commit.error
+            session,
+            commit.session_id,
+            status=commit.status,
+            output=commit.output,
+            error=commit.error,
         )
     return {"next_seq": next_seq}
 
@@ -116,9 +124,13 @@ class AgentLoop:
                     step - 1, "failed", error=MAX_STEPS_ERROR.format(max_steps=self.agent.max_steps)
                 )
             try:
-                llm = await DBOS.run_step_async(LLM_STEP_OPTIONS, llm_step, self.session_id, self.agent.name)  # type: ignore[arg-type]
+                llm = await DBOS.run_step_async(
+                    LLM_STEP_OPTIONS, llm_step, self.session_id, self.agent.name
+                )  # type: ignore[arg-type]
             except Exception as exc:
-                return await self._finish_without_step(step, "failed", error=f"LLM call failed after retries: {exc}")
+                return await self._finish_without_step(
+                    step, "failed", error=f"LLM call failed after retries: {exc}"
+                )
             outcome = await self._process(step, llm)
             if outcome is not None:
                 return outcome
@@ -134,7 +146,12 @@ class AgentLoop:
         )
         commit = StepCommit(self.session_id, self.run_id, agent.name, step, llm["next_seq"])
         commit.usage.append(
-            UsageRecord(f"{self.run_id}:{step}:llm", "llm", step, llm=result.usage or LLMUsage(model=agent.llm.model))
+            UsageRecord(
+                f"{self.run_id}:{step}:llm",
+                "llm",
+                step,
+                llm=result.usage or LLMUsage(model=agent.llm.model),
+            )
         )
         if plan.assistant_message_plan is not None:
             commit.messages.append(create_assistant_message(plan.assistant_message_plan))
@@ -172,11 +189,15 @@ class AgentLoop:
         )
         for call_id in plan.finish_call_ids:
             commit.messages.append(
-                create_tool_result_message(call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error)
+                create_tool_result_message(
+                    call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error
+                )
             )
         if self.output_retries > self.agent.max_output_retries:
             commit.status = "failed"
-            commit.error = f"Output validation failed {self.output_retries} times: {plan.finish_error}"
+            commit.error = (
+                f"Output validation failed {self.output_retries} times: {plan.finish_error}"
+            )
 
     def _apply_nudges(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
         mode = self.agent.completion
@@ -185,7 +206,9 @@ class AgentLoop:
             if self.nudges > self.agent.max_consecutive_nudges:
                 commit.status, commit.error = "failed", MAX_NUDGES_ERROR
             else:
-                commit.messages.append(Message(role="user", content=completion_nudge(mode, self.agent.nudge_message)))
+                commit.messages.append(
+                    Message(role="user", content=completion_nudge(mode, self.agent.nudge_message))
+                )
         elif plan.pending_tool_calls or plan.finish_call_ids:
             self.nudges = 0
         if plan.needs_max_tokens_correction:
@@ -195,7 +218,10 @@ class AgentLoop:
                 commit.error = "The model stopped at the maximum output length (max_tokens) again after a correction"
             else:
                 commit.messages.append(
-                    Message(role="user", content=max_tokens_correction(self.agent.max_tokens_correction, mode))
+                    Message(
+                        role="user",
+                        content=max_tokens_correction(self.agent.max_tokens_correction, mode),
+                    )
                 )
 
     async def _run_tools(
@@ -210,22 +236,40 @@ class AgentLoop:
         reservations = [DBOS.reserve_step() for _ in regular]
         results = await asyncio.gather(
             *(
-                r.run_async({"name": f"helix.tool:{c.name}"}, tool_step, self.session_id, self.run_id, agent.name, step, c.model_dump(mode="json"), state)
-                for r, c in zip(reservations, regular)
+                r.run_async(
+                    {"name": f"helix.tool:{c.name}"},
+                    tool_step,
+                    self.session_id,
+                    self.run_id,
+                    agent.name,
+                    step,
+                    c.model_dump(mode="json"),
+                    state,
+                )
+                for r, c in zip(reservations, regular, strict=True)
             )
         )
         new_state = dict(state)
-        for call, out in zip(regular, results):
+        for call, out in zip(regular, results, strict=True):
             outcomes[call.id] = out
             new_state = _merge_state(new_state, state, out["state"])
         winner: ToolCall | None = None
         for call in finishers:
             if winner is not None or commit.status == "failed":
                 done = winner.name if winner else "a failed run"
-                outcomes[call.id] = _not_executed(f"Not executed: the run already completed via '{done}'")
+                outcomes[call.id] = _not_executed(
+                    f"Not executed: the run already completed via '{done}'"
+                )
                 continue
             out = await DBOS.run_step_async(
-                {"name": f"helix.tool:{call.name}"}, tool_step, self.session_id, self.run_id, agent.name, step, call.model_dump(mode="json"), new_state
+                {"name": f"helix.tool:{call.name}"},
+                tool_step,
+                self.session_id,
+                self.run_id,
+                agent.name,
+                step,
+                call.model_dump(mode="json"),
+                new_state,
             )
             outcomes[call.id] = out
             if out["state"] is not None:
@@ -238,7 +282,13 @@ class AgentLoop:
         for call in calls:
             out = outcomes[call.id]
             commit.messages.append(
-                create_tool_result_message(call.id, call.name, result=out["content"], success=out["success"], error=out["error"])
+                create_tool_result_message(
+                    call.id,
+                    call.name,
+                    result=out["content"],
+                    success=out["success"],
+                    error=out["error"],
+                )
             )
             if out.get("duration_ms") is not None:
                 commit.usage.append(
@@ -256,15 +306,24 @@ class AgentLoop:
         return new_state
 
     async def _finish_without_step(self, step: int, status: str, *, error: str) -> dict[str, Any]:
-        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step, 0, status=status, error=error)
+        commit = StepCommit(
+            self.session_id, self.run_id, self.agent.name, step, 0, status=status, error=error
+        )
         await self.rt.transaction("helix.finish_run", commit_step, commit)
         return await self._after_finish(step, status, None, error)
 
-    async def _after_finish(self, step: int, status: str, output: Any, error: str | None) -> dict[str, Any]:
+    async def _after_finish(
+        self, step: int, status: str, output: Any, error: str | None
+    ) -> dict[str, Any]:
         hooks = self.agent.hooks
         hook = hooks.on_agent_complete if status == "completed" else hooks.on_agent_failed
         if hook is not None:
-            event = RunEvent(HookContext(self.session_id, self.run_id, self.agent.name, step), status, output, error)
+            event = RunEvent(
+                HookContext(self.session_id, self.run_id, self.agent.name, step),
+                status,
+                output,
+                error,
+            )
             await DBOS.run_step_async({"name": f"helix.hook:{status}"}, _fire_hook, hook, event)
         return {
             "status": status,
@@ -283,10 +342,20 @@ async def _fire_hook(hook: Any, event: RunEvent) -> None:
 
 
 def _not_executed(reason: str) -> dict[str, Any]:
-    return {"success": False, "content": None, "result": None, "error": reason, "state": None, "events": [], "duration_ms": None}
+    return {
+        "success": False,
+        "content": None,
+        "result": None,
+        "error": reason,
+        "state": None,
+        "events": [],
+        "duration_ms": None,
+    }
 
 
-def _merge_state(current: dict[str, Any], base: dict[str, Any], changed: dict[str, Any] | None) -> dict[str, Any]:
+def _merge_state(
+    current: dict[str, Any], base: dict[str, Any], changed: dict[str, Any] | None
+) -> dict[str, Any]:
     """Apply one parallel tool's top-level changes (against the shared base) in call order."""
     if changed is None:
         return current

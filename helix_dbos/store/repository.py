@@ -82,7 +82,9 @@ _RUN_COLUMNS = (
 # --- sessions -------------------------------------------------------------
 
 
-async def get_session(conn: Executor, session_id: str, *, for_update: bool = False) -> SessionRow | None:
+async def get_session(
+    conn: Executor, session_id: str, *, for_update: bool = False
+) -> SessionRow | None:
     lock = " FOR UPDATE" if for_update else ""
     row = (
         await conn.execute(
@@ -106,7 +108,12 @@ async def insert_session(
             "INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id) "
             "VALUES (:sid, :agent, CAST(:state AS jsonb), :parent) ON CONFLICT DO NOTHING"
         ),
-        {"sid": session_id, "agent": agent_name, "state": _json(state), "parent": parent_session_id},
+        {
+            "sid": session_id,
+            "agent": agent_name,
+            "state": _json(state),
+            "parent": parent_session_id,
+        },
     )
     return bool(result.rowcount)
 
@@ -121,7 +128,9 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
             sets.append(f"{name} = :{name}")
             params[name] = value
     sets.append("updated_at = now()")
-    await conn.execute(text(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params)
+    await conn.execute(
+        text(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params
+    )
 
 
 # --- runs -----------------------------------------------------------------
@@ -129,7 +138,9 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
 
 async def get_run(conn: Executor, run_id: str) -> RunRow | None:
     row = (
-        await conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id})
+        await conn.execute(
+            text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id}
+        )
     ).first()
     return RunRow(*row) if row else None
 
@@ -162,7 +173,9 @@ async def get_latest_run(conn: Executor, session_id: str) -> RunRow | None:
 
 async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
     rows = await conn.execute(
-        text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid ORDER BY turn, started_at"),
+        text(
+            f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid ORDER BY turn, started_at"
+        ),
         {"sid": session_id},
     )
     return [RunRow(*r) for r in rows]
@@ -236,10 +249,14 @@ async def insert_messages(
             "rid": run_id,
             "role": m.role,
             "content": m.content,
-            "tool_calls": _json([c.model_dump(mode="json") for c in m.tool_calls]) if m.tool_calls else None,
+            "tool_calls": _json([c.model_dump(mode="json") for c in m.tool_calls])
+            if m.tool_calls
+            else None,
             "tool_call_id": m.tool_call_id,
             "tool_name": m.tool_name,
-            "thinking": _json([t.model_dump(mode="json") for t in m.thinking]) if m.thinking else None,
+            "thinking": _json([t.model_dump(mode="json") for t in m.thinking])
+            if m.thinking
+            else None,
             "is_error": m.is_error,
         }
         for i, m in enumerate(messages)
@@ -269,7 +286,9 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
     )
 
 
-async def load_messages(conn: Executor, session_id: str, *, after_seq: int = 0) -> list[tuple[int, Message]]:
+async def load_messages(
+    conn: Executor, session_id: str, *, after_seq: int = 0
+) -> list[tuple[int, Message]]:
     rows = await conn.execute(
         text(
             "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
@@ -321,7 +340,9 @@ async def insert_usage(
     )
 
 
-async def usage_summary(conn: Executor, *, session_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+async def usage_summary(
+    conn: Executor, *, session_id: str | None = None, run_id: str | None = None
+) -> dict[str, Any]:
     where, params = [], {}
     if session_id:
         where.append("session_id = :sid")
@@ -350,14 +371,19 @@ async def usage_summary(conn: Executor, *, session_id: str | None = None, run_id
         "cache_write_tokens",
         "reasoning_tokens",
     )
-    return {k: int(v) for k, v in zip(keys, row)}
+    return {k: int(v) for k, v in zip(keys, row, strict=True)}
 
 
 # --- stream chunks (custom events) -----------------------------------------
 
 
 async def insert_chunks(
-    conn: Executor, session_id: str, run_id: str, agent_name: str, step: int, chunks: Sequence[tuple[str, str, Any]]
+    conn: Executor,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    chunks: Sequence[tuple[str, str, Any]],
 ) -> None:
     """Insert (chunk_key, type, payload) rows at the session's next sequence numbers."""
     for key, kind, payload in chunks:

@@ -1,0 +1,251 @@
+"""Migrations and the `migrate` CLI, each test on its own throwaway database."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from helix_dbos.cli import main
+from helix_dbos.store.database import connect, embedded_database_url, with_database
+from helix_dbos.store.migrations import (
+    MigrationChecksumError,
+    MigrationError,
+    applied_migrations,
+    apply_migrations,
+    apply_migrations_async,
+    migrations_dir,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_PG_DIR = "/tmp/helix-test-pg"
+FIRST = "0001_helix_schema"
+HELIX_TABLES = {"sessions", "runs", "messages", "tool_calls", "usage", "stream_chunks"}
+
+
+@pytest.fixture(scope="module")
+def server_url() -> str:
+    """A real server: $HELIX_TEST_DATABASE_URL, else the shared embedded test server."""
+    return os.environ.get("HELIX_TEST_DATABASE_URL") or embedded_database_url(TEST_PG_DIR)
+
+
+def _drop(server_url: str, name: str) -> None:
+    with connect(server_url, dbname="postgres", autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture
+def db_name(server_url: str):
+    """A fresh database name (not created); dropped after the test if it exists."""
+    name = f"helix_mig_{uuid.uuid4().hex[:12]}"
+    yield name
+    _drop(server_url, name)
+
+
+@pytest.fixture
+def db_url(server_url: str, db_name: str) -> str:
+    """A freshly created, empty database."""
+    with connect(server_url, dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db_name)))
+    return with_database(server_url, db_name)
+
+
+@pytest.fixture
+def mig_dir(tmp_path: Path) -> Path:
+    """A private copy of the real migrations, for tests that add or edit files."""
+    folder = tmp_path / "migrations"
+    shutil.copytree(migrations_dir(), folder)
+    return folder
+
+
+def _helix_tables(url: str) -> set[str]:
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'helix'"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _recorded_count(url: str) -> int:
+    with connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM helix.schema_migrations").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# --- apply ---------------------------------------------------------------------------
+
+
+def test_migrations_dir_is_the_repo_folder_in_a_checkout() -> None:
+    assert (migrations_dir() / f"{FIRST}.sql").is_file()
+
+
+def test_fresh_apply_creates_every_table(db_url: str) -> None:
+    assert applied_migrations(db_url) == []
+    assert apply_migrations(db_url) == [FIRST]
+    assert _helix_tables(db_url) == HELIX_TABLES | {"schema_migrations"}
+    assert applied_migrations(db_url) == [FIRST]
+
+
+def test_second_apply_is_a_no_op(db_url: str) -> None:
+    apply_migrations(db_url)
+    assert apply_migrations(db_url) == []
+    assert _recorded_count(db_url) == 1
+
+
+def test_concurrent_apply_runs_each_migration_once(db_url: str) -> None:
+    workers = 8
+    barrier = threading.Barrier(workers)
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            results.append(apply_migrations(db_url))
+        except BaseException as exc:  # surfaced by the asserts below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(results) == workers
+    assert sorted(v for applied in results for v in applied) == [FIRST]
+    assert _recorded_count(db_url) == 1
+
+
+async def test_async_wrapper_applies(db_url: str) -> None:
+    assert await apply_migrations_async(db_url) == [FIRST]
+    assert await apply_migrations_async(db_url) == []
+
+
+def test_edited_migration_raises_checksum_error(db_url: str, mig_dir: Path) -> None:
+    apply_migrations(db_url, directory=mig_dir)
+    path = mig_dir / f"{FIRST}.sql"
+    path.write_text(path.read_text() + "\n-- edited after the fact\n")
+    with pytest.raises(MigrationChecksumError, match=f"{FIRST}.sql"):
+        apply_migrations(db_url, directory=mig_dir)
+
+
+def test_crlf_checkout_is_not_an_edit(db_url: str, mig_dir: Path) -> None:
+    apply_migrations(db_url, directory=mig_dir)
+    path = mig_dir / f"{FIRST}.sql"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert apply_migrations(db_url, directory=mig_dir) == []
+
+
+def test_new_migration_is_applied_after_existing_ones(db_url: str, mig_dir: Path) -> None:
+    assert apply_migrations(db_url, directory=mig_dir) == [FIRST]
+    (mig_dir / "0002_session_tags.sql").write_text(
+        "ALTER TABLE helix.sessions ADD COLUMN tags text[] NOT NULL DEFAULT '{}';\n"
+    )
+    (mig_dir / "README.md").write_text("not a migration")
+    assert apply_migrations(db_url, directory=mig_dir) == ["0002_session_tags"]
+    assert applied_migrations(db_url) == [FIRST, "0002_session_tags"]
+    with connect(db_url) as conn:
+        conn.execute("SELECT tags FROM helix.sessions LIMIT 0")  # fails if missing
+
+
+def test_pending_migrations_apply_in_numeric_order(db_url: str, mig_dir: Path) -> None:
+    # 0003 depends on 0002, which depends on 0001: wrong order would fail.
+    (mig_dir / "0003_use_index.sql").write_text("CREATE INDEX runs_tag_idx ON helix.runs (tag);")
+    (mig_dir / "0002_add_tag.sql").write_text("ALTER TABLE helix.runs ADD COLUMN tag text;")
+    assert apply_migrations(db_url, directory=mig_dir) == [FIRST, "0002_add_tag", "0003_use_index"]
+
+
+def test_failed_migration_rolls_back_and_is_not_recorded(db_url: str, mig_dir: Path) -> None:
+    (mig_dir / "0002_broken.sql").write_text(
+        "CREATE TABLE helix.half_done (id int);\nSELECT * FROM helix.no_such_table;\n"
+    )
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        apply_migrations(db_url, directory=mig_dir)
+    assert applied_migrations(db_url) == [FIRST]  # 0001 committed in its own transaction
+    assert "half_done" not in _helix_tables(db_url)
+    (mig_dir / "0002_broken.sql").write_text("CREATE TABLE helix.half_done (id int);\n")
+    assert apply_migrations(db_url, directory=mig_dir) == ["0002_broken"]
+
+
+def test_duplicate_migration_numbers_are_refused(db_url: str, mig_dir: Path) -> None:
+    (mig_dir / "0001_other.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="0001"):
+        apply_migrations(db_url, directory=mig_dir)
+    assert applied_migrations(db_url) == []
+
+
+# --- CLI -----------------------------------------------------------------------------
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    clean["PYTHONPATH"] = str(REPO) + os.pathsep + clean.get("PYTHONPATH", "")
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "helix_dbos.cli", *args],
+        cwd=REPO,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_migrate_creates_database_then_reports_up_to_date(
+    server_url: str, db_name: str
+) -> None:
+    url = with_database(server_url, db_name)  # does not exist yet
+    first = _cli("migrate", "--database-url", url)
+    assert first.returncode == 0, first.stderr
+    assert "Created database" in first.stdout
+    assert FIRST in first.stdout
+    assert applied_migrations(url) == [FIRST]
+
+    second = _cli("migrate", "--database-url", url)
+    assert second.returncode == 0, second.stderr
+    assert "up to date" in second.stdout
+    assert FIRST not in second.stdout
+
+
+def test_cli_migrate_uses_environment_url(db_url: str) -> None:
+    done = _cli("migrate", HELIX_DATABASE_URL=db_url)
+    assert done.returncode == 0, done.stderr
+    assert applied_migrations(db_url) == [FIRST]
+
+
+def test_cli_migrate_defaults_to_embedded_server() -> None:
+    pytest.importorskip("pgserver")
+    done = _cli("migrate", HELIX_DATA_DIR=TEST_PG_DIR)
+    assert done.returncode == 0, done.stderr
+    assert "up to date" in done.stdout or FIRST in done.stdout
+    assert f"host={TEST_PG_DIR}" in done.stdout
+    assert FIRST in applied_migrations(embedded_database_url(TEST_PG_DIR))
+
+
+def test_cli_unreachable_database_is_a_one_line_error() -> None:
+    done = _cli("migrate", "--database-url", "postgresql://postgres@127.0.0.1:1/x")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("helix-dbos migrate: error:")
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_main_in_process(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "--database-url", db_url]) == 0
+    assert FIRST in capsys.readouterr().out
+    assert main([]) == 2  # no subcommand: argparse usage error
+    assert main(["migrate", "--database-url", "sqlite:///nope.db"]) == 2
+    assert "Not a PostgreSQL URL" in capsys.readouterr().err
