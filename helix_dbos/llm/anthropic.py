@@ -1,0 +1,370 @@
+"""Anthropic Messages API adapter.
+
+One `generate_step` is one HTTP call: the SDK's own retries are off because
+retries are DBOS step retries, so each attempt is checkpointed and visible.
+Retryable failures are raised as `LLMProviderError(retryable=True)`; any other
+4xx becomes an `ErrorStepResult` carrying the provider's message.
+
+Conventions worth knowing:
+- A redacted thinking block is kept as `ThinkingBlock(redacted=True)` with the
+  opaque `data` in `text`, and sent back as `redacted_thinking`.
+- `pause_turn` (only produced by server tools, which we do not use) maps to
+  "unknown": the turn is incomplete, so it must not pass for a final answer.
+  `model_context_window_exceeded` maps to "max_tokens".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import anthropic
+import httpx2
+
+from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
+from helix_dbos.llm.capabilities import (
+    ModelCapabilities,
+    anthropic_capabilities,
+    describe_strict_rejection,
+    is_retryable_status,
+    make_anthropic_strict_schema,
+)
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    ErrorStepResult,
+    LLMRequest,
+    LLMUsage,
+    Message,
+    StepResult,
+    StopReason,
+    TextStepResult,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallsStepResult,
+    ToolSpec,
+)
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_PREFIX = "anthropic:"
+DEFAULT_MAX_TOKENS = 4096
+
+STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "refusal",
+    "pause_turn": "unknown",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+#: Error types that arrive inside a 200 SSE stream and are worth a new attempt.
+_RETRYABLE_ERROR_TYPES = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
+
+
+class AnthropicAdapter:
+    """`LLMAdapter` for Claude models through `anthropic.AsyncAnthropic`.
+
+    Cheap to build: the SDK client is created on first use (per event loop)
+    and never pickled. `http_client` must be an `httpx2.AsyncClient`, the HTTP
+    library of anthropic>=2 (tests pass one with `httpx2.MockTransport`).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        max_retries: int = 0,
+        timeout: float | None = None,
+        default_headers: dict[str, str] | None = None,
+        capabilities: ModelCapabilities | None = None,
+    ) -> None:
+        if http_client is not None and not isinstance(http_client, httpx2.AsyncClient):
+            raise TypeError(
+                "AnthropicAdapter(http_client=...) needs an httpx2.AsyncClient "
+                f"(anthropic>=2 uses httpx2), got {type(http_client).__name__}"
+            )
+        self.model = model.removeprefix(PROVIDER_PREFIX) if model else None
+        self.api_key = api_key
+        self.base_url = base_url
+        self.http_client = http_client
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.default_headers = default_headers
+        self.capabilities = capabilities
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Never serialize the live client (it holds sockets and a loop)."""
+        state = dict(self.__dict__)
+        state.update(_client=None, _client_loop=None)
+        return state
+
+    def __repr__(self) -> str:
+        return f"AnthropicAdapter(model={self.model!r})"
+
+    def _get_client(self) -> anthropic.AsyncAnthropic:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            kwargs: dict[str, Any] = {
+                "api_key": self.api_key or os.environ.get("ANTHROPIC_API_KEY"),
+                "base_url": self.base_url,  # None -> ANTHROPIC_BASE_URL or the default
+                "max_retries": self.max_retries,
+                "http_client": self.http_client,
+                "default_headers": self.default_headers,
+            }
+            if self.timeout is not None:
+                kwargs["timeout"] = self.timeout
+            self._client = anthropic.AsyncAnthropic(**kwargs)
+            self._client_loop = loop
+        return self._client
+
+    def model_name(self, request: LLMRequest) -> str:
+        """The adapter's own model wins; else the request's, without `anthropic:`."""
+        return self.model or request.model.removeprefix(PROVIDER_PREFIX)
+
+    async def generate_step(
+        self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
+    ) -> StepResult:
+        model = self.model_name(request)
+        caps = self.capabilities or anthropic_capabilities(model)
+        params, strict_tools = build_params(request, model, caps)
+        client = self._get_client()
+        try:
+            if on_text_delta is None:
+                message = await client.messages.create(**params)
+            else:
+                message = await _stream_message(client, params, on_text_delta)
+        except anthropic.APIStatusError as exc:
+            return _status_error(exc, strict_tools)
+        except anthropic.APIConnectionError as exc:  # includes APITimeoutError
+            raise LLMProviderError(f"Anthropic connection error: {exc}", retryable=True) from exc
+        return parse_message(message)
+
+
+# --- Request -----------------------------------------------------------------
+
+
+def build_params(
+    request: LLMRequest, model: str, caps: ModelCapabilities
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Keyword arguments for `messages.create`, and the strict tools' schemas as sent."""
+    system, messages = convert_messages(request.messages)
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": messages,
+    }
+    if system:
+        params["system"] = system
+    strict_tools: dict[str, dict[str, Any]] = {}
+    if request.tools:
+        params["tools"] = []
+        for spec in request.tools:
+            tool = convert_tool(spec, strict=caps.strict_tools and _wants_strict(spec, request))
+            if tool.get("strict"):
+                strict_tools[spec.name] = tool["input_schema"]
+            params["tools"].append(tool)
+    # anthropic>=2 has no `temperature` kwarg (newer models reject sampling
+    # params), so it travels in the body like the provider options.
+    options: dict[str, Any] = {}
+    if request.temperature is not None:
+        options["temperature"] = request.temperature
+    options.update(request.provider_options)
+    headers: dict[str, str] = dict(options.pop("extra_headers", None) or {})
+    if strict_tools and caps.beta_headers:
+        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        betas += [b for b in caps.beta_headers if b not in betas]
+        headers["anthropic-beta"] = ",".join(betas)
+    if headers:
+        params["extra_headers"] = headers
+    if options:
+        params["extra_body"] = options
+    return params, strict_tools
+
+
+def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
+    return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
+
+
+def convert_tool(spec: ToolSpec, *, strict: bool) -> dict[str, Any]:
+    """A `ToolSpec` as an Anthropic tool; strict ones get a closed schema."""
+    tool: dict[str, Any] = {"name": spec.name, "input_schema": spec.parameters}
+    if spec.description:
+        tool["description"] = spec.description
+    if strict:
+        tool["input_schema"] = make_anthropic_strict_schema(spec.parameters)
+        tool["strict"] = True
+    return tool
+
+
+def convert_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Our transcript as (`system`, Anthropic `messages`).
+
+    A leading system message becomes the `system` parameter (a later one, which
+    the API has no place for, is sent as user text). Consecutive
+    messages of the same Anthropic role are merged into one, which is what
+    puts parallel tool results into a single user message.
+    """
+    system: str | None = None
+    if messages and messages[0].role == "system":
+        system, messages = messages[0].content, messages[1:]
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _content_blocks(message)
+        if not blocks:
+            continue  # the API rejects empty turns
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return system, out
+
+
+def _content_blocks(message: Message) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        if message.content:
+            block["content"] = message.content
+        if message.is_error:
+            block["is_error"] = True
+        return [block]
+    blocks: list[dict[str, Any]] = []
+    if message.role == "assistant":
+        # Unsigned thinking (e.g. from another provider) cannot be replayed.
+        blocks += [_thinking_block(t) for t in message.thinking if t.redacted or t.signature]
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    if message.role == "assistant":
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c)}
+            for c in message.tool_calls
+        ]
+    return blocks
+
+
+def _thinking_block(thinking: ThinkingBlock) -> dict[str, Any]:
+    if thinking.redacted:
+        return {"type": "redacted_thinking", "data": thinking.text}
+    return {"type": "thinking", "thinking": thinking.text, "signature": thinking.signature}
+
+
+def _tool_input(call: ToolCall) -> dict[str, Any]:
+    return call.arguments if isinstance(call.arguments, dict) else {"value": call.arguments}
+
+
+# --- Response ----------------------------------------------------------------
+
+
+async def _stream_message(
+    client: anthropic.AsyncAnthropic, params: dict[str, Any], on_text_delta: TextDeltaCallback
+) -> anthropic.types.Message:
+    """Stream, forwarding text deltas; the SDK assembles the final message."""
+    forward: TextDeltaCallback | None = on_text_delta
+    async with client.messages.stream(**params) as stream:
+        async for event in stream:
+            if (
+                forward is not None
+                and event.type == "content_block_delta"
+                and event.delta.type == "text_delta"
+            ):
+                forward = await _safe_forward(forward, event.delta.text)
+        return await stream.get_final_message()
+
+
+async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
+    """Deliver a delta; a failing listener is dropped, never the LLM step."""
+    try:
+        await callback(delta)
+    except Exception:
+        logger.warning("on_text_delta failed; no more deltas for this step", exc_info=True)
+        return None
+    return callback
+
+
+def parse_message(message: anthropic.types.Message) -> StepResult:
+    """An Anthropic `Message` as our `StepResult`."""
+    text: list[str] = []
+    thinking: list[ThinkingBlock] = []
+    calls: list[ToolCall] = []
+    for block in message.content:
+        if block.type == "text":
+            text.append(block.text)
+        elif block.type == "thinking":
+            thinking.append(ThinkingBlock(text=block.thinking, signature=block.signature))
+        elif block.type == "redacted_thinking":
+            thinking.append(ThinkingBlock(text=block.data, redacted=True))
+        elif block.type == "tool_use":
+            arguments = block.input if isinstance(block.input, dict) else {"value": block.input}
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+    stop_reason = STOP_REASONS.get(message.stop_reason or "", "unknown")
+    usage = parse_usage(message)
+    content = "".join(text)
+    if calls:
+        return ToolCallsStepResult(
+            content=content or None,
+            tool_calls=calls,
+            thinking=thinking,
+            stop_reason=stop_reason,
+            usage=usage,
+        )
+    return TextStepResult(
+        content=content, thinking=thinking, should_stop=False, stop_reason=stop_reason, usage=usage
+    )
+
+
+def parse_usage(message: anthropic.types.Message) -> LLMUsage:
+    usage = message.usage
+    details = usage.output_tokens_details
+    return LLMUsage(
+        model=message.model,
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        reasoning_tokens=(details.thinking_tokens if details else 0) or 0,
+    )
+
+
+# --- Errors ------------------------------------------------------------------
+
+
+def _status_error(
+    exc: anthropic.APIStatusError, strict_tools: dict[str, dict[str, Any]]
+) -> ErrorStepResult:
+    """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
+    status = exc.status_code
+    error_type = getattr(exc, "type", None) or _body_error(exc.body, "type")
+    message = getattr(exc, "api_message", None) or _body_error(exc.body, "message") or str(exc)
+    # Errors sent inside an SSE stream arrive with the stream's 200 status.
+    in_stream = status < 400
+    retryable = is_retryable_status(status) or (in_stream and error_type in _RETRYABLE_ERROR_TYPES)
+    label = f"Anthropic API error {status}" if not in_stream else "Anthropic stream error"
+    text = f"{label} ({error_type}): {message}" if error_type else f"{label}: {message}"
+    if retryable:
+        code = None if in_stream else status
+        raise LLMProviderError(text, retryable=True, status_code=code) from exc
+    if strict_tools and status in (400, 422):
+        diagnosis = describe_strict_rejection(strict_tools, "anthropic")
+        text += (
+            f"; {diagnosis}" if diagnosis else f"; strict mode was on for {sorted(strict_tools)}"
+        )
+    return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
+
+
+def _body_error(body: object, key: str) -> str | None:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get(key), str):
+            return error[key]
+    return None

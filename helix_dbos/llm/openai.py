@@ -1,0 +1,469 @@
+"""OpenAI Chat Completions adapter (also for vLLM, Ollama and other compatible servers).
+
+One `generate_step` is one HTTP call: the SDK's own retries are off because
+retries are DBOS step retries. Retryable failures are raised as
+`LLMProviderError(retryable=True)`; any other 4xx becomes an `ErrorStepResult`.
+
+Conventions worth knowing:
+- Tool arguments that are not a JSON object do not fail the step: they come
+  back as `{"__raw_arguments__": ..., "__parse_error__": ...}` so the runtime
+  can answer the call with a tool error and let the model try again; the raw
+  string is what is replayed to the model on the next turn.
+- Reasoning text returned by compatible servers (`reasoning_content` from
+  vLLM/DeepSeek, `reasoning` from Ollama/OpenRouter) is kept as thinking but
+  only sent back when the adapter is built with `send_reasoning=True`.
+- `tool` messages carry no error flag on this API; `is_error` is not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
+from helix_dbos.llm.capabilities import (
+    ModelCapabilities,
+    describe_strict_rejection,
+    drop_strict_nulls,
+    is_retryable_status,
+    make_openai_strict_schema,
+    openai_capabilities,
+)
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    ErrorStepResult,
+    LLMRequest,
+    LLMUsage,
+    Message,
+    StepResult,
+    StopReason,
+    TextStepResult,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallsStepResult,
+    ToolSpec,
+)
+
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_PREFIX = "openai:"
+RAW_ARGUMENTS_KEY = "__raw_arguments__"
+PARSE_ERROR_KEY = "__parse_error__"
+_OPENAI_HOST = "api.openai.com"
+# Compatible servers usually need no key, but the SDK refuses to start without one.
+_PLACEHOLDER_API_KEY = "not-needed"
+
+FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+class OpenAIAdapter:
+    """`LLMAdapter` for the Chat Completions API through `openai.AsyncOpenAI`.
+
+    Cheap to build: the SDK client is created on first use (per event loop)
+    and never pickled. With a `base_url` other than api.openai.com (kwarg or
+    OPENAI_BASE_URL) the server is treated as OpenAI-compatible: no `strict`
+    and `max_tokens` instead of `max_completion_tokens`, unless
+    `strict_tools` / `max_tokens_field` say otherwise.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | httpx2.AsyncClient | None = None,
+        max_retries: int = 0,
+        timeout: float | None = None,
+        default_headers: dict[str, str] | None = None,
+        strict_tools: bool | None = None,
+        max_tokens_field: str | None = None,
+        send_reasoning: bool = False,
+        capabilities: ModelCapabilities | None = None,
+    ) -> None:
+        self.model = model.removeprefix(PROVIDER_PREFIX) if model else None
+        self.api_key = api_key
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.http_client = http_client
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.default_headers = default_headers
+        self.strict_tools = strict_tools
+        self.max_tokens_field = max_tokens_field
+        self.send_reasoning = send_reasoning
+        self.capabilities = capabilities
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Never serialize the live client (it holds sockets and a loop)."""
+        state = dict(self.__dict__)
+        state.update(_client=None, _client_loop=None)
+        return state
+
+    def __repr__(self) -> str:
+        return f"OpenAIAdapter(model={self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def compatible_server(self) -> bool:
+        """True when talking to something other than api.openai.com."""
+        return self.base_url is not None and _OPENAI_HOST not in self.base_url
+
+    def model_name(self, request: LLMRequest) -> str:
+        """The adapter's own model wins; else the request's, without `openai:`."""
+        return self.model or request.model.removeprefix(PROVIDER_PREFIX)
+
+    def model_capabilities(self, model: str) -> ModelCapabilities:
+        caps = self.capabilities or openai_capabilities(
+            model, compatible_server=self.compatible_server
+        )
+        return ModelCapabilities(
+            strict_tools=caps.strict_tools if self.strict_tools is None else self.strict_tools,
+            max_tokens_field=self.max_tokens_field or caps.max_tokens_field,
+        )
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            api_key = self.api_key or os.environ.get("OPENAI_API_KEY")
+            if api_key is None and self.compatible_server:
+                api_key = _PLACEHOLDER_API_KEY
+            kwargs: dict[str, Any] = {
+                "api_key": api_key,
+                "base_url": self.base_url,
+                "max_retries": self.max_retries,
+                "http_client": self.http_client,
+                "default_headers": self.default_headers,
+            }
+            if self.timeout is not None:
+                kwargs["timeout"] = self.timeout
+            self._client = openai.AsyncOpenAI(**kwargs)
+            self._client_loop = loop
+        return self._client
+
+    async def generate_step(
+        self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
+    ) -> StepResult:
+        model = self.model_name(request)
+        params, strict_tools = build_params(
+            request, model, self.model_capabilities(model), send_reasoning=self.send_reasoning
+        )
+        try:
+            client = self._get_client()
+        except openai.OpenAIError as exc:  # e.g. no API key: a config error, not transient
+            return ErrorStepResult(error=f"OpenAI client configuration error: {exc}")
+        try:
+            if on_text_delta is None:
+                completion = await client.chat.completions.create(**params)
+                draft = draft_from_completion(completion)
+            else:
+                draft = await _stream_draft(client, params, on_text_delta)
+        except openai.APIStatusError as exc:
+            return _status_error(exc, strict_tools)
+        except openai.APIConnectionError as exc:  # includes APITimeoutError
+            raise LLMProviderError(f"OpenAI connection error: {exc}", retryable=True) from exc
+        except openai.APIError as exc:  # an error event inside a 200 stream
+            return _stream_error(exc)
+        originals = {s.name: s.parameters for s in request.tools if s.name in strict_tools}
+        return draft.to_step_result(strict_schemas=originals)
+
+
+# --- Request -----------------------------------------------------------------
+
+
+def build_params(
+    request: LLMRequest, model: str, caps: ModelCapabilities, *, send_reasoning: bool = False
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Keyword arguments for `chat.completions.create`, and the strict tools' schemas."""
+    params: dict[str, Any] = {
+        "model": model,
+        "messages": convert_messages(request.messages, send_reasoning=send_reasoning),
+    }
+    if request.max_tokens is not None:
+        params[caps.max_tokens_field] = request.max_tokens
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
+    strict_tools: dict[str, dict[str, Any]] = {}
+    if request.tools:
+        params["tools"] = []
+        for spec in request.tools:
+            tool = convert_tool(spec, strict=caps.strict_tools and _wants_strict(spec, request))
+            function = tool["function"]
+            if function.get("strict"):
+                strict_tools[spec.name] = function["parameters"]
+            params["tools"].append(tool)
+    options = dict(request.provider_options)
+    if "extra_headers" in options:
+        params["extra_headers"] = options.pop("extra_headers")
+    if options:
+        params["extra_body"] = options
+    return params, strict_tools
+
+
+def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
+    return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
+
+
+def convert_tool(spec: ToolSpec, *, strict: bool) -> dict[str, Any]:
+    """A `ToolSpec` as an OpenAI function tool; strict ones get a strict schema."""
+    function: dict[str, Any] = {"name": spec.name, "parameters": spec.parameters}
+    if spec.description:
+        function["description"] = spec.description
+    if strict:
+        function["parameters"] = make_openai_strict_schema(spec.parameters)
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def convert_messages(
+    messages: list[Message], *, send_reasoning: bool = False
+) -> list[dict[str, Any]]:
+    """Our transcript as Chat Completions messages (system stays a message)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.tool_call_id,
+                    "content": message.content or "",
+                }
+            )
+        elif message.role == "assistant":
+            out.append(_assistant_message(message, send_reasoning=send_reasoning))
+        else:
+            out.append({"role": message.role, "content": message.content or ""})
+    return out
+
+
+def _assistant_message(message: Message, *, send_reasoning: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif item["content"] is None:
+        item["content"] = ""
+    reasoning = "".join(t.text for t in message.thinking if not t.redacted)
+    if send_reasoning and reasoning:
+        item["reasoning_content"] = reasoning
+    return item
+
+
+def _arguments_json(arguments: Any) -> str:
+    """Replay what the model sent: the raw string when it was not valid JSON."""
+    if isinstance(arguments, dict) and isinstance(arguments.get(RAW_ARGUMENTS_KEY), str):
+        return arguments[RAW_ARGUMENTS_KEY]
+    return json.dumps(arguments if arguments is not None else {})
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any]:
+    """Tool arguments as a dict; never raises on what the model produced."""
+    if not raw or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {RAW_ARGUMENTS_KEY: raw, PARSE_ERROR_KEY: f"invalid JSON: {exc}"}
+    if not isinstance(value, dict):
+        return {RAW_ARGUMENTS_KEY: raw, PARSE_ERROR_KEY: "arguments must be a JSON object"}
+    return value
+
+
+# --- Response ----------------------------------------------------------------
+
+
+@dataclass
+class _ToolCallDraft:
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class _Draft:
+    """One assistant reply, from a whole completion or assembled from chunks."""
+
+    model: str | None = None
+    text: str = ""
+    reasoning: str = ""
+    refusal: str = ""
+    finish_reason: str | None = None
+    tool_calls: dict[int, _ToolCallDraft] = field(default_factory=dict)
+    usage: Any = None
+
+    def to_step_result(self, strict_schemas: dict[str, dict[str, Any]] | None = None) -> StepResult:
+        """`strict_schemas` (tool name -> schema before the strict rewrite) undo its nulls."""
+        strict_schemas = strict_schemas or {}
+        calls = []
+        for i, d in sorted(self.tool_calls.items()):
+            arguments = parse_arguments(d.arguments)
+            if d.name in strict_schemas and RAW_ARGUMENTS_KEY not in arguments:
+                arguments = drop_strict_nulls(arguments, strict_schemas[d.name])
+            calls.append(ToolCall(id=d.id or f"call_{i}", name=d.name, arguments=arguments))
+        thinking = [ThinkingBlock(text=self.reasoning)] if self.reasoning else []
+        usage = parse_usage(self.usage, self.model)
+        if self.refusal:
+            return TextStepResult(
+                content=self.refusal, thinking=thinking, stop_reason="refusal", usage=usage
+            )
+        stop_reason = FINISH_REASONS.get(self.finish_reason or "", "unknown")
+        if calls:
+            if stop_reason == "end_turn":  # some compatible servers say "stop" here
+                stop_reason = "tool_use"
+            return ToolCallsStepResult(
+                content=self.text or None,
+                tool_calls=calls,
+                thinking=thinking,
+                stop_reason=stop_reason,
+                usage=usage,
+            )
+        return TextStepResult(
+            content=self.text,
+            thinking=thinking,
+            should_stop=False,
+            stop_reason=stop_reason,
+            usage=usage,
+        )
+
+
+def _reasoning_of(obj: Any) -> str | None:
+    """`reasoning_content` (vLLM, DeepSeek) or `reasoning` (Ollama, OpenRouter)."""
+    value = getattr(obj, "reasoning_content", None) or getattr(obj, "reasoning", None)
+    return value if isinstance(value, str) else None
+
+
+def draft_from_completion(completion: Any) -> _Draft:
+    draft = _Draft(model=completion.model, usage=completion.usage)
+    if not completion.choices:
+        return draft
+    choice = completion.choices[0]
+    message = choice.message
+    draft.text = message.content or ""
+    draft.reasoning = _reasoning_of(message) or ""
+    draft.refusal = message.refusal or ""
+    draft.finish_reason = choice.finish_reason
+    for i, call in enumerate(message.tool_calls or []):
+        if call.type == "function":
+            draft.tool_calls[i] = _ToolCallDraft(
+                call.id, call.function.name, call.function.arguments
+            )
+    return draft
+
+
+async def _stream_draft(
+    client: openai.AsyncOpenAI, params: dict[str, Any], on_text_delta: TextDeltaCallback
+) -> _Draft:
+    """Stream chunks, forwarding text deltas and assembling the whole reply."""
+    draft = _Draft()
+    forward: TextDeltaCallback | None = on_text_delta
+    stream = await client.chat.completions.create(
+        **params, stream=True, stream_options={"include_usage": True}
+    )
+    async with stream:
+        async for chunk in stream:
+            draft.model = chunk.model or draft.model
+            if chunk.usage is not None:
+                draft.usage = chunk.usage
+            for choice in chunk.choices:
+                if choice.index != 0:
+                    continue
+                delta = choice.delta
+                if delta.content:
+                    draft.text += delta.content
+                    if forward is not None:
+                        forward = await _safe_forward(forward, delta.content)
+                draft.reasoning += _reasoning_of(delta) or ""
+                draft.refusal += delta.refusal or ""
+                for part in delta.tool_calls or []:
+                    call = draft.tool_calls.setdefault(part.index, _ToolCallDraft())
+                    call.id = part.id or call.id
+                    if part.function is not None:
+                        call.name += part.function.name or ""
+                        call.arguments += part.function.arguments or ""
+                if choice.finish_reason:
+                    draft.finish_reason = choice.finish_reason
+    return draft
+
+
+async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
+    """Deliver a delta; a failing listener is dropped, never the LLM step."""
+    try:
+        await callback(delta)
+    except Exception:
+        logger.warning("on_text_delta failed; no more deltas for this step", exc_info=True)
+        return None
+    return callback
+
+
+def parse_usage(usage: Any, model: str | None) -> LLMUsage:
+    if usage is None:
+        return LLMUsage(model=model)
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    return LLMUsage(
+        model=model,
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=(getattr(prompt_details, "cached_tokens", None) or 0),
+        reasoning_tokens=(getattr(completion_details, "reasoning_tokens", None) or 0),
+    )
+
+
+# --- Errors ------------------------------------------------------------------
+
+
+def _status_error(
+    exc: openai.APIStatusError, strict_tools: dict[str, dict[str, Any]]
+) -> ErrorStepResult:
+    """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
+    status = exc.status_code
+    text = f"OpenAI API error {status}: {_error_message(exc)}"
+    if is_retryable_status(status):
+        raise LLMProviderError(text, retryable=True, status_code=status) from exc
+    if strict_tools and status in (400, 422):
+        diagnosis = describe_strict_rejection(strict_tools, "openai")
+        text += (
+            f"; {diagnosis}" if diagnosis else f"; strict mode was on for {sorted(strict_tools)}"
+        )
+    return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
+
+
+def _stream_error(exc: openai.APIError) -> ErrorStepResult:
+    """An error event mid-stream: retry unless the server blamed the request."""
+    text = f"OpenAI stream error: {_error_message(exc)}"
+    if exc.type == "invalid_request_error":
+        return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
+    raise LLMProviderError(text, retryable=True) from exc
+
+
+def _error_message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            message = str(error["message"])
+            param = error.get("param")
+            return f"{message} (param: {param})" if param else message
+    return exc.message

@@ -1,0 +1,70 @@
+"""Resolve `provider:model` names to adapters.
+
+Model names carry their provider (`anthropic:claude-sonnet-4-5`,
+`openai:gpt-4o`). The registry maps a prefix to a factory so tests and users
+can plug in their own providers; the built-in factories import their SDK only
+when used, so resolving stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from helix_dbos.llm.base import LLMAdapter
+
+#: factory(model_name_without_prefix, **kwargs) -> adapter
+ProviderFactory = Callable[..., LLMAdapter]
+
+_REGISTRY: dict[str, ProviderFactory] = {}
+
+
+def register_provider(prefix: str, factory: ProviderFactory) -> None:
+    """Make `prefix:<model>` resolve through `factory`; replaces an earlier one."""
+    prefix = prefix.removesuffix(":")
+    if not prefix or ":" in prefix:
+        raise ValueError(f"Invalid provider prefix {prefix!r}: use a bare name such as 'openai'")
+    _REGISTRY[prefix] = factory
+
+
+def unregister_provider(prefix: str) -> None:
+    """Forget `prefix` (mainly for tests)."""
+    _REGISTRY.pop(prefix.removesuffix(":"), None)
+
+
+def known_providers() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve_adapter(model: str, **kwargs: Any) -> LLMAdapter:
+    """The adapter for `provider:model`; `kwargs` go to the provider's factory.
+
+    e.g. `resolve_adapter("openai:llama3.1", base_url="http://localhost:11434/v1")`.
+    """
+    provider, sep, name = model.partition(":")
+    factory = _REGISTRY.get(provider) if sep else None
+    if factory is None:
+        known = ", ".join(known_providers())
+        raise ValueError(
+            f"Unknown LLM provider in model {model!r}: expected 'provider:model' with provider "
+            f"one of: {known} (e.g. 'anthropic:claude-sonnet-4-5', 'openai:gpt-4o')"
+        )
+    if not name:
+        raise ValueError(f"Model {model!r} names no model after '{provider}:'")
+    return factory(name, **kwargs)
+
+
+def _anthropic(model: str, **kwargs: Any) -> LLMAdapter:
+    from helix_dbos.llm.anthropic import AnthropicAdapter
+
+    return AnthropicAdapter(model, **kwargs)
+
+
+def _openai(model: str, **kwargs: Any) -> LLMAdapter:
+    from helix_dbos.llm.openai import OpenAIAdapter
+
+    return OpenAIAdapter(model, **kwargs)
+
+
+register_provider("anthropic", _anthropic)
+register_provider("openai", _openai)

@@ -1,0 +1,119 @@
+"""A real helix_dbos process for crash tests: started, SIGKILLed, relaunched.
+
+usage: crash_app.py start|recover DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
+
+The LLM is a function of the transcript, so the relaunched process answers
+exactly as the killed one would have. Every tool execution and LLM call is
+appended to a file in MARKER_DIR, so the test can count them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.runtime import workflow
+
+mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
+markers = Path(marker_dir)
+
+
+def mark(name: str, line: str = "x") -> None:
+    with open(markers / name, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def first_life() -> bool:
+    return mode == "start"
+
+
+class Report(BaseModel):
+    summary: str
+
+
+@tool
+def record_a(value: str) -> str:
+    """Completes at once."""
+    mark("record_a.log", value)
+    return f"a:{value}"
+
+
+@tool
+async def slow_b(value: str) -> str:
+    """Blocks in the first life so the test can kill the process mid-call."""
+    mark("slow_b.log", value)
+    if first_life():
+        mark("in_slow_b")
+        await asyncio.sleep(3600)
+    return f"b:{value}"
+
+
+@tool
+def fast(i: int) -> int:
+    """One of a parallel batch."""
+    mark(f"fast_{i}.log")
+    return i
+
+
+def respond(request: LLMRequest) -> dict:
+    mark("llm.log", str(len(request.messages)))
+    results = [m for m in request.messages if m.role == "tool"]
+    finish = {"id": "fin", "name": "__finish__", "arguments": {"summary": f"{len(results)} results"}}
+    if scenario == "tool":
+        plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
+    elif scenario == "parallel":
+        plan = [[("p0", "fast", {"i": 0}), ("p1", "fast", {"i": 1}), ("p2", "slow_b", {"value": "p"}), ("p3", "fast", {"i": 3})]]
+    else:  # commit
+        plan = [[("t1", "record_a", {"value": "one"})]]
+    step = len([m for m in request.messages if m.role == "assistant"])
+    if step < len(plan):
+        return {"type": "tool_calls", "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in plan[step]]}
+    return {"type": "tool_calls", "tool_calls": [finish]}
+
+
+if scenario == "commit" and first_life():
+    original_commit = workflow.commit_step
+
+    async def crashing_commit(session, commit):  # type: ignore[no-untyped-def]
+        if commit.messages and any(m.role == "tool" for m in commit.messages):
+            mark("crashed_before_commit")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await original_commit(session, commit)
+
+    workflow.commit_step = crashing_commit  # type: ignore[assignment]
+
+agent = Agent("crash_agent", tools=[record_a, slow_b, fast], output_schema=Report)
+helix = HelixDBOS([agent], database_url=database_url, llm=MockLLM(respond), executor_id=executor_id, application_version="crash-test")
+helix.launch()
+
+
+async def main() -> None:
+    if mode == "start":
+        handle = await helix.execute(agent, f"scenario {scenario}")
+        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+        await asyncio.sleep(3600)  # killed by the test (or by itself) before this ends
+    else:
+        run_id = sys.argv[6]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run = await helix.get_run(run_id)
+            if run.status not in ("running", "waiting"):
+                print(json.dumps({"status": run.status, "output": run.output, "error": run.error}), flush=True)
+                return
+            await asyncio.sleep(0.1)
+        print(json.dumps({"status": "timeout"}), flush=True)
+
+
+asyncio.run(main())
+helix.shutdown()

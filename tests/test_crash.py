@@ -1,0 +1,141 @@
+"""Crash safety: SIGKILL a real process mid-run, relaunch it, and check the rows.
+
+After relaunch the run completes by itself; a tool whose step had completed
+is not run again; the transcript has no duplicate and no unanswered tool call;
+the usage table has no duplicate row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import sql
+
+APP = Path(__file__).with_name("crash_app.py")
+pytestmark = pytest.mark.crash
+
+
+def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def lines(markers: Path, name: str) -> list[str]:
+    path = markers / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def start_run(database_url: str, scenario: str, markers: Path) -> tuple[subprocess.Popen, str, str, str]:
+    executor = f"crash-{scenario}-{uuid.uuid4().hex[:8]}"
+    proc = spawn("start", database_url, executor, scenario, markers)
+    assert proc.stdout is not None
+    started = json.loads(proc.stdout.readline())
+    return proc, executor, started["run_id"], started["session_id"]
+
+
+def relaunch(database_url: str, executor: str, scenario: str, markers: Path, run_id: str) -> dict:
+    proc = spawn("recover", database_url, executor, scenario, markers, run_id)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def assert_transcript_is_clean(database_url: str, session_id: str, run_id: str) -> list[tuple]:
+    rows = sql(database_url, "SELECT seq, role, tool_calls, tool_call_id FROM helix.messages WHERE session_id = %s ORDER BY seq", session_id)
+    seqs = [r[0] for r in rows]
+    assert seqs == list(range(1, len(rows) + 1)), "no gaps and no duplicates"
+    call_ids = [c["id"] for r in rows if r[2] for c in r[2]]
+    result_ids = [r[3] for r in rows if r[1] == "tool"]
+    assert sorted(call_ids) == sorted(result_ids), "every tool call has exactly one result"
+    assert len(result_ids) == len(set(result_ids))
+    usage = sql(database_url, "SELECT usage_id, kind, tool_name FROM helix.usage WHERE run_id = %s", run_id)
+    assert len(usage) == len({u[0] for u in usage})
+    return rows
+
+
+def test_kill_during_a_tool_call(database_url, tmp_path):
+    proc, executor, run_id, session_id = start_run(database_url, "tool", tmp_path)
+    wait_for(lambda: (tmp_path / "in_slow_b").exists())
+    sigkill(proc)
+    assert lines(tmp_path, "record_a.log") == ["one"]
+
+    outcome = relaunch(database_url, executor, "tool", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    assert outcome["output"] == {"summary": "2 results"}
+    assert lines(tmp_path, "record_a.log") == ["one"], "a completed tool step is not run again"
+    assert lines(tmp_path, "slow_b.log") == ["two", "two"], "the interrupted call runs again"
+    assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call is repeated"
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
+    kinds = sql(database_url, "SELECT kind, count(*) FROM helix.usage WHERE run_id = %s GROUP BY kind ORDER BY kind", run_id)
+    assert kinds == [("llm", 3), ("tool", 2)]
+
+
+def test_kill_between_the_llm_step_and_the_commit(database_url, tmp_path):
+    proc, executor, run_id, session_id = start_run(database_url, "commit", tmp_path)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "crashed_before_commit").exists()
+    assert sql(database_url, "SELECT count(*) FROM helix.messages WHERE session_id = %s", session_id) == [(1,)]
+
+    outcome = relaunch(database_url, executor, "commit", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    assert lines(tmp_path, "record_a.log") == ["one"], "the tool step was checkpointed before the crash"
+    assert len(lines(tmp_path, "llm.log")) == 2, "the checkpointed LLM step is replayed, not called again"
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
+
+
+def test_kill_during_a_batch_of_parallel_tool_calls(database_url, tmp_path):
+    proc, executor, run_id, session_id = start_run(database_url, "parallel", tmp_path)
+    workflow_id = f"helix-{run_id}"
+    wait_for(lambda: (tmp_path / "in_slow_b").exists())
+    wait_for(
+        lambda: sql(
+            database_url,
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_name = 'helix.tool:fast'",
+            workflow_id,
+        )
+        == [(3,)]
+    )
+    sigkill(proc)
+
+    outcome = relaunch(database_url, executor, "parallel", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    for i in (0, 1, 3):
+        assert len(lines(tmp_path, f"fast_{i}.log")) == 1, f"fast {i} ran once"
+    assert lines(tmp_path, "slow_b.log") == ["p", "p"]
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    tool_ids = [r[3] for r in rows if r[1] == "tool"]
+    assert tool_ids == ["p0", "p1", "p2", "p3", "fin"], "results keep the call order"
