@@ -102,7 +102,7 @@ class HelixDBOS:
             "name": app_name,
             "system_database_url": libpq_url(self.database_url),
             "application_version": self.application_version,
-            "run_admin_server": False,
+            "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
         }
         executor = executor_id or os.environ.get("HELIX_EXECUTOR_ID")
         if executor:
