@@ -78,3 +78,33 @@ class SessionAgentMismatchError(HelixError, ValueError):
 
 class StateUpdateError(HelixError, ValueError):
     """A tool produced a state that does not match the agent's state_schema."""
+
+
+class ToolCallNotFoundError(HelixError, LookupError):
+    def __init__(self, session_id: str, tool_call_id: str) -> None:
+        super().__init__(f"Session '{session_id}' has no pending tool call '{tool_call_id}'")
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.session_id, self.tool_call_id))
+
+
+class ToolCallAlreadyAnsweredError(HelixError):
+    def __init__(self, tool_call_id: str, status: str) -> None:
+        super().__init__(
+            f"Tool call '{tool_call_id}' was already answered (status: {status}); an answer applies once"
+        )
+        self.tool_call_id = tool_call_id
+        self.status = status
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.tool_call_id, self.status))
+
+
+class InvalidAnswerError(HelixError, ValueError):
+    """An answer of the wrong kind or shape for a pending tool call."""
+
+
+class RunNotActiveError(HelixError):
+    """The session has no live run to interrupt or abort, or its last run cannot be retried."""

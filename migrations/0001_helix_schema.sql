@@ -70,9 +70,11 @@ CREATE TABLE IF NOT EXISTS helix.tool_calls (
     reason        text,
     deadline_at   timestamptz,
     created_at    timestamptz NOT NULL DEFAULT now(),
+    answered_at   timestamptz,                        -- when an answer was sent through the API
     resolved_at   timestamptz,
-    PRIMARY KEY (session_id, tool_call_id)
+    PRIMARY KEY (run_id, tool_call_id)
 );
+CREATE INDEX IF NOT EXISTS tool_calls_session_idx ON helix.tool_calls (session_id, tool_call_id);
 CREATE INDEX IF NOT EXISTS tool_calls_pending_idx ON helix.tool_calls (status) WHERE status = 'pending';
 
 CREATE TABLE IF NOT EXISTS helix.usage (
@@ -110,3 +112,11 @@ CREATE TABLE IF NOT EXISTS helix.stream_chunks (
     UNIQUE (chunk_key)
 );
 CREATE INDEX IF NOT EXISTS stream_chunks_run_idx ON helix.stream_chunks (run_id, seq);
+
+-- Every run waiting for a human, with what it waits for and since when.
+CREATE OR REPLACE VIEW helix.waiting_runs AS
+SELECT r.run_id, r.session_id, r.agent_name, r.workflow_id, r.waiting_for, r.waiting_since,
+       t.tool_call_id, t.tool_name, t.kind, t.input, t.deadline_at
+FROM helix.runs r
+JOIN helix.tool_calls t ON t.run_id = r.run_id AND t.status = 'pending'
+WHERE r.status = 'waiting';

@@ -66,19 +66,42 @@ def fast(i: int) -> int:
     return i
 
 
+@tool(require_approval=True)
+def guarded_delete(path: str) -> str:
+    """Needs a human's approval."""
+    mark("guarded_delete.log", path)
+    return f"deleted {path}"
+
+
 def respond(request: LLMRequest) -> dict:
     mark("llm.log", str(len(request.messages)))
     results = [m for m in request.messages if m.role == "tool"]
-    finish = {"id": "fin", "name": "__finish__", "arguments": {"summary": f"{len(results)} results"}}
+    finish = {
+        "id": "fin",
+        "name": "__finish__",
+        "arguments": {"summary": f"{len(results)} results"},
+    }
     if scenario == "tool":
         plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "parallel":
-        plan = [[("p0", "fast", {"i": 0}), ("p1", "fast", {"i": 1}), ("p2", "slow_b", {"value": "p"}), ("p3", "fast", {"i": 3})]]
+        plan = [
+            [
+                ("p0", "fast", {"i": 0}),
+                ("p1", "fast", {"i": 1}),
+                ("p2", "slow_b", {"value": "p"}),
+                ("p3", "fast", {"i": 3}),
+            ]
+        ]
+    elif scenario == "approval":
+        plan = [[("g1", "guarded_delete", {"path": "/data/old"})]]
     else:  # commit
         plan = [[("t1", "record_a", {"value": "one"})]]
     step = len([m for m in request.messages if m.role == "assistant"])
     if step < len(plan):
-        return {"type": "tool_calls", "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in plan[step]]}
+        return {
+            "type": "tool_calls",
+            "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in plan[step]],
+        }
     return {"type": "tool_calls", "tool_calls": [finish]}
 
 
@@ -93,8 +116,14 @@ if scenario == "commit" and first_life():
 
     workflow.commit_step = crashing_commit  # type: ignore[assignment]
 
-agent = Agent("crash_agent", tools=[record_a, slow_b, fast], output_schema=Report)
-helix = HelixDBOS([agent], database_url=database_url, llm=MockLLM(respond), executor_id=executor_id, application_version="crash-test")
+agent = Agent("crash_agent", tools=[record_a, slow_b, fast, guarded_delete], output_schema=Report)
+helix = HelixDBOS(
+    [agent],
+    database_url=database_url,
+    llm=MockLLM(respond),
+    executor_id=executor_id,
+    application_version="crash-test",
+)
 helix.launch()
 
 
@@ -109,7 +138,10 @@ async def main() -> None:
         while time.monotonic() < deadline:
             run = await helix.get_run(run_id)
             if run.status not in ("running", "waiting"):
-                print(json.dumps({"status": run.status, "output": run.output, "error": run.error}), flush=True)
+                print(
+                    json.dumps({"status": run.status, "output": run.output, "error": run.error}),
+                    flush=True,
+                )
                 return
             await asyncio.sleep(0.1)
         print(json.dumps({"status": "timeout"}), flush=True)

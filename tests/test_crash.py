@@ -23,7 +23,9 @@ APP = Path(__file__).with_name("crash_app.py")
 pytestmark = pytest.mark.crash
 
 
-def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str) -> subprocess.Popen:
+def spawn(
+    mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str
+) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
         stdout=subprocess.PIPE,
@@ -46,7 +48,9 @@ def lines(markers: Path, name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def start_run(database_url: str, scenario: str, markers: Path) -> tuple[subprocess.Popen, str, str, str]:
+def start_run(
+    database_url: str, scenario: str, markers: Path
+) -> tuple[subprocess.Popen, str, str, str]:
     executor = f"crash-{scenario}-{uuid.uuid4().hex[:8]}"
     proc = spawn("start", database_url, executor, scenario, markers)
     assert proc.stdout is not None
@@ -68,14 +72,20 @@ def sigkill(proc: subprocess.Popen) -> None:
 
 
 def assert_transcript_is_clean(database_url: str, session_id: str, run_id: str) -> list[tuple]:
-    rows = sql(database_url, "SELECT seq, role, tool_calls, tool_call_id FROM helix.messages WHERE session_id = %s ORDER BY seq", session_id)
+    rows = sql(
+        database_url,
+        "SELECT seq, role, tool_calls, tool_call_id FROM helix.messages WHERE session_id = %s ORDER BY seq",
+        session_id,
+    )
     seqs = [r[0] for r in rows]
     assert seqs == list(range(1, len(rows) + 1)), "no gaps and no duplicates"
     call_ids = [c["id"] for r in rows if r[2] for c in r[2]]
     result_ids = [r[3] for r in rows if r[1] == "tool"]
     assert sorted(call_ids) == sorted(result_ids), "every tool call has exactly one result"
     assert len(result_ids) == len(set(result_ids))
-    usage = sql(database_url, "SELECT usage_id, kind, tool_name FROM helix.usage WHERE run_id = %s", run_id)
+    usage = sql(
+        database_url, "SELECT usage_id, kind, tool_name FROM helix.usage WHERE run_id = %s", run_id
+    )
     assert len(usage) == len({u[0] for u in usage})
     return rows
 
@@ -94,8 +104,20 @@ def test_kill_during_a_tool_call(database_url, tmp_path):
     assert lines(tmp_path, "slow_b.log") == ["two", "two"], "the interrupted call runs again"
     assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call is repeated"
     rows = assert_transcript_is_clean(database_url, session_id, run_id)
-    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
-    kinds = sql(database_url, "SELECT kind, count(*) FROM helix.usage WHERE run_id = %s GROUP BY kind ORDER BY kind", run_id)
+    assert [r[1] for r in rows] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    kinds = sql(
+        database_url,
+        "SELECT kind, count(*) FROM helix.usage WHERE run_id = %s GROUP BY kind ORDER BY kind",
+        run_id,
+    )
     assert kinds == [("llm", 3), ("tool", 2)]
 
 
@@ -104,13 +126,19 @@ def test_kill_between_the_llm_step_and_the_commit(database_url, tmp_path):
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert (tmp_path / "crashed_before_commit").exists()
-    assert sql(database_url, "SELECT count(*) FROM helix.messages WHERE session_id = %s", session_id) == [(1,)]
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.messages WHERE session_id = %s", session_id
+    ) == [(1,)]
 
     outcome = relaunch(database_url, executor, "commit", tmp_path, run_id)
 
     assert outcome["status"] == "completed", outcome
-    assert lines(tmp_path, "record_a.log") == ["one"], "the tool step was checkpointed before the crash"
-    assert len(lines(tmp_path, "llm.log")) == 2, "the checkpointed LLM step is replayed, not called again"
+    assert lines(tmp_path, "record_a.log") == ["one"], (
+        "the tool step was checkpointed before the crash"
+    )
+    assert len(lines(tmp_path, "llm.log")) == 2, (
+        "the checkpointed LLM step is replayed, not called again"
+    )
     rows = assert_transcript_is_clean(database_url, session_id, run_id)
     assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
     assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
@@ -121,12 +149,14 @@ def test_kill_during_a_batch_of_parallel_tool_calls(database_url, tmp_path):
     workflow_id = f"helix-{run_id}"
     wait_for(lambda: (tmp_path / "in_slow_b").exists())
     wait_for(
-        lambda: sql(
-            database_url,
-            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_name = 'helix.tool:fast'",
-            workflow_id,
+        lambda: (
+            sql(
+                database_url,
+                "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_name = 'helix.tool:fast'",
+                workflow_id,
+            )
+            == [(3,)]
         )
-        == [(3,)]
     )
     sigkill(proc)
 
@@ -139,3 +169,48 @@ def test_kill_during_a_batch_of_parallel_tool_calls(database_url, tmp_path):
     rows = assert_transcript_is_clean(database_url, session_id, run_id)
     tool_ids = [r[3] for r in rows if r[1] == "tool"]
     assert tool_ids == ["p0", "p1", "p2", "p3", "fin"], "results keep the call order"
+
+
+def test_kill_while_waiting_for_approval_then_approve_after_relaunch(database_url, tmp_path):
+    proc, executor, run_id, session_id = start_run(database_url, "approval", tmp_path)
+    wait_for(
+        lambda: (
+            sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id)
+            == [("waiting",)]
+        )
+    )
+    sigkill(proc)
+    assert sql(
+        database_url, "SELECT tool_call_id, status FROM helix.tool_calls WHERE run_id = %s", run_id
+    ) == [("g1", "pending")]
+
+    recovering = spawn("recover", database_url, executor, "approval", tmp_path, run_id)
+    workflow_id = sql(database_url, "SELECT workflow_id FROM helix.runs WHERE run_id = %s", run_id)[
+        0
+    ][0]
+    script = (
+        "import sys; from dbos import DBOSClient\n"
+        "c = DBOSClient(system_database_url=sys.argv[1])\n"
+        "c.send(sys.argv[2], {'tool_call_id': 'g1', 'approved': True}, 'helix.approval')\n"
+        "c.destroy()\n"
+    )
+    from helix_dbos.store.database import libpq_url
+
+    sender = subprocess.run(
+        [sys.executable, "-c", script, libpq_url(database_url), workflow_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sender.returncode == 0, sender.stderr
+    out, _ = recovering.communicate(timeout=120)
+    outcome = json.loads(out.strip().splitlines()[-1])
+
+    assert outcome["status"] == "completed", outcome
+    assert lines(tmp_path, "guarded_delete.log") == ["/data/old"], (
+        "the approved tool ran exactly once"
+    )
+    assert sql(database_url, "SELECT status FROM helix.tool_calls WHERE run_id = %s", run_id) == [
+        ("approved",)
+    ]
+    assert_transcript_is_clean(database_url, session_id, run_id)

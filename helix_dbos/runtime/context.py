@@ -61,6 +61,8 @@ class Runtime:
         datasource: Any,
         llm: LLMAdapter | None,
         adapter_factory: Callable[[Agent], LLMAdapter],
+        approval_timeout_seconds: float = 7 * 24 * 3600,
+        client_tool_timeout_seconds: float = 600,
     ) -> None:
         self.agents = agents
         self.engine = engine
@@ -68,6 +70,8 @@ class Runtime:
         self.llm_override = llm
         self._adapter_factory = adapter_factory
         self.history = HistoryCache()
+        self.approval_timeout_seconds = approval_timeout_seconds
+        self.client_tool_timeout_seconds = client_tool_timeout_seconds
 
     def agent(self, name: str) -> Agent:
         try:

@@ -8,14 +8,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
+    InvalidAnswerError,
+    RunNotActiveError,
     SessionAgentMismatchError,
     SessionNotFoundError,
+    ToolCallAlreadyAnsweredError,
+    ToolCallNotFoundError,
 )
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.orchestration.messages import heal_unpaired_finish, pair_dangling_tool_calls
@@ -61,6 +66,8 @@ class HelixDBOS:
         executor_id: str | None = None,
         data_dir: str | None = None,
         pool_size: int = 10,
+        approval_timeout_seconds: float = 7 * 24 * 3600,
+        client_tool_timeout_seconds: float = 600,
     ) -> None:
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -82,6 +89,8 @@ class HelixDBOS:
             datasource=_make_datasource(self.database_url, engine),
             llm=llm,
             adapter_factory=_provider_adapter,
+            approval_timeout_seconds=approval_timeout_seconds,
+            client_tool_timeout_seconds=client_tool_timeout_seconds,
         )
         set_runtime(self.runtime)
 
@@ -206,6 +215,183 @@ class HelixDBOS:
         run = await self.get_run(run_id)
         return RunHandle(self, run.session_id, run.run_id, run.workflow_id)
 
+    # --- human in the loop and run control ------------------------------------
+
+    async def approve(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        approved: bool = True,
+        *,
+        reason: str | None = None,
+    ) -> None:
+        """Answer an approval request; the tool runs with its original input if approved."""
+        await self._answer(
+            session_id,
+            tool_call_id,
+            "approval",
+            {"tool_call_id": tool_call_id, "approved": approved, "reason": reason},
+        )
+
+    async def deny(self, session_id: str, tool_call_id: str, *, reason: str | None = None) -> None:
+        await self.approve(session_id, tool_call_id, False, reason=reason)
+
+    async def submit_tool_result(
+        self, session_id: str, tool_call_id: str, result: Any = None, *, error: str | None = None
+    ) -> None:
+        """Hand in a client-executed tool's result (or its error)."""
+        if result is not None and error is not None:
+            raise InvalidAnswerError("Give either result or error, not both")
+        payload: dict[str, Any] = {"tool_call_id": tool_call_id}
+        if error is not None:
+            payload["error"] = error
+        else:
+            payload["result"] = result
+        await self._answer(session_id, tool_call_id, "client", payload)
+
+    async def submit_human_input(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        human_input: str | None = None,
+        *,
+        approved: bool | None = None,
+    ) -> None:
+        """Answer a `__pause_for_human__` question."""
+        payload = {"tool_call_id": tool_call_id, "human_input": human_input, "approved": approved}
+        await self._answer(session_id, tool_call_id, "human_input", payload)
+
+    async def _answer(
+        self, session_id: str, tool_call_id: str, kind: str, payload: dict[str, Any]
+    ) -> None:
+        """Check the call is pending and of this kind, then send the answer exactly once."""
+        from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
+
+        try:
+            ANSWER_MODELS[kind].model_validate(payload)
+        except ValidationError as exc:
+            raise InvalidAnswerError(
+                f"Malformed answer for tool call '{tool_call_id}': {exc}"
+            ) from exc
+
+        async def tx() -> None:
+            async with self.runtime.engine.begin() as conn:
+                row = await repo.find_tool_call(conn, session_id, tool_call_id, for_update=True)
+                if row is None:
+                    if await repo.get_session(conn, session_id) is None:
+                        raise SessionNotFoundError(session_id)
+                    raise ToolCallNotFoundError(session_id, tool_call_id)
+                if row.kind != kind:
+                    use = {
+                        "approval": "approve()/deny()",
+                        "client": "submit_tool_result()",
+                        "human_input": "submit_human_input()",
+                    }[row.kind]
+                    raise InvalidAnswerError(
+                        f"Tool call '{tool_call_id}' waits for {row.kind.replace('_', ' ')}; answer it with {use}"
+                    )
+                if row.status != "pending" or row.answered_at is not None:
+                    raise ToolCallAlreadyAnsweredError(
+                        tool_call_id, row.status if row.status != "pending" else "answered"
+                    )
+                await repo.mark_answered(conn, row.run_id, tool_call_id)
+                await DBOS.send_async(
+                    row.workflow_id,
+                    payload,
+                    TOPICS[kind],
+                    idempotency_key=f"{row.run_id}:{tool_call_id}",
+                )
+
+        await on_target_loop(tx)
+
+    async def pending_tool_calls(self, session_id: str) -> list[dict[str, Any]]:
+        """Calls of the session waiting for a human: id, tool, kind, input, deadline."""
+        await self.get_session(session_id)
+        rows = await self._read(repo.pending_tool_calls, session_id)
+        return [
+            {
+                "tool_call_id": r.tool_call_id,
+                "tool_name": r.tool_name,
+                "kind": r.kind,
+                "input": r.input,
+                "run_id": r.run_id,
+                "deadline_at": r.deadline_at,
+                "answered": r.answered_at is not None,
+            }
+            for r in rows
+        ]
+
+    async def interrupt(self, session_id: str, *, reason: str | None = None) -> None:
+        """Ask the live run to stop at its next step boundary (ends `interrupted`)."""
+        run = await self._live_run(session_id)
+        await on_target_loop(
+            lambda: DBOS.send_async(
+                run.workflow_id,
+                {"reason": reason},
+                "helix.interrupt",
+                idempotency_key=f"{run.run_id}:interrupt",
+            )
+        )
+
+    async def abort(self, session_id: str, *, reason: str | None = None) -> None:
+        """Cancel the live run now; dangling tool calls get error results so the session continues."""
+        run = await self._live_run(session_id)
+        await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
+        error = f"Run aborted: {reason}" if reason else "Run aborted"
+        await on_target_loop(
+            lambda: self.runtime.transaction(
+                "helix.abort_run", _close_run, session_id, run.run_id, error, "aborted"
+            )
+        )
+        self.runtime.history.forget(session_id)
+
+    async def resume(self, session_id: str, message: str | None = None) -> RunHandle:
+        """Continue an interrupted (or otherwise ended) session in a new run."""
+        session = await self.get_session(session_id)
+        messages = [Message(role="user", content=message)] if message is not None else []
+        return await self._open_and_start(
+            self._agent(session.agent_name), session_id, messages, None
+        )
+
+    async def retry(self, session_id: str) -> RunHandle:
+        """Run a failed session again, with a fresh step budget and its history intact."""
+        session = await self.get_session(session_id)
+        if session.status not in ("failed", "aborted", "interrupted"):
+            raise RunNotActiveError(
+                f"Session '{session_id}' is {session.status}; only a failed, aborted or interrupted run can be retried"
+            )
+        return await self._open_and_start(self._agent(session.agent_name), session_id, [], None)
+
+    async def _live_run(self, session_id: str) -> RunInfo:
+        run = await self.get_current_run(session_id)
+        if run is None:
+            raise RunNotActiveError(f"Session '{session_id}' has no run in progress")
+        return run
+
+    def approve_sync(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        approved: bool = True,
+        *,
+        reason: str | None = None,
+    ) -> None:
+        run_sync(lambda: self.approve(session_id, tool_call_id, approved, reason=reason))
+
+    def submit_tool_result_sync(
+        self, session_id: str, tool_call_id: str, result: Any = None, *, error: str | None = None
+    ) -> None:
+        run_sync(lambda: self.submit_tool_result(session_id, tool_call_id, result, error=error))
+
+    def interrupt_sync(self, session_id: str, *, reason: str | None = None) -> None:
+        run_sync(lambda: self.interrupt(session_id, reason=reason))
+
+    def abort_sync(self, session_id: str, *, reason: str | None = None) -> None:
+        run_sync(lambda: self.abort(session_id, reason=reason))
+
+    def resume_sync(self, session_id: str, message: str | None = None) -> RunHandle:
+        return run_sync(lambda: self.resume(session_id, message))
+
     # --- reads --------------------------------------------------------------
 
     async def _read(self, func: Any, *args: Any) -> Any:
@@ -315,17 +501,27 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 async def _close_run(
     session: Any, session_id: str, run_id: str, error: str, status: str = "failed"
-) -> None:
-    """End a run from outside its workflow, pairing every dangling tool call."""
-    history = [m for _, m in await repo.load_messages(session, session_id)]
-    seq = await repo.next_message_seq(session, session_id)
-    await repo.insert_messages(
-        session, session_id, run_id, seq, pair_dangling_tool_calls(history, error)
-    )
-    await repo.update_run(
+) -> bool:
+    """End a live run from outside its workflow, pairing every dangling tool call."""
+    if not await repo.update_live_run(
         session, run_id, status=status, error=error, waiting_for=None, finished=True
+    ):
+        return False
+    await repo.abort_pending_tool_calls(session, run_id, error)
+    history = [m for _, m in await repo.load_messages(session, session_id)]
+    await repo.append_messages(
+        session, session_id, run_id, pair_dangling_tool_calls(history, error)
     )
     await repo.update_session(session, session_id, status=status, error=error)
+    await repo.insert_chunks(
+        session,
+        session_id,
+        run_id,
+        "",
+        0,
+        [(f"{run_id}:{status}", f"run_{status}", {"error": error})],
+    )
+    return True
 
 
 def _make_datasource(database_url: str, engine: Any) -> Any:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from dbos import DBOS
 from pydantic_core import to_jsonable_python
+from sqlalchemy import text
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.context import ToolContext
@@ -53,7 +55,9 @@ async def llm_step(session_id: str, agent_name: str) -> dict[str, Any]:
     rt = current_runtime()
     agent = rt.agent(agent_name)
     async with rt.engine.connect() as conn:
-        history, next_seq = await rt.history.read(conn, session_id)
+        if await interrupt_requested(conn, DBOS.workflow_id):
+            return {"interrupted": True}
+        history, _ = await rt.history.read(conn, session_id)
         state = await rt.session_state(conn, session_id)
     system = build_system_prompt(agent.resolve_system_prompt(state), agent.completion)
     request = LLMRequest(
@@ -74,7 +78,19 @@ async def llm_step(session_id: str, agent_name: str) -> dict[str, Any]:
         result = ErrorStepResult(error=str(exc))
     except Exception as exc:  # a broken adapter fails the run, not the process
         result = ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
-    return {"result": result.model_dump(mode="json"), "state": state, "next_seq": next_seq}
+    return {"result": result.model_dump(mode="json"), "state": state}
+
+
+async def interrupt_requested(conn: Any, workflow_id: str | None) -> bool:
+    """A soft interrupt is an unconsumed DBOS message on `helix.interrupt` for this run."""
+    row = await conn.execute(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
+            "AND topic = 'helix.interrupt' AND NOT consumed)"
+        ),
+        {"wid": workflow_id},
+    )
+    return bool(row.scalar_one())
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:

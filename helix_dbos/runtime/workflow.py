@@ -27,13 +27,22 @@ from helix_dbos.orchestration.messages import (
     create_assistant_message,
     create_tool_result_message,
     synthesize_finish_tool_result,
+    to_json_text,
 )
 from helix_dbos.orchestration.planning import StepProcessingPlan, plan_step_processing
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, LLMUsage, Message, ToolCall
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.hitl import (
+    HumanWait,
+    client_outcome_step,
+    denial_message,
+    evaluate_gates,
+    needs_gate_step,
+    timeout_message,
+)
 from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, tool_step
 from helix_dbos.store import repository as repo
-from helix_dbos.store.repository import UsageRecord
+from helix_dbos.store.repository import PendingToolCall, UsageRecord
 
 WORKFLOW_NAME = "helix.agent_run"
 LLM_STEP_OPTIONS = {
@@ -54,7 +63,6 @@ class StepCommit:
     run_id: str
     agent_name: str
     step: int
-    first_seq: int
     messages: list[Message] = field(default_factory=list)
     state: dict[str, Any] | None = None
     usage: list[UsageRecord] = field(default_factory=list)
@@ -65,9 +73,7 @@ class StepCommit:
 
 
 async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
-    next_seq = await repo.insert_messages(
-        session, commit.session_id, commit.run_id, commit.first_seq, commit.messages
-    )
+    await repo.append_messages(session, commit.session_id, commit.run_id, commit.messages)
     if commit.state is not None:
         await repo.update_session(session, commit.session_id, state=commit.state)
     await repo.insert_usage(
@@ -77,18 +83,19 @@ async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
         session, commit.session_id, commit.run_id, commit.agent_name, commit.step, commit.events
     )
     if commit.status is None:
-        await repo.update_run(session, commit.run_id, step_count=commit.step)
-    else:
-        await repo.update_run(
-            session,
-            commit.run_id,
-            step_count=commit.step,
-            status=commit.status,
-            output=commit.output,
-            error=commit.error,
-            waiting_for=None,
-            finished=True,
-        )
+        await repo.update_live_run(session, commit.run_id, step_count=commit.step)
+        return {"ended": False}
+    ended = await repo.update_live_run(
+        session,
+        commit.run_id,
+        step_count=commit.step,
+        status=commit.status,
+        output=commit.output,
+        error=commit.error,
+        waiting_for=None,
+        finished=True,
+    )
+    if ended:  # an abort that got there first keeps its status
         await repo.update_session(
             session,
             commit.session_id,
@@ -96,13 +103,16 @@ async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
             output=commit.output,
             error=commit.error,
         )
-    return {"next_seq": next_seq}
+    return {"ended": ended}
 
 
 @dataclass
 class ToolOutcome:
     call: ToolCall
     out: dict[str, Any]
+
+
+INTERRUPT_TOPIC = "helix.interrupt"
 
 
 class AgentLoop:
@@ -131,6 +141,8 @@ class AgentLoop:
                 return await self._finish_without_step(
                     step, "failed", error=f"LLM call failed after retries: {exc}"
                 )
+            if llm.get("interrupted"):
+                return await self._interrupt(step - 1)
             outcome = await self._process(step, llm)
             if outcome is not None:
                 return outcome
@@ -144,7 +156,7 @@ class AgentLoop:
             mode=agent.completion,
             validate_output=agent.validate_output if agent.output_schema is not None else None,
         )
-        commit = StepCommit(self.session_id, self.run_id, agent.name, step, llm["next_seq"])
+        commit = StepCommit(self.session_id, self.run_id, agent.name, step)
         commit.usage.append(
             UsageRecord(
                 f"{self.run_id}:{step}:llm",
@@ -165,8 +177,7 @@ class AgentLoop:
             if new_state != state:
                 commit.state = new_state
         self._apply_nudges(plan, commit)
-        committed = await self.rt.transaction("helix.commit_step", commit_step, commit)
-        del committed
+        await self.rt.transaction("helix.commit_step", commit_step, commit)
         if commit.status is None:
             return None
         return await self._after_finish(step, commit.status, commit.output, commit.error)
@@ -227,32 +238,32 @@ class AgentLoop:
     async def _run_tools(
         self, step: int, calls: list[ToolCall], state: dict[str, Any], commit: StepCommit
     ) -> dict[str, Any]:
-        """Regular tools in parallel, then finish_with tools one by one seeing the new state."""
+        """Regular tools in parallel (gated ones after their human answer), then
+        finish_with tools one by one, seeing the new state."""
         agent = self.agent
         is_finisher = {c.id: bool((t := agent.tool(c.name)) and t.finish_with) for c in calls}
         regular = [c for c in calls if not is_finisher[c.id]]
         finishers = [c for c in calls if is_finisher[c.id]]
-        outcomes: dict[str, dict[str, Any]] = {}
-        reservations = [DBOS.reserve_step() for _ in regular]
-        results = await asyncio.gather(
-            *(
-                r.run_async(
-                    {"name": f"helix.tool:{c.name}"},
-                    tool_step,
-                    self.session_id,
-                    self.run_id,
-                    agent.name,
-                    step,
-                    c.model_dump(mode="json"),
-                    state,
-                )
-                for r, c in zip(reservations, regular, strict=True)
+        gated: dict[str, str] = {}
+        if needs_gate_step(agent, regular):
+            gated = await DBOS.run_step_async(
+                {"name": "helix.gate"},
+                evaluate_gates,
+                self.session_id,
+                self.run_id,
+                agent.name,
+                step,
+                [c.model_dump(mode="json") for c in regular],
+                state,
             )
+        outcomes: dict[str, dict[str, Any]] = {}
+        new_state = await self._run_parallel(
+            step, [c for c in regular if c.id not in gated], state, state, outcomes
         )
-        new_state = dict(state)
-        for call, out in zip(regular, results, strict=True):
-            outcomes[call.id] = out
-            new_state = _merge_state(new_state, state, out["state"])
+        if gated:
+            new_state = await self._run_gated(
+                step, [c for c in regular if c.id in gated], gated, new_state, commit, outcomes
+            )
         winner: ToolCall | None = None
         for call in finishers:
             if winner is not None or commit.status == "failed":
@@ -261,16 +272,7 @@ class AgentLoop:
                     f"Not executed: the run already completed via '{done}'"
                 )
                 continue
-            out = await DBOS.run_step_async(
-                {"name": f"helix.tool:{call.name}"},
-                tool_step,
-                self.session_id,
-                self.run_id,
-                agent.name,
-                step,
-                call.model_dump(mode="json"),
-                new_state,
-            )
+            out = await self._tool(step, call, new_state)
             outcomes[call.id] = out
             if out["state"] is not None:
                 new_state = out["state"]
@@ -294,7 +296,7 @@ class AgentLoop:
                 commit.usage.append(
                     UsageRecord(
                         f"{self.run_id}:{step}:tool:{call.id}",
-                        "tool",
+                        out.get("usage_kind", "tool"),
                         step,
                         tool_name=call.name,
                         duration_ms=out["duration_ms"],
@@ -304,6 +306,132 @@ class AgentLoop:
             for i, event in enumerate(out.get("events") or []):
                 commit.events.append((f"{self.run_id}:{step}:{call.id}:{i}", "custom", event))
         return new_state
+
+    async def _tool(self, step: int, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
+        return await DBOS.run_step_async(
+            {"name": f"helix.tool:{call.name}"},
+            tool_step,
+            self.session_id,
+            self.run_id,
+            self.agent.name,
+            step,
+            call.model_dump(mode="json"),
+            state,
+        )
+
+    async def _run_parallel(
+        self,
+        step: int,
+        calls: list[ToolCall],
+        base: dict[str, Any],
+        current: dict[str, Any],
+        outcomes: dict[str, dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Run calls concurrently at step ids reserved in call order; merge their state changes."""
+        if not calls:
+            return current
+        reservations = [DBOS.reserve_step() for _ in calls]
+        results = await asyncio.gather(
+            *(
+                r.run_async(
+                    {"name": f"helix.tool:{c.name}"},
+                    tool_step,
+                    self.session_id,
+                    self.run_id,
+                    self.agent.name,
+                    step,
+                    c.model_dump(mode="json"),
+                    base,
+                )
+                for r, c in zip(reservations, calls, strict=True)
+            )
+        )
+        merged = dict(current)
+        for call, out in zip(calls, results, strict=True):
+            outcomes[call.id] = out
+            merged = _merge_state(merged, base, out["state"])
+        return merged
+
+    async def _run_gated(
+        self,
+        step: int,
+        calls: list[ToolCall],
+        gated: dict[str, str],
+        state: dict[str, Any],
+        commit: StepCommit,
+        outcomes: dict[str, dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Wait for every human answer together, then run what was approved."""
+        timeouts = {c.id: self._timeout(c, gated[c.id]) for c in calls}
+        pending = [
+            PendingToolCall(c.id, c.name, gated[c.id], c.arguments, timeouts[c.id]) for c in calls
+        ]
+        answers = await HumanWait(self.rt, self.session_id, self.run_id, self.agent, step).wait(
+            pending
+        )
+        approved: list[ToolCall] = []
+        for call in calls:
+            answer = answers[call.id]
+            payload = answer.payload
+            if gated[call.id] == "approval":
+                if payload is not None and payload["approved"]:
+                    approved.append(call)
+                    continue
+                error = (
+                    timeout_message(call, "approval", timeouts[call.id])
+                    if payload is None
+                    else denial_message(call.id, payload.get("reason"))
+                )
+                outcomes[call.id] = _not_executed(error)
+                continue
+            if payload is None:
+                content, error = None, timeout_message(call, "client", timeouts[call.id])
+            elif payload.get("error") is not None:
+                content, error = None, str(payload["error"])
+            else:
+                content, error = to_json_text(payload.get("result")), None
+            await DBOS.run_step_async(
+                {"name": f"helix.client_result:{call.name}"},
+                client_outcome_step,
+                self.session_id,
+                self.run_id,
+                self.agent.name,
+                step,
+                call.model_dump(mode="json"),
+                content,
+                error,
+                answer.wait_ms,
+            )
+            outcomes[call.id] = {
+                "success": error is None,
+                "content": content,
+                "result": content,
+                "error": error,
+                "state": None,
+                "events": [],
+                "duration_ms": answer.wait_ms,
+                "usage_kind": "client_tool_wait_ms",
+            }
+        return await self._run_parallel(step, approved, state, state, outcomes)
+
+    def _timeout(self, call: ToolCall, kind: str) -> float:
+        tool = self.agent.tool(call.name)
+        if kind == "client":
+            if tool is not None and tool.client_timeout_seconds is not None:
+                return tool.client_timeout_seconds
+            return self.rt.client_tool_timeout_seconds
+        return self.rt.approval_timeout_seconds
+
+    async def _interrupt(self, step: int) -> dict[str, Any]:
+        message = await DBOS.recv_async(INTERRUPT_TOPIC, timeout_seconds=0)
+        reason = message.get("reason") if isinstance(message, dict) else None
+        error = f"Interrupted: {reason}" if reason else "Interrupted"
+        commit = StepCommit(
+            self.session_id, self.run_id, self.agent.name, step, status="interrupted", error=error
+        )
+        commit.events.append((f"{self.run_id}:interrupted", "run_interrupted", {"reason": reason}))
+        await self.rt.transaction("helix.interrupt_run", commit_step, commit)
+        return await self._after_finish(step, "interrupted", None, error)
 
     async def _finish_without_step(self, step: int, status: str, *, error: str) -> dict[str, Any]:
         commit = StepCommit(

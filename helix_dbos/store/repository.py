@@ -403,3 +403,177 @@ async def insert_chunks(
                 "payload": _json(payload),
             },
         )
+
+
+async def append_messages(
+    conn: Executor, session_id: str, run_id: str | None, messages: Sequence[Message]
+) -> int:
+    """Append at the end of the transcript, under the session's row lock.
+
+    Allocating sequence numbers at commit time (not when the step started)
+    lets an abort's closing messages and a late commit of the aborted step
+    both land, in order, without overwriting each other.
+    """
+    await conn.execute(
+        text("SELECT 1 FROM helix.sessions WHERE session_id = :sid FOR UPDATE"), {"sid": session_id}
+    )
+    return await insert_messages(
+        conn, session_id, run_id, await next_message_seq(conn, session_id), messages
+    )
+
+
+async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
+    """Update a run only while it is live; False when it already ended (aborted, say)."""
+    sets, params = [], {"rid": run_id}
+    for name, value in fields.items():
+        if name == "output":
+            sets.append("output = CAST(:output AS jsonb)")
+            params[name] = _json(value)
+        elif name == "finished":
+            if value:
+                sets.append("finished_at = now()")
+        elif name == "waiting_since_now":
+            if value:
+                sets.append("waiting_since = now()")
+        else:
+            sets.append(f"{name} = :{name}")
+            params[name] = value
+    result = await conn.execute(
+        text(
+            f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid AND status IN ('running', 'waiting')"
+        ),
+        params,
+    )
+    return bool(result.rowcount)
+
+
+# --- pending tool calls (approvals, client tools, human input) ---------------
+
+
+@dataclass(frozen=True)
+class PendingToolCall:
+    tool_call_id: str
+    tool_name: str
+    kind: str  # approval | client | human_input
+    input: Any
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class ToolCallRow:
+    session_id: str
+    tool_call_id: str
+    run_id: str
+    workflow_id: str
+    tool_name: str
+    kind: str
+    status: str
+    input: Any
+    answered_at: datetime | None
+    deadline_at: datetime | None
+    created_at: datetime
+
+
+_TOOL_CALL_COLUMNS = "session_id, tool_call_id, run_id, workflow_id, tool_name, kind, status, input, answered_at, deadline_at, created_at"
+
+
+async def insert_pending_tool_calls(
+    conn: Executor, session_id: str, run_id: str, workflow_id: str, calls: Sequence[PendingToolCall]
+) -> dict[str, float]:
+    """Record pending calls with their deadlines; returns deadline epochs from the database clock."""
+    deadlines: dict[str, float] = {}
+    for call in calls:
+        row = (
+            await conn.execute(
+                text(
+                    "INSERT INTO helix.tool_calls (session_id, tool_call_id, run_id, workflow_id, tool_name, kind, input, deadline_at) "
+                    "VALUES (:sid, :tcid, :rid, :wid, :name, :kind, CAST(:input AS jsonb), now() + make_interval(secs => :timeout)) "
+                    "ON CONFLICT (run_id, tool_call_id) DO UPDATE SET tool_name = EXCLUDED.tool_name "
+                    "RETURNING extract(epoch FROM deadline_at)"
+                ),
+                {
+                    "sid": session_id,
+                    "tcid": call.tool_call_id,
+                    "rid": run_id,
+                    "wid": workflow_id,
+                    "name": call.tool_name,
+                    "kind": call.kind,
+                    "input": _json(call.input),
+                    "timeout": call.timeout_seconds,
+                },
+            )
+        ).scalar_one()
+        deadlines[call.tool_call_id] = float(row)
+    return deadlines
+
+
+async def resolve_tool_call(
+    conn: Executor,
+    run_id: str,
+    tool_call_id: str,
+    *,
+    status: str,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+) -> None:
+    await conn.execute(
+        text(
+            "UPDATE helix.tool_calls SET status = :status, result = CAST(:result AS jsonb), error = :error, "
+            "reason = :reason, resolved_at = now() WHERE run_id = :rid AND tool_call_id = :tcid AND status = 'pending'"
+        ),
+        {
+            "status": status,
+            "result": _json(result),
+            "error": error,
+            "reason": reason,
+            "rid": run_id,
+            "tcid": tool_call_id,
+        },
+    )
+
+
+async def find_tool_call(
+    conn: Executor, session_id: str, tool_call_id: str, *, for_update: bool = False
+) -> ToolCallRow | None:
+    """The most recent call with this id in the session."""
+    lock = " FOR UPDATE" if for_update else ""
+    row = (
+        await conn.execute(
+            text(
+                f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND tool_call_id = :tcid "
+                f"ORDER BY created_at DESC LIMIT 1{lock}"
+            ),
+            {"sid": session_id, "tcid": tool_call_id},
+        )
+    ).first()
+    return ToolCallRow(*row) if row else None
+
+
+async def mark_answered(conn: Executor, run_id: str, tool_call_id: str) -> None:
+    await conn.execute(
+        text(
+            "UPDATE helix.tool_calls SET answered_at = now() WHERE run_id = :rid AND tool_call_id = :tcid"
+        ),
+        {"rid": run_id, "tcid": tool_call_id},
+    )
+
+
+async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRow]:
+    rows = await conn.execute(
+        text(
+            f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND status = 'pending' ORDER BY created_at"
+        ),
+        {"sid": session_id},
+    )
+    return [ToolCallRow(*r) for r in rows]
+
+
+async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> None:
+    await conn.execute(
+        text(
+            "UPDATE helix.tool_calls SET status = 'aborted', reason = :reason, resolved_at = now() "
+            "WHERE run_id = :rid AND status = 'pending'"
+        ),
+        {"rid": run_id, "reason": reason},
+    )

@@ -1,0 +1,349 @@
+"""Human-in-the-loop inside the agent workflow: gate, suspend, wait, resume.
+
+A gated call (approval or client-executed) is recorded in `helix.tool_calls`
+with a deadline, announced with a stream chunk, and answered by a DBOS message
+(`helix.approval`, `helix.tool_result`, `helix.human_input`). The wait is
+`recv_async`, so a waiting run holds no thread; "now" comes from a checkpointed
+step so deadlines replay deterministically after a crash.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dbos import DBOS
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.hooks import HookContext, MessageEvent, RunEvent, ToolEvent
+from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.store import repository as repo
+from helix_dbos.store.repository import PendingToolCall
+
+Kind = Literal["approval", "client", "human_input"]
+TOPICS: dict[str, str] = {
+    "approval": "helix.approval",
+    "client": "helix.tool_result",
+    "human_input": "helix.human_input",
+}
+WAITING_FOR = {"approval": "approval", "client": "client_tool", "human_input": "human_input"}
+CHUNK_TYPES = {
+    "approval": "tool_approval_request",
+    "client": "client_tool_request",
+    "human_input": "human_input_request",
+}
+
+
+class ApprovalAnswer(BaseModel):
+    """`{"tool_call_id": ..., "approved": true|false, "reason": "..."}` on `helix.approval`."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+
+
+class ToolResultAnswer(BaseModel):
+    """`{"tool_call_id": ..., "result": ...}` or `{"tool_call_id": ..., "error": "..."}` on `helix.tool_result`."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str
+    result: Any = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ToolResultAnswer:
+        if self.error is not None and self.result is not None:
+            raise ValueError("give either result or error, not both")
+        return self
+
+
+class HumanInputAnswer(BaseModel):
+    """`{"tool_call_id": ..., "human_input": "...", "approved": true}` on `helix.human_input`."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str
+    human_input: str | None = None
+    approved: bool | None = None
+
+
+ANSWER_MODELS: dict[str, type[BaseModel]] = {
+    "approval": ApprovalAnswer,
+    "client": ToolResultAnswer,
+    "human_input": HumanInputAnswer,
+}
+
+
+@dataclass
+class Answer:
+    kind: str
+    payload: dict[str, Any] | None  # None: the deadline passed
+    wait_ms: float
+
+
+async def evaluate_gates(
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    calls: list[dict[str, Any]],
+    state: dict[str, Any],
+) -> dict[str, str]:
+    """Which calls need a human: client tools, and approval predicates (fail closed)."""
+    agent = current_runtime().agent(agent_name)
+    gated: dict[str, str] = {}
+    for raw in calls:
+        call = ToolCall.model_validate(raw)
+        tool = agent.tool(call.name)
+        if tool is None:
+            continue
+        if tool.execute == "client":
+            gated[call.id] = "client"
+        elif tool.require_approval:
+            ctx = ToolContext(
+                session_id=session_id,
+                run_id=run_id,
+                agent_name=agent_name,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                step=step,
+                state=state,
+                state_schema=agent.state_schema,
+            )
+            if await tool.needs_approval(call.arguments, ctx):
+                gated[call.id] = "approval"
+    return gated
+
+
+def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
+    for call in calls:
+        tool = agent.tool(call.name)
+        if tool is not None and (tool.execute == "client" or tool.require_approval):
+            return True
+    return False
+
+
+async def _suspend(
+    session: Any,
+    session_id: str,
+    run_id: str,
+    workflow_id: str,
+    agent_name: str,
+    step: int,
+    pending: list[PendingToolCall],
+) -> dict[str, float]:
+    deadlines = await repo.insert_pending_tool_calls(
+        session, session_id, run_id, workflow_id, pending
+    )
+    waiting_for = ",".join(sorted({WAITING_FOR[p.kind] for p in pending}))
+    await repo.update_live_run(
+        session, run_id, status="waiting", waiting_for=waiting_for, waiting_since_now=True
+    )
+    await repo.update_session(session, session_id, status="waiting")
+    await repo.insert_chunks(
+        session,
+        session_id,
+        run_id,
+        agent_name,
+        step,
+        [
+            (
+                f"{run_id}:{step}:{p.tool_call_id}:request",
+                CHUNK_TYPES[p.kind],
+                {
+                    "tool_call_id": p.tool_call_id,
+                    "tool_name": p.tool_name,
+                    "input": p.input,
+                    "deadline": deadlines[p.tool_call_id],
+                },
+            )
+            for p in pending
+        ],
+    )
+    return deadlines
+
+
+async def _resume(
+    session: Any, session_id: str, run_id: str, resolutions: list[dict[str, Any]]
+) -> None:
+    for r in resolutions:
+        await repo.resolve_tool_call(
+            session,
+            run_id,
+            r["tool_call_id"],
+            status=r["status"],
+            result=r.get("result"),
+            error=r.get("error"),
+            reason=r.get("reason"),
+        )
+    if await repo.update_live_run(
+        session, run_id, status="running", waiting_for=None, waiting_since=None
+    ):
+        await repo.update_session(session, session_id, status="running")
+
+
+def _now() -> float:
+    return time.time()
+
+
+class HumanWait:
+    """Suspend a run on some pending calls and collect one answer for each."""
+
+    def __init__(self, rt: Runtime, session_id: str, run_id: str, agent: Agent, step: int) -> None:
+        self.rt = rt
+        self.session_id = session_id
+        self.run_id = run_id
+        self.agent = agent
+        self.step = step
+        self.hook_ctx = HookContext(session_id, run_id, agent.name, step)
+
+    async def wait(self, pending: list[PendingToolCall]) -> dict[str, Answer]:
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None
+        deadlines = await self.rt.transaction(
+            "helix.suspend",
+            _suspend,
+            self.session_id,
+            self.run_id,
+            workflow_id,
+            self.agent.name,
+            self.step,
+            pending,
+        )
+        kinds = sorted({p.kind for p in pending})
+        await self._fire(
+            "on_agent_suspended",
+            "waiting",
+            {
+                "reason": ",".join(WAITING_FOR[k] for k in kinds),
+                "tool_call_ids": [p.tool_call_id for p in pending],
+            },
+        )
+        started = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+        answers: dict[str, Answer] = {}
+        for kind in kinds:
+            waiting = {p.tool_call_id for p in pending if p.kind == kind}
+            await self._collect(kind, waiting, deadlines, started, answers)
+        resolutions = [self._resolution(call_id, answer) for call_id, answer in answers.items()]
+        await self.rt.transaction(
+            "helix.resume_wait", _resume, self.session_id, self.run_id, resolutions
+        )
+        await self._fire(
+            "on_agent_resumed", "running", {"reason": "answered", "tool_call_ids": list(answers)}
+        )
+        return answers
+
+    async def _collect(
+        self,
+        kind: str,
+        waiting: set[str],
+        deadlines: dict[str, float],
+        started: float,
+        answers: dict[str, Answer],
+    ) -> None:
+        topic = TOPICS[kind]
+        model = ANSWER_MODELS[kind]
+        while waiting:
+            now = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+            soonest = min(deadlines[c] for c in waiting)
+            message = await DBOS.recv_async(topic, timeout_seconds=max(0.0, soonest - now))
+            if message is None:
+                for call_id in [c for c in waiting if deadlines[c] <= soonest]:
+                    answers[call_id] = Answer(kind, None, (deadlines[call_id] - started) * 1000)
+                    waiting.discard(call_id)
+                continue
+            try:
+                parsed = model.model_validate(message)
+            except ValidationError as exc:
+                logger.warning(
+                    "Run %s ignored a malformed message on %s: %s", self.run_id, topic, exc
+                )
+                continue
+            call_id = parsed.tool_call_id  # type: ignore[attr-defined]
+            if call_id not in waiting:
+                logger.warning(
+                    "Run %s ignored an answer on %s for %s: no such pending call (duplicate or late)",
+                    self.run_id,
+                    topic,
+                    call_id,
+                )
+                continue
+            answered = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+            answers[call_id] = Answer(kind, parsed.model_dump(), (answered - started) * 1000)
+            waiting.discard(call_id)
+
+    @staticmethod
+    def _resolution(call_id: str, answer: Answer) -> dict[str, Any]:
+        p = answer.payload
+        if p is None:
+            return {"tool_call_id": call_id, "status": "timed_out"}
+        if answer.kind == "approval":
+            return {
+                "tool_call_id": call_id,
+                "status": "approved" if p["approved"] else "denied",
+                "reason": p.get("reason"),
+            }
+        if answer.kind == "client":
+            failed = p.get("error") is not None
+            return {
+                "tool_call_id": call_id,
+                "status": "failed" if failed else "completed",
+                "result": p.get("result"),
+                "error": p.get("error"),
+            }
+        return {"tool_call_id": call_id, "status": "completed", "result": p}
+
+    async def _fire(self, hook_name: str, status: str, details: dict[str, Any]) -> None:
+        hook = getattr(self.agent.hooks, hook_name)
+        if hook is not None:
+            from helix_dbos.runtime.steps import _safe_fire
+
+            await DBOS.run_step_async(
+                {"name": f"helix.hook:{hook_name}"},
+                _safe_fire,
+                hook,
+                RunEvent(self.hook_ctx, status, details=details),
+            )
+
+
+def denial_message(call_id: str, reason: str | None) -> str:
+    base = f"Tool call {call_id} was not approved by the user"
+    return f"{base}: {reason}" if reason else base
+
+
+def timeout_message(call: ToolCall, kind: str, seconds: float) -> str:
+    what = "approval" if kind == "approval" else "the client's result"
+    return f"Tool call {call.id} ({call.name}) timed out after {seconds:g}s waiting for {what}"
+
+
+async def client_outcome_step(
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    call: dict[str, Any],
+    content: str | None,
+    error: str | None,
+    wait_ms: float,
+) -> None:
+    """Fire on_message and after_tool for a client tool's answer or timeout, once."""
+    from helix_dbos.runtime.steps import _safe_fire
+
+    agent = current_runtime().agent(agent_name)
+    tool_call = ToolCall.model_validate(call)
+    ctx = HookContext(session_id, run_id, agent_name, step)
+    message = create_tool_result_message(
+        tool_call.id, tool_call.name, result=content, success=error is None, error=error
+    )
+    await _safe_fire(agent.hooks.on_message, MessageEvent(ctx, message))
+    await _safe_fire(
+        agent.hooks.after_tool,
+        ToolEvent(
+            ctx, tool_call, success=error is None, result=content, error=error, duration_ms=wait_ms
+        ),
+    )
