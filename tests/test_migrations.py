@@ -71,7 +71,8 @@ def mig_dir(tmp_path: Path) -> Path:
 def _helix_tables(url: str) -> set[str]:
     with connect(url) as conn:
         rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'helix'"
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'helix' AND table_type = 'BASE TABLE'"
         ).fetchall()
     return {row[0] for row in rows}
 
@@ -224,13 +225,20 @@ def test_cli_migrate_uses_environment_url(db_url: str) -> None:
     assert applied_migrations(db_url) == [FIRST]
 
 
-def test_cli_migrate_defaults_to_embedded_server() -> None:
+def test_cli_migrate_defaults_to_embedded_server(tmp_path: Path) -> None:
+    """A fresh embedded server of its own, so no state leaks into other runs on this machine."""
     pytest.importorskip("pgserver")
-    done = _cli("migrate", HELIX_DATA_DIR=TEST_PG_DIR)
-    assert done.returncode == 0, done.stderr
-    assert "up to date" in done.stdout or FIRST in done.stdout
-    assert f"host={TEST_PG_DIR}" in done.stdout
-    assert FIRST in applied_migrations(embedded_database_url(TEST_PG_DIR))
+    data_dir = str(tmp_path / "pgdata")
+    try:
+        done = _cli("migrate", HELIX_DATA_DIR=data_dir)
+        assert done.returncode == 0, done.stderr
+        assert FIRST in done.stdout
+        assert f"host={data_dir}" in done.stdout
+        assert FIRST in applied_migrations(embedded_database_url(data_dir))
+        again = _cli("migrate", HELIX_DATA_DIR=data_dir)
+        assert "up to date" in again.stdout
+    finally:
+        subprocess.run(["pkill", "-f", "--", f"postgres -D {data_dir}"], check=False)
 
 
 def test_cli_unreachable_database_is_a_one_line_error() -> None:

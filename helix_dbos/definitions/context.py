@@ -62,8 +62,12 @@ class ToolContext:
             new_state = draft if returned is None else returned
         elif isinstance(update, BaseModel):
             new_state = update
-        else:
+        elif isinstance(update, dict):
             new_state = {**self._state, **update}
+        else:
+            raise StateUpdateError(
+                f"update_state takes a function, a dict or a model, not {type(update).__name__}"
+            )
         self._state = self._to_dict(new_state)
 
     @property
@@ -80,8 +84,13 @@ class ToolContext:
         return self._cancel_event.is_set()
 
     def _to_dict(self, value: Any) -> dict[str, Any]:
+        """Validate against state_schema (a mutated draft too), so bad state never persists."""
         if isinstance(value, BaseModel):
-            return value.model_dump(mode="json")
+            if self._state_schema is not None and not isinstance(value, self._state_schema):
+                raise StateUpdateError(
+                    f"State must be a {self._state_schema.__name__}, not {type(value).__name__}"
+                )
+            value = value.model_dump(mode="python", warnings=False)
         if not isinstance(value, dict):
             raise StateUpdateError(
                 f"State must be a dict or a pydantic model, not {type(value).__name__}"

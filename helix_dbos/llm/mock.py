@@ -19,7 +19,12 @@ Responder = Callable[
     [LLMRequest], "StepResult | dict[str, Any] | Awaitable[StepResult | dict[str, Any]]"
 ]
 
-_CAMEL = {"toolCalls": "tool_calls", "stopReason": "stop_reason", "shouldStop": "should_stop"}
+_CAMEL = {
+    "toolCalls": "tool_calls",
+    "subAgentCalls": "sub_agent_calls",
+    "stopReason": "stop_reason",
+    "shouldStop": "should_stop",
+}
 
 
 def parse_step_result(value: StepResult | dict[str, Any]) -> StepResult:
@@ -27,6 +32,11 @@ def parse_step_result(value: StepResult | dict[str, Any]) -> StepResult:
     if not isinstance(value, dict):
         return value
     data = {_CAMEL.get(k, k): v for k, v in value.items()}
+    if data.get("sub_agent_calls"):
+        data["sub_agent_calls"] = [
+            {("agent_type" if k == "agentType" else k): v for k, v in call.items()}
+            for call in data["sub_agent_calls"]
+        ]
     if data.get("type") == "tool_calls":
         data.setdefault("stop_reason", "tool_use")
         data.setdefault("tool_calls", [])

@@ -11,6 +11,7 @@ from helix_dbos.orchestration.completion import (
     FAILING_STOP_REASONS,
     CompletionMode,
     finish_validation_message,
+    is_recoverable_error_stop_reason,
 )
 from helix_dbos.orchestration.messages import AssistantMessagePlan
 from helix_dbos.orchestration.types import (
@@ -77,6 +78,14 @@ def plan_step_processing(
         return _plan_output(step_result.output, validate_output, step_result.stop_reason)
     if isinstance(step_result, TextStepResult):
         return _plan_text(step_result, mode)
+    if not step_result.tool_calls and not step_result.sub_agent_calls:
+        # An empty tool-call reply is a text reply: nudged or completed like one, never a silent loop.
+        text = TextStepResult(
+            content=step_result.content or "",
+            thinking=step_result.thinking,
+            stop_reason=step_result.stop_reason,
+        )
+        return _plan_text(text, mode)
     return _plan_tool_calls(step_result, validate_output)
 
 
@@ -104,7 +113,10 @@ def _plan_output(
 
 def _plan_text(step: TextStepResult, mode: CompletionMode) -> StepProcessingPlan:
     message = AssistantMessagePlan(content=step.content, thinking=step.thinking)
-    if mode.requires_tool:
+    fails_now = step.stop_reason in FAILING_STOP_REASONS and not is_recoverable_error_stop_reason(
+        step.stop_reason
+    )
+    if mode.requires_tool and not fails_now:
         return StepProcessingPlan(
             assistant_message_plan=message,
             stop_reason=step.stop_reason,
