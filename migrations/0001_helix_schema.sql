@@ -12,6 +12,7 @@ CREATE TABLE IF NOT EXISTS helix.sessions (
     error             text,
     parent_session_id text REFERENCES helix.sessions (session_id),
     turn_count        integer NOT NULL DEFAULT 0,
+    chunk_seq         bigint NOT NULL DEFAULT 0,       -- last stream chunk sequence number
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
@@ -23,13 +24,14 @@ CREATE TABLE IF NOT EXISTS helix.runs (
     workflow_id     text NOT NULL UNIQUE,
     agent_name      text NOT NULL,
     turn            integer NOT NULL,
-    status          text NOT NULL DEFAULT 'running', -- running | waiting | completed | failed | interrupted | aborted
+    status          text NOT NULL DEFAULT 'running', -- running | waiting | paused | completed | failed | interrupted | aborted
     step_count      integer NOT NULL DEFAULT 0,
     max_steps       integer,
     start_sequence  bigint NOT NULL DEFAULT 0,       -- first stream chunk sequence of this run
     output          jsonb,
     error           text,
-    waiting_for     text,                             -- approval | client_tool | human_input, while status = waiting
+    waiting_for     text,                             -- approval | client_tool | human_input, while waiting or paused
+    options         jsonb NOT NULL DEFAULT '{}'::jsonb, -- run options (terminating config, ...)
     waiting_since   timestamptz,
     started_at      timestamptz NOT NULL DEFAULT now(),
     finished_at     timestamptz
@@ -38,7 +40,7 @@ CREATE INDEX IF NOT EXISTS runs_session_idx ON helix.runs (session_id, turn);
 CREATE INDEX IF NOT EXISTS runs_status_idx ON helix.runs (status);
 -- At most one live run per session: the database, not the process, says "already running".
 CREATE UNIQUE INDEX IF NOT EXISTS runs_one_live_per_session
-    ON helix.runs (session_id) WHERE status IN ('running', 'waiting');
+    ON helix.runs (session_id) WHERE status IN ('running', 'waiting', 'paused');
 
 CREATE TABLE IF NOT EXISTS helix.messages (
     session_id   text NOT NULL REFERENCES helix.sessions (session_id),
@@ -98,6 +100,8 @@ CREATE TABLE IF NOT EXISTS helix.usage (
 CREATE INDEX IF NOT EXISTS usage_session_idx ON helix.usage (session_id);
 CREATE INDEX IF NOT EXISTS usage_run_idx ON helix.usage (run_id);
 
+-- Sequence numbers come from sessions.chunk_seq, taken under the session's row lock,
+-- so within a session a chunk with a higher seq never commits before a lower one.
 CREATE TABLE IF NOT EXISTS helix.stream_chunks (
     session_id  text NOT NULL,
     seq         bigint NOT NULL,
@@ -119,4 +123,27 @@ SELECT r.run_id, r.session_id, r.agent_name, r.workflow_id, r.waiting_for, r.wai
        t.tool_call_id, t.tool_name, t.kind, t.input, t.deadline_at
 FROM helix.runs r
 JOIN helix.tool_calls t ON t.run_id = r.run_id AND t.status = 'pending'
-WHERE r.status = 'waiting';
+WHERE r.status IN ('waiting', 'paused');
+
+-- __store_memory__ / __retrieve_memory__: scoped to one run, with an optional expiry.
+CREATE TABLE IF NOT EXISTS helix.memory (
+    run_id      text NOT NULL REFERENCES helix.runs (run_id),
+    key         text NOT NULL,
+    value       jsonb,
+    stored_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz,
+    PRIMARY KEY (run_id, key)
+);
+
+-- __log_progress__: milestones for monitoring dashboards.
+CREATE TABLE IF NOT EXISTS helix.progress (
+    run_id       text NOT NULL REFERENCES helix.runs (run_id),
+    tool_call_id text NOT NULL,
+    session_id   text NOT NULL,
+    agent_name   text NOT NULL,
+    message      text NOT NULL,
+    milestone    text,
+    data         jsonb,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, tool_call_id)
+);

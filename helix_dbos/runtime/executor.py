@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -38,6 +40,8 @@ from helix_dbos.store.database import (
     sqlalchemy_url,
 )
 from helix_dbos.store.migrations import apply_migrations
+from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
+from helix_dbos.streaming.notifier import ChunkNotifier
 
 DEFAULT_APP_VERSION = "helix-1"
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
@@ -93,6 +97,7 @@ class HelixDBOS:
             client_tool_timeout_seconds=client_tool_timeout_seconds,
         )
         set_runtime(self.runtime)
+        self._notifier: ChunkNotifier | None = None
 
     # --- set-up -------------------------------------------------------------
 
@@ -123,6 +128,10 @@ class HelixDBOS:
         DBOS.launch()
 
     def shutdown(self) -> None:
+        if self._notifier is not None:
+            with contextlib.suppress(RuntimeError):
+                run_sync(self._notifier.stop)
+            self._notifier = None
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
 
@@ -392,10 +401,65 @@ class HelixDBOS:
     def resume_sync(self, session_id: str, message: str | None = None) -> RunHandle:
         return run_sync(lambda: self.resume(session_id, message))
 
+    # --- streaming -------------------------------------------------------------
+
+    async def stream(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        run_id: str | None = None,
+        follow: bool = True,
+        poll_seconds: float = 5.0,
+    ) -> AsyncIterator[StreamChunk]:
+        """Chunks of a session (or of one run) after `after_seq`, then live ones.
+
+        Live readers sleep on LISTEN/NOTIFY; `poll_seconds` is only the safety net.
+        With `follow`, the stream ends after the run's terminal chunk (or, for a
+        whole session, once no run is live and every chunk was delivered).
+        """
+        await self.get_session(session_id)
+        notifier = await on_target_loop(self._chunk_notifier)
+        last = after_seq
+        while True:
+            seen = notifier.version(session_id)
+            rows = await self._read(repo.load_chunks, session_id, after_seq=last, run_id=run_id)
+            ended = False
+            for row in rows:
+                chunk = StreamChunk.from_row(row)
+                last = chunk.seq
+                yield chunk
+                if run_id is not None and chunk.type in TERMINAL_CHUNK_TYPES:
+                    ended = True
+            if ended or not follow:
+                return
+            if len(rows) >= 500:
+                continue
+            if await self._stream_finished(session_id, run_id):
+                if not await self._read(
+                    repo.load_chunks, session_id, after_seq=last, run_id=run_id
+                ):
+                    return
+                continue
+            await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
+
+    async def _stream_finished(self, session_id: str, run_id: str | None) -> bool:
+        if run_id is not None:
+            return (await self.get_run(run_id)).status in TERMINAL_STATUSES
+        return await self._read(repo.get_live_run, session_id) is None
+
+    async def _chunk_notifier(self) -> ChunkNotifier:
+        if self._notifier is None:
+            self._notifier = ChunkNotifier(libpq_url(self.database_url))
+            await self._notifier.start()
+        return self._notifier
+
     # --- reads --------------------------------------------------------------
 
-    async def _read(self, func: Any, *args: Any) -> Any:
-        return await on_target_loop(lambda: self.runtime.read(func, *args))
+    async def _read(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        return await on_target_loop(
+            lambda: self.runtime.read(functools.partial(func, **kwargs), *args)
+        )
 
     async def get_session(self, session_id: str) -> SessionInfo:
         row = await self._read(repo.get_session, session_id)
@@ -491,6 +555,14 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     seq = await repo.next_message_seq(session, session_id)
     await repo.insert_messages(
         session, session_id, run_id, seq, heal_unpaired_finish(history) + request["messages"]
+    )
+    await repo.insert_chunks(
+        session,
+        session_id,
+        run_id,
+        agent_name,
+        0,
+        [(f"{run_id}:started", "run_started", {"turn": turn})],
     )
     fields: dict[str, Any] = {"status": "running", "turn_count": turn, "error": None}
     if request["state"] is not None and row.turn_count > 0:

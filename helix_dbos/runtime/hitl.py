@@ -185,6 +185,9 @@ async def _resume(
         session, run_id, status="running", waiting_for=None, waiting_since=None
     ):
         await repo.update_session(session, session_id, status="running")
+        ids = [r["tool_call_id"] for r in resolutions]
+        chunk = (f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
+        await repo.insert_chunks(session, session_id, run_id, None, None, [chunk])
 
 
 def _now() -> float:

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-RunStatus = Literal["running", "waiting", "completed", "failed", "interrupted", "aborted"]
+RunStatus = Literal["running", "waiting", "paused", "completed", "failed", "interrupted", "aborted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "interrupted", "aborted"})
-LIVE_STATUSES: frozenset[str] = frozenset({"running", "waiting"})
+LIVE_STATUSES: frozenset[str] = frozenset({"running", "waiting", "paused"})
 
 
 class AgentResult(BaseModel):

@@ -7,6 +7,7 @@ from the messages table, never carried in a checkpoint.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from dbos import DBOS
@@ -34,6 +35,7 @@ from helix_dbos.orchestration.types import (
     ToolSpec,
 )
 from helix_dbos.runtime.context import current_runtime, logger
+from helix_dbos.store import repository as repo
 
 
 def offered_tools(agent: Agent) -> list[ToolSpec]:
@@ -50,7 +52,65 @@ def offered_tools(agent: Agent) -> list[ToolSpec]:
     return specs
 
 
-async def llm_step(session_id: str, agent_name: str) -> dict[str, Any]:
+class DeltaWriter:
+    """Writes text deltas as stream chunks, coalesced to at most one write per interval."""
+
+    def __init__(
+        self,
+        rt: Any,
+        session_id: str,
+        run_id: str,
+        agent_name: str,
+        step: int,
+        interval: float = 0.05,
+    ) -> None:
+        self._rt, self._session_id, self._run_id = rt, session_id, run_id
+        self._agent_name, self._step, self._interval = agent_name, step, interval
+        self._attempt = uuid.uuid4().hex[:8]  # a retried call streams again, under new keys
+        self._buffer: list[str] = []
+        self._last = 0.0
+        self._count = 0
+
+    async def __call__(self, delta: str) -> None:
+        self._buffer.append(delta)
+        if time.monotonic() - self._last >= self._interval:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        text_ = "".join(self._buffer)
+        self._buffer.clear()
+        self._last = time.monotonic()
+        key = f"{self._run_id}:{self._step}:delta:{self._attempt}:{self._count}"
+        self._count += 1
+        await write_chunks(
+            self._rt,
+            self._session_id,
+            self._run_id,
+            self._agent_name,
+            self._step,
+            [(key, "text_delta", {"delta": text_})],
+        )
+
+
+async def write_chunks(
+    rt: Any,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    chunks: list[tuple[str, str, Any]],
+) -> None:
+    """Live chunks written outside the step's commit; keyed, so a repeat is a no-op."""
+    if chunks:
+        async with rt.engine.begin() as conn:
+            await repo.insert_chunks(conn, session_id, run_id, agent_name, step, chunks)
+
+
+async def llm_step(
+    session_id: str, agent_name: str, run_id: str = "", step: int = 0
+) -> dict[str, Any]:
     """Read the transcript, ask the model, return the parsed step result and the state."""
     rt = current_runtime()
     agent = rt.agent(agent_name)
@@ -70,15 +130,38 @@ async def llm_step(session_id: str, agent_name: str) -> dict[str, Any]:
         strict_output=agent.llm.strict_output,
         provider_options=dict(agent.llm.provider_options),
     )
+    deltas = DeltaWriter(rt, session_id, run_id, agent_name, step)
     try:
-        result = await rt.adapter_for(agent).generate_step(request)
+        result = await rt.adapter_for(agent).generate_step(request, on_text_delta=deltas)
+        await deltas.flush()
     except LLMProviderError as exc:
         if exc.retryable:
             raise  # DBOS retries the step with backoff
         result = ErrorStepResult(error=str(exc))
     except Exception as exc:  # a broken adapter fails the run, not the process
         result = ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
+    await write_chunks(
+        rt, session_id, run_id, agent_name, step, _reply_chunks(run_id, step, result)
+    )
     return {"result": result.model_dump(mode="json"), "state": state}
+
+
+def _reply_chunks(run_id: str, step: int, result: Any) -> list[tuple[str, str, Any]]:
+    chunks: list[tuple[str, str, Any]] = [
+        (f"{run_id}:{step}:thinking:{i}", "thinking", {"text": block.text})
+        for i, block in enumerate(getattr(result, "thinking", []) or [])
+        if not block.redacted
+    ]
+    for call in getattr(result, "tool_calls", []) or []:
+        if call.name != FINISH_TOOL_NAME:
+            chunks.append(
+                (
+                    f"{run_id}:{step}:{call.id}:start",
+                    "tool_start",
+                    {"tool_call_id": call.id, "tool_name": call.name, "arguments": call.arguments},
+                )
+            )
+    return chunks
 
 
 async def interrupt_requested(conn: Any, workflow_id: str | None) -> bool:

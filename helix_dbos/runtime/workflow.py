@@ -72,7 +72,23 @@ class StepCommit:
     error: str | None = None
 
 
+def _terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:
+    key = f"{commit.run_id}:end"
+    if commit.status == "completed":
+        return [
+            (f"{key}:output", "output", {"output": commit.output}),
+            (f"{key}:completed", "run_completed", {"output": commit.output}),
+        ]
+    if commit.status == "failed":
+        return [
+            (f"{key}:error", "error", {"error": commit.error}),
+            (f"{key}:failed", "run_failed", {"error": commit.error}),
+        ]
+    return []
+
+
 async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
+    commit.events.extend(_terminal_chunks(commit))
     await repo.append_messages(session, commit.session_id, commit.run_id, commit.messages)
     if commit.state is not None:
         await repo.update_session(session, commit.session_id, state=commit.state)
@@ -135,8 +151,13 @@ class AgentLoop:
                 )
             try:
                 llm = await DBOS.run_step_async(
-                    LLM_STEP_OPTIONS, llm_step, self.session_id, self.agent.name
-                )  # type: ignore[arg-type]
+                    LLM_STEP_OPTIONS,
+                    llm_step,
+                    self.session_id,
+                    self.agent.name,
+                    self.run_id,
+                    step,  # type: ignore[arg-type]
+                )
             except Exception as exc:
                 return await self._finish_without_step(
                     step, "failed", error=f"LLM call failed after retries: {exc}"
@@ -176,6 +197,9 @@ class AgentLoop:
             new_state = await self._run_tools(step, plan.pending_tool_calls, state, commit)
             if new_state != state:
                 commit.state = new_state
+                commit.events.append(
+                    (f"{self.run_id}:{step}:state", "state_patch", _state_patch(state, new_state))
+                )
         self._apply_nudges(plan, commit)
         await self.rt.transaction("helix.commit_step", commit_step, commit)
         if commit.status is None:
@@ -305,6 +329,9 @@ class AgentLoop:
                 )
             for i, event in enumerate(out.get("events") or []):
                 commit.events.append((f"{self.run_id}:{step}:{call.id}:{i}", "custom", event))
+            end = {"tool_call_id": call.id, "tool_name": call.name, "success": out["success"]}
+            end.update({"result": out["content"]} if out["success"] else {"error": out["error"]})
+            commit.events.append((f"{self.run_id}:{step}:{call.id}:end", "tool_end", end))
         return new_state
 
     async def _tool(self, step: int, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
@@ -498,6 +525,13 @@ def _merge_state(
 
 
 _MISSING = object()
+
+
+def _state_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "set": {k: v for k, v in new.items() if old.get(k, _MISSING) != v},
+        "removed": [k for k in old if k not in new],
+    }
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)

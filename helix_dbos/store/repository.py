@@ -150,7 +150,7 @@ async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
         await conn.execute(
             text(
                 f"SELECT {_RUN_COLUMNS} FROM helix.runs "
-                "WHERE session_id = :sid AND status IN ('running', 'waiting')"
+                "WHERE session_id = :sid AND status IN ('running', 'waiting', 'paused')"
             ),
             {"sid": session_id},
         )
@@ -190,12 +190,13 @@ async def insert_run(
     agent_name: str,
     turn: int,
     max_steps: int,
+    options: dict[str, Any] | None = None,
 ) -> None:
     await conn.execute(
         text(
-            "INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, max_steps, start_sequence) "
-            "VALUES (:rid, :sid, :wid, :agent, :turn, :max_steps, "
-            " COALESCE((SELECT max(seq) + 1 FROM helix.stream_chunks WHERE session_id = :sid), 0))"
+            "INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, max_steps, options, start_sequence) "
+            "VALUES (:rid, :sid, :wid, :agent, :turn, :max_steps, CAST(:options AS jsonb), "
+            " (SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid))"
         ),
         {
             "rid": run_id,
@@ -204,6 +205,7 @@ async def insert_run(
             "agent": agent_name,
             "turn": turn,
             "max_steps": max_steps,
+            "options": _json(options or {}),
         },
     )
 
@@ -380,18 +382,25 @@ async def usage_summary(
 async def insert_chunks(
     conn: Executor,
     session_id: str,
-    run_id: str,
+    run_id: str | None,
     agent_name: str,
-    step: int,
+    step: int | None,
     chunks: Sequence[tuple[str, str, Any]],
 ) -> None:
-    """Insert (chunk_key, type, payload) rows at the session's next sequence numbers."""
+    """Insert (chunk_key, type, payload) rows at the session's next sequence numbers.
+
+    The counter lives on the session row, so allocation locks it until commit and
+    chunks of a session commit in sequence order; NOTIFY wakes live readers then.
+    """
+    if not chunks:
+        return
     for key, kind, payload in chunks:
         await conn.execute(
             text(
+                "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + 1 WHERE session_id = :sid RETURNING chunk_seq) "
                 "INSERT INTO helix.stream_chunks (session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-                "SELECT :sid, COALESCE(max(seq) + 1, 0), :key, :rid, :agent, :step, :type, CAST(:payload AS jsonb) "
-                "FROM helix.stream_chunks WHERE session_id = :sid ON CONFLICT DO NOTHING"
+                "SELECT :sid, s.chunk_seq, :key, :rid, :agent, :step, :type, CAST(:payload AS jsonb) FROM s "
+                "ON CONFLICT (chunk_key) DO NOTHING"
             ),
             {
                 "sid": session_id,
@@ -403,6 +412,26 @@ async def insert_chunks(
                 "payload": _json(payload),
             },
         )
+    await conn.execute(text("SELECT pg_notify('helix_chunks', :sid)"), {"sid": session_id})
+
+
+async def load_chunks(
+    conn: Executor,
+    session_id: str,
+    *,
+    after_seq: int = 0,
+    run_id: str | None = None,
+    limit: int = 500,
+) -> list[tuple[Any, ...]]:
+    run_filter = " AND run_id = :rid" if run_id else ""
+    rows = await conn.execute(
+        text(
+            "SELECT seq, session_id, run_id, agent_name, step, type, payload, created_at FROM helix.stream_chunks "
+            f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit"
+        ),
+        {"sid": session_id, "after": after_seq, "rid": run_id, "limit": limit},
+    )
+    return [tuple(r) for r in rows]
 
 
 async def append_messages(
@@ -440,7 +469,7 @@ async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
             params[name] = value
     result = await conn.execute(
         text(
-            f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid AND status IN ('running', 'waiting')"
+            f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid AND status IN ('running', 'waiting', 'paused')"
         ),
         params,
     )

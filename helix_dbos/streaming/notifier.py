@@ -1,0 +1,80 @@
+"""One LISTEN connection per process wakes every local stream reader.
+
+Writers `pg_notify('helix_chunks', session_id)` in the transaction that adds
+chunks, so a reader is woken exactly when new rows are visible. Readers still
+re-check every few seconds, which covers a dropped listener connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+
+import psycopg
+
+from helix_dbos.runtime.context import logger
+
+CHANNEL = "helix_chunks"
+
+
+class ChunkNotifier:
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._versions: defaultdict[str, int] = defaultdict(int)
+        self._conditions: dict[str, asyncio.Condition] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    def version(self, session_id: str) -> int:
+        return self._versions[session_id]
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._listen())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout=5)
+
+    async def wait(self, session_id: str, seen_version: int, timeout: float) -> None:
+        """Return when the session got a notification after `seen_version`, or after `timeout`."""
+        await self.start()
+        condition = self._conditions.setdefault(session_id, asyncio.Condition())
+        async with condition:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    condition.wait_for(lambda: self._versions[session_id] > seen_version), timeout
+                )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _listen(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._ready.set()
+                    delay = 0.5
+                    async for note in conn.notifies():
+                        await self._wake(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database restarted: readers keep polling meanwhile
+                logger.warning("helix stream listener lost its connection (%s); reconnecting", exc)
+                self._ready.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _wake(self, session_id: str) -> None:
+        self._versions[session_id] += 1
+        condition = self._conditions.get(session_id)
+        if condition is not None:
+            async with condition:
+                condition.notify_all()
