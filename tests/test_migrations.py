@@ -28,7 +28,16 @@ from helix_dbos.store.migrations import (
 REPO = Path(__file__).resolve().parent.parent
 TEST_PG_DIR = "/tmp/helix-test-pg"
 FIRST = "0001_helix_schema"
-HELIX_TABLES = {"sessions", "runs", "messages", "tool_calls", "usage", "stream_chunks"}
+HELIX_TABLES = {
+    "sessions",
+    "runs",
+    "messages",
+    "tool_calls",
+    "usage",
+    "stream_chunks",
+    "memory",
+    "progress",
+}
 
 
 @pytest.fixture(scope="module")

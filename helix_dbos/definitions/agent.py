@@ -39,12 +39,46 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class TerminatingConfig:
-    """Seed 004: named tools end the run with their output (see helix_dbos.toolkits)."""
+    """Seed 004: the named tools end the run with their output.
 
-    tool_ids: tuple[str, ...]
+    A text-only reply gets `nudge_message` (at most `consecutive_nudges` in a
+    row, the count reset by any tool call), then the run fails with "Max
+    consecutive nudges exceeded"; more than `max_invocations` LLM calls fail it
+    with "Max invocations exceeded".
+    """
+
+    tool_ids: tuple[str, ...] | list[str]
     consecutive_nudges: int = 1
     nudge_message: str = DEFAULT_NUDGE_MESSAGE
     max_invocations: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.tool_ids:
+            raise AgentDefinitionError("terminating_config needs at least one tool id")
+        if self.consecutive_nudges < 0 or self.max_invocations < 1:
+            raise AgentDefinitionError("consecutive_nudges must be >= 0 and max_invocations >= 1")
+        object.__setattr__(self, "tool_ids", tuple(self.tool_ids))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_ids": list(self.tool_ids),
+            "consecutive_nudges": self.consecutive_nudges,
+            "nudge_message": self.nudge_message,
+            "max_invocations": self.max_invocations,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TerminatingConfig:
+        return cls(**data)
+
+
+def _resolve_tool(item: Tool | str) -> Tool:
+    """Tools are objects; built-ins may also be named (`"__complete__"`)."""
+    if isinstance(item, str):
+        from helix_dbos.builtins import get_builtin
+
+        return get_builtin(item)
+    return item
 
 
 class Agent:
@@ -55,7 +89,7 @@ class Agent:
         name: str,
         *,
         system_prompt: SystemPrompt = "",
-        tools: list[Tool] | None = None,
+        tools: list[Tool | str] | None = None,
         output_schema: type[BaseModel] | None = None,
         state_schema: type[BaseModel] | None = None,
         llm: LLMConfig | None = None,
@@ -65,6 +99,7 @@ class Agent:
         nudge_message: str | None = None,
         max_output_retries: int = 3,
         max_tokens_correction: str = DEFAULT_MAX_TOKENS_CORRECTION,
+        terminating: TerminatingConfig | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -74,7 +109,7 @@ class Agent:
             raise AgentDefinitionError(f"Agent '{name}': nudge and retry counts cannot be negative")
         self.name = name
         self.system_prompt = system_prompt
-        self.tools: list[Tool] = list(tools or [])
+        self.tools: list[Tool] = list(tools or [])  # type: ignore[arg-type]
         self.output_schema = output_schema
         self.state_schema = state_schema
         self.llm = llm or LLMConfig()
@@ -84,7 +119,18 @@ class Agent:
         self.nudge_message = nudge_message
         self.max_output_retries = max_output_retries
         self.max_tokens_correction = max_tokens_correction
+        self.terminating = terminating
+        self.tools = [_resolve_tool(t) for t in self.tools]
         self._check_tools()
+        if (
+            any(getattr(t, "builtin", False) for t in self.tools)
+            and not self.completion.requires_tool
+            and terminating is None
+        ):
+            raise AgentDefinitionError(
+                f"Agent '{name}' uses the built-in tools but has no way to finish: include '__complete__' "
+                "(or a finish_with tool, an output_schema or a terminating config)"
+            )
         self._output_adapter = TypeAdapter(output_schema) if output_schema is not None else None
 
     def __repr__(self) -> str:
@@ -111,6 +157,14 @@ class Agent:
     @property
     def finish_with_tools(self) -> list[Tool]:
         return [t for t in self.tools if t.finish_with]
+
+    def completion_for(self, terminating: TerminatingConfig | None) -> CompletionMode:
+        """The completion rules of a run: terminating tools override the agent's own."""
+        if terminating is not None:
+            return CompletionMode(
+                tool_names=tuple(terminating.tool_ids), inject_finish=False, announce=False
+            )
+        return self.completion
 
     @property
     def completion(self) -> CompletionMode:

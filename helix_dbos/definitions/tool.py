@@ -43,10 +43,29 @@ class Tool:
         require_approval: bool | ApprovalPredicate = False,
         strict: bool = False,
         client_timeout_seconds: float | None = None,
+        human_input: bool = False,
+        runs_in_workflow: bool = False,
     ) -> None:
         _check_definition(
             name, function, execute, finish_with, finish_with_transform, require_approval
         )
+        if human_input and (
+            finish_with or require_approval or execute == "client" or runs_in_workflow
+        ):
+            raise ToolDefinitionError(
+                f"Tool '{name}': human_input cannot be combined with finish_with, require_approval, "
+                "execute='client' or runs_in_workflow"
+            )
+        if runs_in_workflow and (execute == "client" or require_approval):
+            raise ToolDefinitionError(
+                f"Tool '{name}': runs_in_workflow cannot be combined with execute='client' or require_approval"
+            )
+        # Paused for a human: the answer {human_input, approved} is the tool's result.
+        self.human_input = human_input
+        # Called in workflow code (not in a step), so it may start and await DBOS workflows;
+        # it must then be deterministic, using only DBOS calls for anything that varies.
+        self.runs_in_workflow = runs_in_workflow
+        self.builtin = False
         self.name = name
         self.function = function
         self.description = description

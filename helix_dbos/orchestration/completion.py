@@ -34,6 +34,7 @@ class CompletionMode:
 
     tool_names: tuple[str, ...]
     inject_finish: bool
+    announce: bool = True  # add the Output Requirement section to the system prompt
 
     @property
     def requires_tool(self) -> bool:
@@ -56,7 +57,7 @@ def output_requirement_section(tool_name: str) -> str:
 
 def build_system_prompt(base_prompt: str, mode: CompletionMode) -> str:
     """The agent's prompt plus the Output Requirement section when a tool must finish."""
-    if not mode.requires_tool:
+    if not mode.requires_tool or not mode.announce:
         return base_prompt
     section = output_requirement_section(mode.primary_tool or FINISH_TOOL_NAME)
     return f"{base_prompt.rstrip()}\n\n{section}" if base_prompt.strip() else section

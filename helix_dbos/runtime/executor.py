@@ -13,7 +13,7 @@ from dbos import DBOS, SetWorkflowID
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
@@ -150,12 +150,18 @@ class HelixDBOS:
         *,
         session_id: str | None = None,
         state: Any = None,
+        terminating: TerminatingConfig | None = None,
     ) -> RunHandle:
-        """Start a run: a new session, or a new turn of an existing one."""
+        """Start a run: a new session, or a new turn of an existing one.
+
+        `terminating` runs it in seed 004's autonomous mode: the named tools end
+        the run, and the result carries `response` and `generated_messages`.
+        """
         definition = self._agent(agent)
         initial_state = definition.initial_state(state) if state is not None else None
         messages = [Message(role="user", content=input)] if input is not None else []
-        return await self._open_and_start(definition, session_id, messages, initial_state)
+        options = {"terminating": terminating.to_dict()} if terminating is not None else {}
+        return await self._open_and_start(definition, session_id, messages, initial_state, options)
 
     async def _open_and_start(
         self,
@@ -163,8 +169,10 @@ class HelixDBOS:
         session_id: str | None,
         messages: list[Message],
         state: dict[str, Any] | None,
+        options: dict[str, Any] | None = None,
     ) -> RunHandle:
         request = {
+            "options": options or {},
             "agent_name": agent.name,
             "session_id": session_id,
             "messages": messages,
@@ -186,7 +194,11 @@ class HelixDBOS:
         async def start() -> None:
             with SetWorkflowID(opened["workflow_id"]):
                 await DBOS.start_workflow_async(
-                    agent_run_workflow, opened["run_id"], opened["session_id"], agent.name
+                    agent_run_workflow,
+                    opened["run_id"],
+                    opened["session_id"],
+                    agent.name,
+                    request["options"],
                 )
 
         await on_target_loop(start)
@@ -481,6 +493,13 @@ class HelixDBOS:
         rows = await self._read(repo.load_messages, session_id)
         return [m for _, m in rows]
 
+    async def get_run_messages(self, run_id: str) -> list[Message]:
+        """The messages a run added to its session's transcript."""
+        run = await self.get_run(run_id)
+        rows = await self._read(repo.load_messages, run.session_id)
+        ids = await self._read(repo.message_seqs_of_run, run_id)
+        return [m for seq, m in rows if seq in ids]
+
     async def get_run(self, run_id: str) -> RunInfo:
         from helix_dbos.errors import RunNotFoundError
 
@@ -550,6 +569,7 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         agent_name=agent_name,
         turn=turn,
         max_steps=request["max_steps"],
+        options=request["options"],
     )
     history = [m for _, m in await repo.load_messages(session, session_id)]
     seq = await repo.next_message_seq(session, session_id)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS
 
+from helix_dbos.orchestration.terminating import generated_messages
 from helix_dbos.runtime.loop import run_sync
 from helix_dbos.runtime.results import AgentResult
 
@@ -40,6 +41,10 @@ class RunHandle:
             }
         if DBOS.workflow_id is None:
             out = {**out, "usage": await self._helix.get_usage(run_id=self.run_id)}
+            if "response" in out:
+                out["generated_messages"] = generated_messages(
+                    await self._helix.get_run_messages(self.run_id)
+                )
         return AgentResult.model_validate(out)
 
     def result_sync(self) -> AgentResult:

@@ -102,7 +102,9 @@ async def evaluate_gates(
         tool = agent.tool(call.name)
         if tool is None:
             continue
-        if tool.execute == "client":
+        if tool.human_input:
+            gated[call.id] = "human_input"
+        elif tool.execute == "client":
             gated[call.id] = "client"
         elif tool.require_approval:
             ctx = ToolContext(
@@ -123,7 +125,9 @@ async def evaluate_gates(
 def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
     for call in calls:
         tool = agent.tool(call.name)
-        if tool is not None and (tool.execute == "client" or tool.require_approval):
+        if tool is not None and (
+            tool.execute == "client" or tool.require_approval or tool.human_input
+        ):
             return True
     return False
 
@@ -141,10 +145,12 @@ async def _suspend(
         session, session_id, run_id, workflow_id, pending
     )
     waiting_for = ",".join(sorted({WAITING_FOR[p.kind] for p in pending}))
+    # A run paused only for human input shows as `paused`; approvals and client tools as `waiting`.
+    status = "paused" if all(p.kind == "human_input" for p in pending) else "waiting"
     await repo.update_live_run(
-        session, run_id, status="waiting", waiting_for=waiting_for, waiting_since_now=True
+        session, run_id, status=status, waiting_for=waiting_for, waiting_since_now=True
     )
-    await repo.update_session(session, session_id, status="waiting")
+    await repo.update_session(session, session_id, status=status)
     await repo.insert_chunks(
         session,
         session_id,
@@ -320,7 +326,9 @@ def denial_message(call_id: str, reason: str | None) -> str:
 
 
 def timeout_message(call: ToolCall, kind: str, seconds: float) -> str:
-    what = "approval" if kind == "approval" else "the client's result"
+    what = {"approval": "approval", "client": "the client's result", "human_input": "human input"}[
+        kind
+    ]
     return f"Tool call {call.id} ({call.name}) timed out after {seconds:g}s waiting for {what}"
 
 

@@ -19,6 +19,9 @@ class AgentResult(BaseModel):
     run_id: str
     step_count: int = 0
     usage: dict[str, int] = Field(default_factory=dict)
+    # Terminating runs (seed 004): the terminating tool's output as a string, and the run's messages.
+    response: str | None = None
+    generated_messages: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:

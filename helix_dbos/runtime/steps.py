@@ -14,7 +14,7 @@ from dbos import DBOS
 from pydantic_core import to_jsonable_python
 from sqlalchemy import text
 
-from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import (
     HookContext,
@@ -25,7 +25,7 @@ from helix_dbos.definitions.hooks import (
 )
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.llm.base import LLMProviderError
-from helix_dbos.orchestration.completion import build_system_prompt
+from helix_dbos.orchestration.completion import CompletionMode, build_system_prompt
 from helix_dbos.orchestration.messages import build_messages_for_llm, create_tool_result_message
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
@@ -38,9 +38,9 @@ from helix_dbos.runtime.context import current_runtime, logger
 from helix_dbos.store import repository as repo
 
 
-def offered_tools(agent: Agent) -> list[ToolSpec]:
+def offered_tools(agent: Agent, mode: CompletionMode) -> list[ToolSpec]:
     specs = [t.spec() for t in agent.tools]
-    if agent.completion.inject_finish:
+    if mode.inject_finish:
         specs.append(
             ToolSpec(
                 name=FINISH_TOOL_NAME,
@@ -109,7 +109,11 @@ async def write_chunks(
 
 
 async def llm_step(
-    session_id: str, agent_name: str, run_id: str = "", step: int = 0
+    session_id: str,
+    agent_name: str,
+    run_id: str = "",
+    step: int = 0,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read the transcript, ask the model, return the parsed step result and the state."""
     rt = current_runtime()
@@ -119,12 +123,13 @@ async def llm_step(
             return {"interrupted": True}
         history, _ = await rt.history.read(conn, session_id)
         state = await rt.session_state(conn, session_id)
-    system = build_system_prompt(agent.resolve_system_prompt(state), agent.completion)
+    mode = agent.completion_for(run_terminating(agent, options))
+    system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     request = LLMRequest(
         agent_name=agent.name,
         model=agent.llm.model,
         messages=build_messages_for_llm(history, system, state),
-        tools=offered_tools(agent),
+        tools=offered_tools(agent, mode),
         temperature=agent.llm.temperature,
         max_tokens=agent.llm.max_tokens,
         strict_output=agent.llm.strict_output,
@@ -174,6 +179,13 @@ async def interrupt_requested(conn: Any, workflow_id: str | None) -> bool:
         {"wid": workflow_id},
     )
     return bool(row.scalar_one())
+
+
+def run_terminating(agent: Agent, options: dict[str, Any] | None) -> TerminatingConfig | None:
+    """The run's terminating config (a run option wins over the agent's)."""
+    if options and options.get("terminating"):
+        return TerminatingConfig.from_dict(options["terminating"])
+    return agent.terminating
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:

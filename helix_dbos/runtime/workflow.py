@@ -9,13 +9,17 @@ status together with its checkpoint.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS
+from pydantic_core import to_jsonable_python
 
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import HookContext, RunEvent
+from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.llm.base import step_result_adapter
 from helix_dbos.orchestration.completion import (
     MAX_NUDGES_ERROR,
@@ -30,7 +34,18 @@ from helix_dbos.orchestration.messages import (
     to_json_text,
 )
 from helix_dbos.orchestration.planning import StepProcessingPlan, plan_step_processing
-from helix_dbos.orchestration.types import FINISH_TOOL_NAME, LLMUsage, Message, ToolCall
+from helix_dbos.orchestration.terminating import (
+    MAX_INVOCATIONS_ERROR,
+    response_text,
+    truncate_at_terminating,
+)
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    LLMUsage,
+    Message,
+    ToolCall,
+    ToolCallsStepResult,
+)
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.hitl import (
     HumanWait,
@@ -40,7 +55,7 @@ from helix_dbos.runtime.hitl import (
     needs_gate_step,
     timeout_message,
 )
-from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, tool_step
+from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, run_terminating, tool_step
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall, UsageRecord
 
@@ -132,11 +147,23 @@ INTERRUPT_TOPIC = "helix.interrupt"
 
 
 class AgentLoop:
-    def __init__(self, rt: Runtime, run_id: str, session_id: str, agent: Agent) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        run_id: str,
+        session_id: str,
+        agent: Agent,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self.rt = rt
         self.run_id = run_id
         self.session_id = session_id
         self.agent = agent
+        self.options = options or {}
+        self.terminating = run_terminating(agent, self.options)
+        self.mode = agent.completion_for(self.terminating)
+        self.max_steps = self.terminating.max_invocations if self.terminating else agent.max_steps
+        self._outcomes: dict[str, dict[str, Any]] = {}
         self.nudges = 0
         self.output_retries = 0
         self.max_tokens_fixes = 0
@@ -145,10 +172,13 @@ class AgentLoop:
         step = 0
         while True:
             step += 1
-            if step > self.agent.max_steps:
-                return await self._finish_without_step(
-                    step - 1, "failed", error=MAX_STEPS_ERROR.format(max_steps=self.agent.max_steps)
+            if step > self.max_steps:
+                error = (
+                    MAX_INVOCATIONS_ERROR
+                    if self.terminating
+                    else MAX_STEPS_ERROR.format(max_steps=self.max_steps)
                 )
+                return await self._finish_without_step(step - 1, "failed", error=error)
             try:
                 llm = await DBOS.run_step_async(
                     LLM_STEP_OPTIONS,
@@ -157,6 +187,7 @@ class AgentLoop:
                     self.agent.name,
                     self.run_id,
                     step,  # type: ignore[arg-type]
+                    self.options,
                 )
             except Exception as exc:
                 return await self._finish_without_step(
@@ -172,9 +203,15 @@ class AgentLoop:
         agent = self.agent
         result = step_result_adapter.validate_python(llm["result"])
         state: dict[str, Any] = llm["state"]
+        terminating_call: ToolCall | None = None
+        if self.terminating is not None and isinstance(result, ToolCallsStepResult):
+            kept, terminating_call = truncate_at_terminating(
+                result.tool_calls, self.terminating.tool_ids
+            )
+            result = result.model_copy(update={"tool_calls": kept})
         plan = plan_step_processing(
             result,
-            mode=agent.completion,
+            mode=self.mode,
             validate_output=agent.validate_output if agent.output_schema is not None else None,
         )
         commit = StepCommit(self.session_id, self.run_id, agent.name, step)
@@ -194,12 +231,18 @@ class AgentLoop:
             commit.error = plan.status_update.error
         self._apply_finish(plan, commit)
         if plan.pending_tool_calls:
-            new_state = await self._run_tools(step, plan.pending_tool_calls, state, commit)
+            new_state = await self._run_tools(
+                step, plan.pending_tool_calls, state, commit, in_order=terminating_call is not None
+            )
             if new_state != state:
                 commit.state = new_state
                 commit.events.append(
                     (f"{self.run_id}:{step}:state", "state_patch", _state_patch(state, new_state))
                 )
+        if terminating_call is not None and commit.status is None:
+            outcome = self._outcomes.get(terminating_call.id)
+            if outcome is not None and outcome["success"]:
+                commit.status, commit.output = "completed", outcome["result"]
         self._apply_nudges(plan, commit)
         await self.rt.transaction("helix.commit_step", commit_step, commit)
         if commit.status is None:
@@ -260,10 +303,17 @@ class AgentLoop:
                 )
 
     async def _run_tools(
-        self, step: int, calls: list[ToolCall], state: dict[str, Any], commit: StepCommit
+        self,
+        step: int,
+        calls: list[ToolCall],
+        state: dict[str, Any],
+        commit: StepCommit,
+        *,
+        in_order: bool = False,
     ) -> dict[str, Any]:
-        """Regular tools in parallel (gated ones after their human answer), then
-        finish_with tools one by one, seeing the new state."""
+        """Regular tools in parallel (gated ones after their human answer, workflow-level
+        ones next), then finish_with tools one by one, seeing the new state. With
+        `in_order` (a terminating call in the batch) every call runs one by one."""
         agent = self.agent
         is_finisher = {c.id: bool((t := agent.tool(c.name)) and t.finish_with) for c in calls}
         regular = [c for c in calls if not is_finisher[c.id]]
@@ -281,9 +331,22 @@ class AgentLoop:
                 state,
             )
         outcomes: dict[str, dict[str, Any]] = {}
-        new_state = await self._run_parallel(
-            step, [c for c in regular if c.id not in gated], state, state, outcomes
-        )
+        self._outcomes = outcomes
+        in_workflow = {
+            c.id for c in regular if (t := agent.tool(c.name)) is not None and t.runs_in_workflow
+        }
+        plain = [c for c in regular if c.id not in gated and c.id not in in_workflow]
+        if in_order:
+            new_state = state
+            for call in plain:
+                new_state = await self._run_parallel(step, [call], new_state, new_state, outcomes)
+        else:
+            new_state = await self._run_parallel(step, plain, state, state, outcomes)
+        for call in [c for c in regular if c.id in in_workflow]:
+            out = await self._workflow_tool(step, call, new_state)
+            outcomes[call.id] = out
+            if out["state"] is not None:
+                new_state = out["state"]
         if gated:
             new_state = await self._run_gated(
                 step, [c for c in regular if c.id in gated], gated, new_state, commit, outcomes
@@ -333,6 +396,57 @@ class AgentLoop:
             end.update({"result": out["content"]} if out["success"] else {"error": out["error"]})
             commit.events.append((f"{self.run_id}:{step}:{call.id}:end", "tool_end", end))
         return new_state
+
+    async def _workflow_tool(
+        self, step: int, call: ToolCall, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run a workflow-level tool in workflow code (it may start child workflows)."""
+        tool = self.agent.tool(call.name)
+        assert tool is not None
+        ctx = ToolContext(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            agent_name=self.agent.name,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            step=step,
+            state=state,
+            state_schema=self.agent.state_schema,
+        )
+        started = time.perf_counter()
+        try:
+            value = await tool.call(tool.validate_arguments(call.arguments), ctx)
+            success, result, error = True, to_jsonable_python(value, fallback=str), None
+        except ToolArgumentsError as exc:
+            success, result, error = False, None, str(exc)
+        except Exception as exc:
+            success, result, error = False, None, f"Tool '{call.name}' failed: {exc}"
+        content = to_json_text(result) if success else None
+        duration_ms = (time.perf_counter() - started) * 1000
+        await DBOS.run_step_async(
+            {"name": f"helix.tool_hooks:{call.name}"},
+            client_outcome_step,
+            self.session_id,
+            self.run_id,
+            self.agent.name,
+            step,
+            call.model_dump(mode="json"),
+            content,
+            error,
+            duration_ms,
+        )
+        changed = ctx.state_dict if ctx.state_dict != state else None
+        return {
+            "success": success,
+            "content": content,
+            "result": result,
+            "error": error,
+            "state": changed,
+            "events": to_jsonable_python(ctx.events, fallback=str),
+            "duration_ms": duration_ms,
+            "finish_output": None,
+            "transform_error": None,
+        }
 
     async def _tool(self, step: int, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
         return await DBOS.run_step_async(
@@ -411,8 +525,15 @@ class AgentLoop:
                 )
                 outcomes[call.id] = _not_executed(error)
                 continue
+            kind = gated[call.id]
             if payload is None:
-                content, error = None, timeout_message(call, "client", timeouts[call.id])
+                content, error = None, timeout_message(call, kind, timeouts[call.id])
+            elif kind == "human_input":
+                answer_data = {
+                    "human_input": payload.get("human_input"),
+                    "approved": payload.get("approved"),
+                }
+                content, error = to_json_text(answer_data), None
             elif payload.get("error") is not None:
                 content, error = None, str(payload["error"])
             else:
@@ -437,15 +558,15 @@ class AgentLoop:
                 "state": None,
                 "events": [],
                 "duration_ms": answer.wait_ms,
-                "usage_kind": "client_tool_wait_ms",
+                "usage_kind": "client_tool_wait_ms" if kind == "client" else "human_input_wait_ms",
             }
         return await self._run_parallel(step, approved, state, state, outcomes)
 
     def _timeout(self, call: ToolCall, kind: str) -> float:
         tool = self.agent.tool(call.name)
+        if kind != "approval" and tool is not None and tool.client_timeout_seconds is not None:
+            return tool.client_timeout_seconds
         if kind == "client":
-            if tool is not None and tool.client_timeout_seconds is not None:
-                return tool.client_timeout_seconds
             return self.rt.client_tool_timeout_seconds
         return self.rt.approval_timeout_seconds
 
@@ -487,6 +608,11 @@ class AgentLoop:
             "session_id": self.session_id,
             "run_id": self.run_id,
             "step_count": step,
+            **(
+                {"response": response_text(output) if status == "completed" else None}
+                if self.terminating
+                else {}
+            ),
         }
 
 
@@ -535,6 +661,8 @@ def _state_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
-async def agent_run_workflow(run_id: str, session_id: str, agent_name: str) -> dict[str, Any]:
+async def agent_run_workflow(
+    run_id: str, session_id: str, agent_name: str, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     rt = current_runtime()
-    return await AgentLoop(rt, run_id, session_id, rt.agent(agent_name)).run()
+    return await AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options).run()

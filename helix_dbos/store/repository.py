@@ -606,3 +606,10 @@ async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> 
         ),
         {"rid": run_id, "reason": reason},
     )
+
+
+async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
+    rows = await conn.execute(
+        text("SELECT seq FROM helix.messages WHERE run_id = :rid"), {"rid": run_id}
+    )
+    return {r[0] for r in rows}

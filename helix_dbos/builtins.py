@@ -1,0 +1,295 @@
+"""Hyphen's built-in tools (seed 003), durable like every other tool. Opt-in:
+
+    Agent("triage", tools=["__complete__", "__log_progress__", search])
+    Agent("ops", tools=[complete_tool(), run_workflow_tool({"wf_abc123": screening})])
+
+- `__complete__` ends the run; the output is `{result_key: {answer, confidence, summary}}`.
+- `__run_workflow__` starts a registered DBOS workflow as a durable child.
+- `__pause_for_human__` pauses the run (status `paused`) until `{human_input, approved}`
+  arrives on `helix.human_input`.
+- `__store_memory__` / `__retrieve_memory__` keep values for one run in `helix.memory`.
+- `__log_progress__` records a milestone in `helix.progress` and on the stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from dbos import DBOS, SetWorkflowID
+from pydantic import Field
+from sqlalchemy import text
+
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.tool import Tool
+from helix_dbos.errors import ToolDefinitionError
+from helix_dbos.runtime.context import current_runtime
+
+DEFAULT_RESULT_KEY = "@agentResult"
+WORKFLOW_POLL_SECONDS = 0.5
+_DONE = {
+    "SUCCESS": "completed",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+}
+
+
+def _builtin(tool: Tool) -> Tool:
+    tool.builtin = True
+    return tool
+
+
+def complete_tool(result_key: str = DEFAULT_RESULT_KEY) -> Tool:
+    """`__complete__(answer, confidence=1.0, summary=None)`: finish with the final answer."""
+
+    def complete(
+        answer: str,
+        ctx: ToolContext,
+        confidence: Annotated[float, Field(ge=0, le=1, description="Confidence score 0-1")] = 1.0,
+        summary: str | None = None,
+    ) -> dict[str, Any]:
+        result = {"answer": answer, "confidence": confidence, "summary": summary}
+        ctx.update_state({result_key: result})
+        return result
+
+    return _builtin(
+        Tool(
+            "__complete__",
+            complete,
+            description="Signal that the task is finished and give the final answer.",
+            finish_with=True,
+            finish_with_transform=lambda result: {result_key: result},
+        )
+    )
+
+
+def run_workflow_tool(workflows: dict[str, Callable[..., Any] | str] | None = None) -> Tool:
+    """`__run_workflow__`: start a DBOS workflow (by id from `workflows`, or by registered name).
+
+    The workflow receives `input` as its one argument. The child's id is
+    `<run_id>-<tool_call_id>`, so a recovered run finds its child again.
+    """
+    catalogue = dict(workflows or {})
+
+    async def run_workflow(
+        ctx: ToolContext,
+        input: dict[str, Any],
+        workflow_id: str | None = None,
+        workflow_name: str | None = None,
+        wait: bool = True,
+        timeout_ms: Annotated[int, Field(gt=0)] = 60000,
+    ) -> dict[str, Any]:
+        if not workflow_id and not workflow_name:
+            raise ValueError("Either workflow_id or workflow_name is required")
+        label = workflow_id or workflow_name or ""
+        func = _resolve_workflow(catalogue, workflow_id, workflow_name)
+        child_id = f"{ctx.run_id}-{ctx.tool_call_id}"
+        with SetWorkflowID(child_id):
+            await DBOS.start_workflow_async(func, input)
+        if not wait:
+            return {
+                "workflow_run_id": child_id,
+                "workflow_id": label,
+                "status": "running",
+                "result": None,
+                "context": {},
+            }
+        deadline = await DBOS.run_step_async({"name": "helix.clock"}, time.time) + timeout_ms / 1000
+        while True:
+            status = await DBOS.get_workflow_status_async(child_id)
+            outcome = _DONE.get(status.status) if status is not None else None
+            if outcome == "completed":
+                result = await DBOS.get_result_async(child_id)
+                return {
+                    "workflow_run_id": child_id,
+                    "workflow_id": label,
+                    "status": "completed",
+                    "result": result,
+                    "context": {},
+                }
+            if outcome is not None:
+                raise RuntimeError(
+                    f"Workflow '{label}' (run {child_id}) {outcome}: {getattr(status, 'error', None)}"
+                )
+            now = await DBOS.run_step_async({"name": "helix.clock"}, time.time)
+            if now >= deadline:
+                raise TimeoutError(
+                    f"Workflow '{label}' did not finish within {timeout_ms} ms; it continues as run {child_id}"
+                )
+            await DBOS.sleep_async(min(WORKFLOW_POLL_SECONDS, deadline - now))
+
+    return _builtin(
+        Tool(
+            "__run_workflow__",
+            run_workflow,
+            description="Trigger another workflow with an input payload; wait for its result or not.",
+            runs_in_workflow=True,
+        )
+    )
+
+
+def _resolve_workflow(
+    catalogue: dict[str, Any], workflow_id: str | None, workflow_name: str | None
+) -> Callable[..., Any]:
+    from dbos._dbos import _get_dbos_instance
+
+    registry = _get_dbos_instance()._registry.workflow_info_map
+    for key in (workflow_id, workflow_name):
+        if key is None:
+            continue
+        target = catalogue.get(key, key if key in registry else None)
+        if isinstance(target, str):
+            target = registry.get(target)
+        if target is not None:
+            return target
+    raise LookupError(f"Unknown workflow '{workflow_id or workflow_name}'")
+
+
+def pause_for_human_tool() -> Tool:
+    """`__pause_for_human__`: pause until a human answers `{human_input, approved}`."""
+
+    def pause_for_human(
+        question: str,
+        options: list[str] | None = None,
+        context_summary: str | None = None,
+        urgency: Literal["low", "medium", "high"] | None = None,
+    ) -> None:
+        """Never called: the runtime pauses the run and the human's answer is the result."""
+
+    return _builtin(
+        Tool(
+            "__pause_for_human__",
+            pause_for_human,
+            description="Pause and ask a human reviewer a question; their answer comes back as the result.",
+            human_input=True,
+        )
+    )
+
+
+def store_memory_tool() -> Tool:
+    """`__store_memory__(key, value, ttl_seconds=None)`: keep a value for this run."""
+
+    async def store_memory(
+        key: str,
+        value: Any,
+        ctx: ToolContext,
+        ttl_seconds: Annotated[float, Field(gt=0)] | None = None,
+    ) -> dict[str, Any]:
+        async with current_runtime().engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO helix.memory (run_id, key, value, stored_at, expires_at) VALUES (:rid, :key, "
+                    "CAST(:value AS jsonb), now(), CASE WHEN CAST(:ttl AS double precision) IS NULL THEN NULL "
+                    "ELSE now() + make_interval(secs => CAST(:ttl AS double precision)) END) "
+                    "ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value, stored_at = EXCLUDED.stored_at, "
+                    "expires_at = EXCLUDED.expires_at"
+                ),
+                {"rid": ctx.run_id, "key": key, "value": _json(value), "ttl": ttl_seconds},
+            )
+        return {"stored": True, "key": key, "message": f'Stored value under key "{key}"'}
+
+    return _builtin(
+        Tool(
+            "__store_memory__",
+            store_memory,
+            description="Save a value under a key for later in this run.",
+        )
+    )
+
+
+def retrieve_memory_tool() -> Tool:
+    """`__retrieve_memory__(key)`: the value stored in this run, unless it expired."""
+
+    async def retrieve_memory(key: str, ctx: ToolContext) -> dict[str, Any]:
+        async with current_runtime().engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT value, to_char(stored_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+                        "FROM helix.memory WHERE run_id = :rid AND key = :key "
+                        "AND (expires_at IS NULL OR expires_at > now())"
+                    ),
+                    {"rid": ctx.run_id, "key": key},
+                )
+            ).first()
+        if row is None:
+            return {"found": False, "key": key, "message": f'No memory found for key "{key}"'}
+        return {"found": True, "key": key, "value": row[0], "stored_at": row[1]}
+
+    return _builtin(
+        Tool(
+            "__retrieve_memory__",
+            retrieve_memory,
+            description="Recall a value stored earlier in this run.",
+        )
+    )
+
+
+def log_progress_tool() -> Tool:
+    """`__log_progress__(message, milestone=None, data=None)`: record a milestone."""
+
+    async def log_progress(
+        message: str,
+        ctx: ToolContext,
+        milestone: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        async with current_runtime().engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO helix.progress (run_id, tool_call_id, session_id, agent_name, message, milestone, data) "
+                    "VALUES (:rid, :tcid, :sid, :agent, :message, :milestone, CAST(:data AS jsonb)) ON CONFLICT DO NOTHING"
+                ),
+                {
+                    "rid": ctx.run_id,
+                    "tcid": ctx.tool_call_id,
+                    "sid": ctx.session_id,
+                    "agent": ctx.agent_name,
+                    "message": message,
+                    "milestone": milestone,
+                    "data": _json(data),
+                },
+            )
+        await ctx.emit("progress", {"message": message, "milestone": milestone, "data": data})
+        return {"logged": True, "milestone": milestone, "message": "Progress logged"}
+
+    return _builtin(
+        Tool(
+            "__log_progress__",
+            log_progress,
+            description="Record a progress milestone for observability.",
+        )
+    )
+
+
+def _json(value: Any) -> str | None:
+    import json
+
+    return None if value is None else json.dumps(value, default=str)
+
+
+BUILTINS: dict[str, Callable[[], Tool]] = {
+    "__complete__": complete_tool,
+    "__run_workflow__": run_workflow_tool,
+    "__pause_for_human__": pause_for_human_tool,
+    "__store_memory__": store_memory_tool,
+    "__retrieve_memory__": retrieve_memory_tool,
+    "__log_progress__": log_progress_tool,
+}
+
+
+def get_builtin(name: str) -> Tool:
+    """A built-in tool by name, as an agent's `tools=["__complete__", ...]` uses it."""
+    try:
+        return BUILTINS[name]()
+    except KeyError:
+        raise ToolDefinitionError(
+            f"Unknown built-in tool '{name}'. Built-ins: {', '.join(BUILTINS)}"
+        ) from None
+
+
+def builtin_tools(*names: str) -> list[Tool]:
+    """Several built-ins at once; all of them when no name is given."""
+    return [get_builtin(n) for n in (names or tuple(BUILTINS))]
