@@ -132,6 +132,7 @@ class Agent:
                 "(or a finish_with tool, an output_schema or a terminating config)"
             )
         self._output_adapter = TypeAdapter(output_schema) if output_schema is not None else None
+        self._finish_schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
@@ -177,9 +178,11 @@ class Agent:
         return CompletionMode(tool_names=(), inject_finish=False)
 
     def finish_parameters(self) -> dict[str, Any]:
-        """JSON schema of `__finish__`: the output schema."""
+        """JSON schema of `__finish__`: the output schema (built once)."""
         assert self.output_schema is not None
-        return self.output_schema.model_json_schema()
+        if self._finish_schema is None:
+            self._finish_schema = self.output_schema.model_json_schema()
+        return self._finish_schema
 
     def validate_output(self, value: Any) -> Any:
         """Validate against output_schema; returns JSON-ready data. Raises ValidationError."""

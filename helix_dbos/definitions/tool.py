@@ -82,12 +82,18 @@ class Tool:
         elif function is not None:
             self._ctx_param = _context_parameter(function)
         self.input_model: type[BaseModel] = input_model or create_model(f"{name}_input")
+        self._spec: ToolSpec | None = None
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
     def spec(self) -> ToolSpec:
-        """The definition sent to the model."""
+        """The definition sent to the model (built once: schema generation is not free)."""
+        if self._spec is None:
+            self._spec = self._build_spec()
+        return self._spec
+
+    def _build_spec(self) -> ToolSpec:
         return ToolSpec(
             name=self.name,
             description=self.description,

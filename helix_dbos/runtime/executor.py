@@ -25,7 +25,10 @@ from helix_dbos.errors import (
     ToolCallNotFoundError,
 )
 from helix_dbos.llm.base import LLMAdapter
-from helix_dbos.orchestration.messages import heal_unpaired_finish, pair_dangling_tool_calls
+from helix_dbos.orchestration.messages import (
+    pair_dangling_tool_calls,
+    synthesize_finish_tool_result,
+)
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
 from helix_dbos.runtime.handle import RunHandle
@@ -455,6 +458,18 @@ class HelixDBOS:
                 continue
             await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
 
+    async def wait_for_run_end(
+        self, session_id: str, run_id: str, *, poll_seconds: float = 5.0
+    ) -> RunInfo:
+        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status."""
+        notifier = await on_target_loop(self._chunk_notifier)
+        while True:
+            seen = notifier.version(session_id)
+            run = await self.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return run
+            await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
+
     async def _stream_finished(self, session_id: str, run_id: str | None) -> bool:
         if run_id is not None:
             return (await self.get_run(run_id)).status in TERMINAL_STATUSES
@@ -571,11 +586,10 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         max_steps=request["max_steps"],
         options=request["options"],
     )
-    history = [m for _, m in await repo.load_messages(session, session_id)]
+    unpaired = await repo.unpaired_finish_call_ids(session, session_id)
+    heal = [synthesize_finish_tool_result(call_id) for call_id in unpaired]
     seq = await repo.next_message_seq(session, session_id)
-    await repo.insert_messages(
-        session, session_id, run_id, seq, heal_unpaired_finish(history) + request["messages"]
-    )
+    await repo.insert_messages(session, session_id, run_id, seq, heal + request["messages"])
     await repo.insert_chunks(
         session,
         session_id,

@@ -10,6 +10,9 @@ from helix_dbos.orchestration.terminating import generated_messages
 from helix_dbos.runtime.loop import run_sync
 from helix_dbos.runtime.results import AgentResult
 
+FINISHING_POLL_SECONDS = 0.01
+DURABLE_POLL_SECONDS = 1.0
+
 if TYPE_CHECKING:
     from helix_dbos.runtime.executor import HelixDBOS
 
@@ -27,8 +30,13 @@ class RunHandle:
     async def result(self) -> AgentResult:
         """Wait for the run to end; a cancelled or crashed workflow reads its row instead."""
         try:
+            if DBOS.workflow_id is None:
+                # Sleep on the run's NOTIFY wake-ups until its row is final; the workflow
+                # returns right after, so the short poll below ends almost at once.
+                await self._helix.wait_for_run_end(self.session_id, self.run_id)
             handle = await DBOS.retrieve_workflow_async(self.workflow_id)
-            out: dict[str, Any] = await handle.get_result()
+            poll = FINISHING_POLL_SECONDS if DBOS.workflow_id is None else DURABLE_POLL_SECONDS
+            out: dict[str, Any] = await handle.get_result(polling_interval_sec=poll)
         except Exception:
             run = await self._helix.get_run(self.run_id)
             out = {

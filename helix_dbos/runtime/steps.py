@@ -119,10 +119,10 @@ async def llm_step(
     rt = current_runtime()
     agent = rt.agent(agent_name)
     async with rt.engine.connect() as conn:
-        if await interrupt_requested(conn, DBOS.workflow_id):
+        interrupted, state = await interrupt_and_state(conn, DBOS.workflow_id, session_id)
+        if interrupted:
             return {"interrupted": True}
         history, _ = await rt.history.read(conn, session_id)
-        state = await rt.session_state(conn, session_id)
     mode = agent.completion_for(run_terminating(agent, options))
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     request = LLMRequest(
@@ -169,16 +169,22 @@ def _reply_chunks(run_id: str, step: int, result: Any) -> list[tuple[str, str, A
     return chunks
 
 
-async def interrupt_requested(conn: Any, workflow_id: str | None) -> bool:
-    """A soft interrupt is an unconsumed DBOS message on `helix.interrupt` for this run."""
-    row = await conn.execute(
-        text(
-            "SELECT EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
-            "AND topic = 'helix.interrupt' AND NOT consumed)"
-        ),
-        {"wid": workflow_id},
-    )
-    return bool(row.scalar_one())
+async def interrupt_and_state(
+    conn: Any, workflow_id: str | None, session_id: str
+) -> tuple[bool, dict[str, Any]]:
+    """One round trip: is a soft interrupt pending (an unconsumed `helix.interrupt`
+    message for this run), and the session's state."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
+                "AND topic = 'helix.interrupt' AND NOT consumed), "
+                "(SELECT state FROM helix.sessions WHERE session_id = :sid)"
+            ),
+            {"wid": workflow_id, "sid": session_id},
+        )
+    ).one()
+    return bool(row[0]), dict(row[1] or {})
 
 
 def run_terminating(agent: Agent, options: dict[str, Any] | None) -> TerminatingConfig | None:

@@ -383,7 +383,7 @@ async def insert_chunks(
     conn: Executor,
     session_id: str,
     run_id: str | None,
-    agent_name: str,
+    agent_name: str | None,
     step: int | None,
     chunks: Sequence[tuple[str, str, Any]],
 ) -> None:
@@ -391,28 +391,35 @@ async def insert_chunks(
 
     The counter lives on the session row, so allocation locks it until commit and
     chunks of a session commit in sequence order; NOTIFY wakes live readers then.
+    One statement for the whole batch.
     """
     if not chunks:
         return
-    for key, kind, payload in chunks:
-        await conn.execute(
-            text(
-                "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + 1 WHERE session_id = :sid RETURNING chunk_seq) "
-                "INSERT INTO helix.stream_chunks (session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-                "SELECT :sid, s.chunk_seq, :key, :rid, :agent, :step, :type, CAST(:payload AS jsonb) FROM s "
-                "ON CONFLICT (chunk_key) DO NOTHING"
-            ),
-            {
-                "sid": session_id,
-                "key": key,
-                "rid": run_id,
-                "agent": agent_name,
-                "step": step,
-                "type": kind,
-                "payload": _json(payload),
-            },
-        )
-    await conn.execute(text("SELECT pg_notify('helix_chunks', :sid)"), {"sid": session_id})
+    rows = [
+        {"ord": i + 1, "key": key, "type": kind, "payload": payload}
+        for i, (key, kind, payload) in enumerate(chunks)
+    ]
+    await conn.execute(
+        text(
+            "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :n WHERE session_id = :sid "
+            "RETURNING chunk_seq - :n AS base), "
+            "c AS (SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
+            "AS x(ord int, key text, type text, payload jsonb)), "
+            "ins AS (INSERT INTO helix.stream_chunks "
+            "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+            "SELECT :sid, s.base + c.ord, c.key, :rid, :agent, :step, c.type, "
+            "COALESCE(c.payload, '{}'::jsonb) FROM s, c ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+            "SELECT pg_notify('helix_chunks', :sid)"
+        ),
+        {
+            "sid": session_id,
+            "n": len(rows),
+            "rows": _json(rows),
+            "rid": run_id,
+            "agent": agent_name,
+            "step": step,
+        },
+    )
 
 
 async def load_chunks(
@@ -443,12 +450,18 @@ async def append_messages(
     lets an abort's closing messages and a late commit of the aborted step
     both land, in order, without overwriting each other.
     """
-    await conn.execute(
-        text("SELECT 1 FROM helix.sessions WHERE session_id = :sid FOR UPDATE"), {"sid": session_id}
-    )
-    return await insert_messages(
-        conn, session_id, run_id, await next_message_seq(conn, session_id), messages
-    )
+    if not messages:
+        return 0
+    first_seq = (
+        await conn.execute(
+            text(
+                "SELECT (SELECT COALESCE(max(seq), 0) + 1 FROM helix.messages WHERE session_id = :sid) "
+                "FROM helix.sessions WHERE session_id = :sid FOR UPDATE"
+            ),
+            {"sid": session_id},
+        )
+    ).scalar_one()
+    return await insert_messages(conn, session_id, run_id, int(first_seq), messages)
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
@@ -613,3 +626,17 @@ async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
         text("SELECT seq FROM helix.messages WHERE run_id = :rid"), {"rid": run_id}
     )
     return {r[0] for r in rows}
+
+
+async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]:
+    """`__finish__` calls with no tool result (left by older code), found in SQL."""
+    rows = await conn.execute(
+        text(
+            "SELECT c->>'id' FROM helix.messages m, jsonb_array_elements(m.tool_calls) c "
+            "WHERE m.session_id = :sid AND m.role = 'assistant' AND c->>'name' = '__finish__' "
+            "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
+            "AND t.role = 'tool' AND t.tool_call_id = c->>'id') ORDER BY m.seq"
+        ),
+        {"sid": session_id},
+    )
+    return [r[0] for r in rows]

@@ -1,0 +1,47 @@
+"""What every route needs: the executor, the default agent and the input limits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+
+from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.server.models import ErrorResponse
+
+# Documented on every route that can produce them.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "The authenticate hook refused the request"},
+    404: {"model": ErrorResponse, "description": "Unknown session, run, agent or tool call"},
+    409: {"model": ErrorResponse, "description": "Conflicts with the session's current state"},
+    413: {"model": ErrorResponse, "description": "Body or tool result larger than the limit"},
+    422: {"model": ErrorResponse, "description": "Malformed body, id too long or bad answer"},
+}
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    helix: HelixDBOS
+    default_agent: str | None
+    max_id_length: int
+    max_result_bytes: int
+    keepalive_seconds: float
+
+    def check_ids(self, **ids: str | None) -> None:
+        """Ids are bounded so a client cannot make the database index huge strings."""
+        for name, value in ids.items():
+            if value is not None and len(value) > self.max_id_length:
+                raise HTTPException(
+                    status_code=422,
+                    detail=f"{name} is {len(value)} characters long; the limit is {self.max_id_length}",
+                )
+
+    def check_result_size(self, name: str, value: Any) -> None:
+        size = len(json.dumps(value, default=str).encode())
+        if size > self.max_result_bytes:
+            raise HTTPException(
+                status_code=413,
+                detail=f"{name} is {size} bytes; the limit is {self.max_result_bytes} bytes",
+            )

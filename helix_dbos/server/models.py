@@ -1,0 +1,236 @@
+"""Request and response bodies of the HTTP API.
+
+Every endpoint declares its models here, so the OpenAPI document describes each
+body completely. Requests forbid unknown fields: a typo is a 422 with a message,
+not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from helix_dbos.orchestration.completion import DEFAULT_NUDGE_MESSAGE
+from helix_dbos.runtime.results import RunInfo, SessionInfo
+
+ToolCallKind = Literal["approval", "client", "human_input"]
+AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a message a person can act on."""
+
+    detail: str = Field(description="What went wrong and, where possible, what to do")
+
+
+# --- runs -------------------------------------------------------------------
+
+
+class StartRequest(_Request):
+    agent: str = Field(description="Name of a registered agent")
+    input: str | None = Field(None, description="The user's message (omit to run without one)")
+    session_id: str | None = Field(
+        None, description="Continue this session (a new turn); omit to start a new session"
+    )
+    state: dict[str, Any] | None = Field(
+        None, description="Initial custom state, validated against the agent's state_schema"
+    )
+
+
+class ResumeRequest(_Request):
+    session_id: str
+    message: str | None = Field(None, description="Optional user message for the new run")
+
+
+class RunStarted(BaseModel):
+    session_id: str
+    run_id: str
+    workflow_id: str = Field(description="DBOS workflow id: the destination of DBOS.send answers")
+
+
+class PendingToolCall(BaseModel):
+    tool_call_id: str
+    tool_name: str
+    kind: ToolCallKind
+    input: Any = None
+    run_id: str
+    deadline_at: datetime | None = None
+    answered: bool = Field(False, description="An answer was sent; the run has not applied it yet")
+
+
+class StatusResponse(BaseModel):
+    session: SessionInfo
+    current_run: RunInfo | None = Field(description="The live run, or null when nothing runs")
+    last_run: RunInfo | None = Field(description="The most recent run, live or ended")
+    pending_tool_calls: list[PendingToolCall]
+
+
+class ControlRequest(_Request):
+    session_id: str
+    reason: str | None = None
+
+
+class ControlResponse(BaseModel):
+    session_id: str
+    run_id: str
+    action: Literal["interrupt_requested", "aborted"] = Field(
+        description="interrupt_requested: the run stops at its next step boundary; "
+        "aborted: the run was cancelled now"
+    )
+
+
+class SubmitToolResultRequest(_Request):
+    """One answer to a pending tool call; `kind` says which fields apply.
+
+    - client-tool-result: `result` or `error` (exactly one)
+    - approval-response: `approved`, optional `reason`
+    - human-input: `human_input`, optional `approved`
+    """
+
+    session_id: str
+    tool_call_id: str
+    kind: AnswerKind
+    result: Any = None
+    error: str | None = None
+    approved: bool | None = None
+    reason: str | None = None
+    human_input: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self) -> SubmitToolResultRequest:
+        allowed = {
+            "client-tool-result": {"result", "error"},
+            "approval-response": {"approved", "reason"},
+            "human-input": {"human_input", "approved"},
+        }[self.kind]
+        given = self.model_fields_set - {"session_id", "tool_call_id", "kind"}
+        stray = sorted(given - allowed)
+        if stray:
+            raise ValueError(
+                f"{', '.join(stray)} does not apply to kind '{self.kind}' "
+                f"(it takes {', '.join(sorted(allowed))})"
+            )
+        if self.kind == "client-tool-result" and len(given & {"result", "error"}) != 1:
+            raise ValueError("a client-tool-result needs exactly one of result or error")
+        if self.kind == "approval-response" and self.approved is None:
+            raise ValueError("an approval-response needs approved: true or false")
+        return self
+
+
+class SubmitToolResultResponse(BaseModel):
+    session_id: str
+    tool_call_id: str
+    kind: AnswerKind
+    accepted: bool = Field(True, description="The answer was recorded and sent to the run")
+
+
+# --- reads for the inbox ------------------------------------------------------
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    session_id: str
+    agent_name: str
+    workflow_id: str
+    turn: int
+    status: str
+    step_count: int
+    waiting_for: str | None = None
+    waiting_since: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+    tool_calls: list[PendingToolCall] = Field(
+        default_factory=list, description="Pending tool calls (runs waiting for a human)"
+    )
+
+
+class TranscriptMessage(BaseModel):
+    seq: int
+    run_id: str | None = None
+    role: str
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    created_at: datetime | None = None
+
+
+class UsageRow(BaseModel):
+    key: str | None = Field(description="The model, session or agent this row sums up")
+    llm_calls: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+class UsageResponse(BaseModel):
+    session_id: str
+    totals: dict[str, int]
+    by_model: list[UsageRow]
+
+
+# --- chat (seed 004) ------------------------------------------------------------
+
+
+class TerminatingConfigModel(_Request):
+    """Seed 004: the named tools end the run; their output is the response."""
+
+    tool_ids: list[str] = Field(min_length=1, description="Tool names that end the run")
+    consecutive_nudges: int = Field(1, ge=0)
+    nudge_message: str = DEFAULT_NUDGE_MESSAGE
+    max_invocations: int = Field(64, ge=1)
+
+
+class _ChatRequest(_Request):
+    context_id: str = Field(description="The conversation: a helix session id")
+    agent: str | None = Field(None, description="Agent name (default: the server's default)")
+    terminating_config: TerminatingConfigModel | None = None
+
+
+class ChatRequest(_ChatRequest):
+    message: str
+
+
+class ChatInvokeRequest(_ChatRequest):
+    pass
+
+
+class AddAIMessageRequest(_ChatRequest):
+    prompt: str | None = Field(None, description="Optional instruction for the AI's next message")
+
+
+class ChatResponse(BaseModel):
+    """Seed 004's response, plus where to find the run."""
+
+    response: str | None = Field(
+        description="The terminating tool's output (or the final text) as a string"
+    )
+    saved_ai_messages: bool = Field(True, description="The messages are stored in the session")
+    generated_messages: list[dict[str, Any]] = Field(
+        description="This run's messages: {sender, message}, {type: tool_call, ...}, "
+        "{type: tool_response, ...}"
+    )
+    session_id: str
+    run_id: str
+    status: str = Field(description="completed, or waiting (HTTP 202) when a human must answer")
+    pending_tool_calls: list[PendingToolCall] = Field(default_factory=list)
+
+
+class ChatErrorResponse(ErrorResponse):
+    """A chat run that ended without completing (failed, interrupted, aborted)."""
+
+    session_id: str
+    run_id: str
+    status: str
+    generated_messages: list[dict[str, Any]] = Field(default_factory=list)

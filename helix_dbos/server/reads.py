@@ -1,0 +1,75 @@
+"""JSON reads for the inbox: runs (waiting for a human), transcripts and usage."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from helix_dbos.runtime.loop import on_target_loop
+from helix_dbos.server import queries
+from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow
+
+RunStatusFilter = Literal[
+    "waiting", "running", "paused", "completed", "failed", "interrupted", "aborted"
+]
+
+
+def build_router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter(responses=ERROR_RESPONSES, tags=["reads"])
+    helix = ctx.helix
+
+    @router.get("/runs", response_model=list[RunSummary], summary="Runs, most recent first")
+    async def runs(
+        status: Annotated[
+            RunStatusFilter | None,
+            Query(description="`waiting`: runs waiting for a human, with their pending calls"),
+        ] = None,
+        session_id: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[RunSummary]:
+        ctx.check_ids(session_id=session_id)
+        rows = await on_target_loop(
+            lambda: queries.runs_with_calls_async(
+                helix.runtime.engine, status=status, session_id=session_id, limit=limit
+            )
+        )
+        return [RunSummary.model_validate(r) for r in rows]
+
+    @router.get(
+        "/sessions/{session_id}/messages",
+        response_model=list[TranscriptMessage],
+        summary="A session's transcript",
+    )
+    async def messages(session_id: str) -> list[TranscriptMessage]:
+        ctx.check_ids(session_id=session_id)
+        await helix.get_session(session_id)
+        rows = await on_target_loop(
+            lambda: queries.fetch_async(helix.runtime.engine, queries.transcript(session_id))
+        )
+        return [
+            TranscriptMessage.model_validate({**r, "tool_calls": r["tool_calls"] or []})
+            for r in rows
+        ]
+
+    @router.get(
+        "/sessions/{session_id}/usage",
+        response_model=UsageResponse,
+        summary="A session's token and call counts",
+    )
+    async def usage(session_id: str) -> UsageResponse:
+        ctx.check_ids(session_id=session_id)
+        await helix.get_session(session_id)
+        rows = await on_target_loop(
+            lambda: queries.fetch_async(
+                helix.runtime.engine, queries.usage(by="model", session_id=session_id)
+            )
+        )
+        return UsageResponse(
+            session_id=session_id,
+            totals=await helix.get_usage(session_id=session_id),
+            by_model=[UsageRow.model_validate(r) for r in rows],
+        )
+
+    return router

@@ -1,0 +1,170 @@
+"""Answer, interrupt and abort runs from a process that does not run them.
+
+The CLI uses this instead of launching DBOS: it checks the call with SQL (under
+the call's row lock, as `HelixDBOS._answer` does), marks it answered, and sends
+the README's plain-JSON message through `DBOSClient` with the same idempotency
+key the Python API uses, so an answer is applied once whichever way it came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from helix_dbos.errors import (
+    InvalidAnswerError,
+    RunNotActiveError,
+    SessionNotFoundError,
+    ToolCallAlreadyAnsweredError,
+    ToolCallNotFoundError,
+)
+from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
+from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
+
+CLI_COMMAND = {
+    "approval": "helix-dbos approve / deny",
+    "client": "helix-dbos submit",
+    "human_input": "the inbox or submit_human_input()",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    session_id: str
+    run_id: str
+    workflow_id: str
+    tool_name: str | None = None
+
+
+class RemoteControl:
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            from dbos import DBOSClient
+
+            self._client = DBOSClient(system_database_url=libpq_url(self.database_url))
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+
+    # --- answers ------------------------------------------------------------------
+
+    def approve(
+        self, session_id: str, tool_call_id: str, approved: bool, reason: str | None = None
+    ) -> Target:
+        payload = {"tool_call_id": tool_call_id, "approved": approved, "reason": reason}
+        return self.answer(session_id, tool_call_id, "approval", payload)
+
+    def submit(
+        self, session_id: str, tool_call_id: str, *, result: Any = None, error: str | None = None
+    ) -> Target:
+        payload: dict[str, Any] = {"tool_call_id": tool_call_id}
+        if error is not None:
+            payload["error"] = error
+        else:
+            payload["result"] = result
+        return self.answer(session_id, tool_call_id, "client", payload)
+
+    def answer(
+        self, session_id: str, tool_call_id: str, kind: str, payload: dict[str, Any]
+    ) -> Target:
+        """Validate, mark answered and send, in one transaction (a failed send rolls back)."""
+        try:
+            ANSWER_MODELS[kind].model_validate(payload)
+        except ValidationError as exc:
+            raise InvalidAnswerError(
+                f"Malformed answer for tool call '{tool_call_id}': {exc}"
+            ) from exc
+        with connect(self.database_url) as conn:
+            row = conn.execute(
+                "SELECT run_id, workflow_id, tool_name, kind, status, answered_at "
+                "FROM helix.tool_calls WHERE session_id = %s AND tool_call_id = %s "
+                "ORDER BY created_at DESC LIMIT 1 FOR UPDATE",
+                (session_id, tool_call_id),
+            ).fetchone()
+            if row is None:
+                self._require_session(conn, session_id)
+                raise ToolCallNotFoundError(session_id, tool_call_id)
+            run_id, workflow_id, tool_name, row_kind, status, answered_at = row
+            if row_kind != kind:
+                raise InvalidAnswerError(
+                    f"Tool call '{tool_call_id}' waits for {row_kind.replace('_', ' ')}; "
+                    f"answer it with {CLI_COMMAND[row_kind]}"
+                )
+            if status != "pending" or answered_at is not None:
+                raise ToolCallAlreadyAnsweredError(
+                    tool_call_id, status if status != "pending" else "answered"
+                )
+            conn.execute(
+                "UPDATE helix.tool_calls SET answered_at = now() WHERE run_id = %s AND tool_call_id = %s",
+                (run_id, tool_call_id),
+            )
+            self.client().send(
+                workflow_id, payload, TOPICS[kind], idempotency_key=f"{run_id}:{tool_call_id}"
+            )
+        return Target(session_id, run_id, workflow_id, tool_name)
+
+    # --- run control ----------------------------------------------------------------
+
+    def interrupt(self, session_id: str, reason: str | None = None) -> Target:
+        """Ask the live run to stop at its next step boundary (a durable message)."""
+        run = self.live_run(session_id)
+        self.client().send(
+            run.workflow_id,
+            {"reason": reason},
+            "helix.interrupt",
+            idempotency_key=f"{run.run_id}:interrupt",
+        )
+        return run
+
+    def abort(self, session_id: str, reason: str | None = None) -> Target:
+        """Cancel the workflow, then close the run as `HelixDBOS.abort` does."""
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from helix_dbos.runtime.executor import _close_run
+
+        run = self.live_run(session_id)
+        self.client().cancel_workflow(run.workflow_id)
+        error = f"Run aborted: {reason}" if reason else "Run aborted"
+
+        async def close() -> None:
+            engine = create_async_engine(sqlalchemy_url(self.database_url), pool_size=1)
+            try:
+                async with engine.begin() as conn:
+                    await _close_run(conn, session_id, run.run_id, error, "aborted")
+            finally:
+                await engine.dispose()
+
+        asyncio.run(close())
+        return run
+
+    def live_run(self, session_id: str) -> Target:
+        with connect(self.database_url) as conn:
+            row = conn.execute(
+                "SELECT run_id, workflow_id FROM helix.runs WHERE session_id = %s "
+                "AND status IN ('running', 'waiting', 'paused') LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                self._require_session(conn, session_id)
+                raise RunNotActiveError(f"Session '{session_id}' has no run in progress")
+        return Target(session_id, row[0], row[1])
+
+    @staticmethod
+    def _require_session(conn: Any, session_id: str) -> None:
+        if (
+            conn.execute(
+                "SELECT 1 FROM helix.sessions WHERE session_id = %s", (session_id,)
+            ).fetchone()
+            is None
+        ):
+            raise SessionNotFoundError(session_id)

@@ -1,0 +1,159 @@
+"""Executor routes (seed 002's Agent Server): start, resume, stream, status, control, answers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi.responses import StreamingResponse
+
+from helix_dbos.errors import RunNotActiveError
+from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.models import (
+    ControlRequest,
+    ControlResponse,
+    PendingToolCall,
+    ResumeRequest,
+    RunStarted,
+    StartRequest,
+    StatusResponse,
+    SubmitToolResultRequest,
+    SubmitToolResultResponse,
+)
+from helix_dbos.server.sse import event_stream, parse_last_event_id
+
+SSE_DESCRIPTION = (
+    "Server-Sent Events: one event per stream chunk (`id: <seq>`, `event: <type>`, "
+    "`data: <chunk JSON>`), keep-alive comments while idle, and a final `end` event. "
+    "Reconnect with the `Last-Event-ID` header (or `after_seq`) to resume."
+)
+
+
+def build_router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter(responses=ERROR_RESPONSES)
+    helix = ctx.helix
+
+    @router.post("/start", response_model=RunStarted, tags=["runs"], summary="Start a run")
+    async def start(body: StartRequest) -> RunStarted:
+        ctx.check_ids(agent=body.agent, session_id=body.session_id)
+        handle = await helix.execute(
+            body.agent, body.input, session_id=body.session_id, state=body.state
+        )
+        return RunStarted(
+            session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
+        )
+
+    @router.post(
+        "/resume",
+        response_model=RunStarted,
+        tags=["runs"],
+        summary="Continue a session in a new run",
+    )
+    async def resume(body: ResumeRequest) -> RunStarted:
+        ctx.check_ids(session_id=body.session_id)
+        handle = await helix.resume(body.session_id, body.message)
+        return RunStarted(
+            session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
+        )
+
+    @router.get(
+        "/sse",
+        tags=["runs"],
+        summary="Stream a session's chunks",
+        description=SSE_DESCRIPTION,
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    )
+    async def sse(
+        session_id: str,
+        run_id: str | None = None,
+        after_seq: Annotated[int, Query(ge=0)] = 0,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> StreamingResponse:
+        ctx.check_ids(session_id=session_id, run_id=run_id)
+        try:
+            resumed = parse_last_event_id(last_event_id)
+        except ValueError:
+            raise HTTPException(
+                status_code=422, detail="Last-Event-ID must be a non-negative integer (a seq)"
+            ) from None
+        await helix.get_session(session_id)  # 404 before the stream starts, not inside it
+        if run_id is not None and (await helix.get_run(run_id)).session_id != session_id:
+            raise HTTPException(
+                status_code=404, detail=f"Run '{run_id}' is not in session '{session_id}'"
+            )
+        chunks = helix.stream(
+            session_id, after_seq=resumed if resumed is not None else after_seq, run_id=run_id
+        )
+        return StreamingResponse(
+            event_stream(chunks, keepalive_seconds=ctx.keepalive_seconds),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @router.get(
+        "/status", response_model=StatusResponse, tags=["runs"], summary="A session's state"
+    )
+    async def status(session_id: str) -> StatusResponse:
+        ctx.check_ids(session_id=session_id)
+        session = await helix.get_session(session_id)
+        runs = await helix.list_runs(session_id)
+        pending = await helix.pending_tool_calls(session_id)
+        return StatusResponse(
+            session=session,
+            current_run=await helix.get_current_run(session_id),
+            last_run=runs[-1] if runs else None,
+            pending_tool_calls=[PendingToolCall.model_validate(p) for p in pending],
+        )
+
+    @router.post(
+        "/interrupt",
+        response_model=ControlResponse,
+        tags=["control"],
+        summary="Stop the live run at its next step boundary",
+    )
+    async def interrupt(body: ControlRequest) -> ControlResponse:
+        ctx.check_ids(session_id=body.session_id)
+        run = await _live_run(body.session_id)
+        await helix.interrupt(body.session_id, reason=body.reason)
+        return ControlResponse(session_id=body.session_id, run_id=run, action="interrupt_requested")
+
+    @router.post(
+        "/abort",
+        response_model=ControlResponse,
+        tags=["control"],
+        summary="Cancel the live run now",
+    )
+    async def abort(body: ControlRequest) -> ControlResponse:
+        ctx.check_ids(session_id=body.session_id)
+        run = await _live_run(body.session_id)
+        await helix.abort(body.session_id, reason=body.reason)
+        return ControlResponse(session_id=body.session_id, run_id=run, action="aborted")
+
+    async def _live_run(session_id: str) -> str:
+        run = await helix.get_current_run(session_id)
+        if run is None:
+            raise RunNotActiveError(f"Session '{session_id}' has no run in progress")
+        return run.run_id
+
+    @router.post(
+        "/submit-tool-result",
+        response_model=SubmitToolResultResponse,
+        tags=["control"],
+        summary="Answer a pending tool call (approval, client tool result, human input)",
+    )
+    async def submit_tool_result(body: SubmitToolResultRequest) -> SubmitToolResultResponse:
+        ctx.check_ids(session_id=body.session_id, tool_call_id=body.tool_call_id)
+        sid, tcid = body.session_id, body.tool_call_id
+        if body.kind == "client-tool-result":
+            ctx.check_result_size("result", body.result if body.error is None else body.error)
+            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
+        elif body.kind == "approval-response":
+            ctx.check_result_size("reason", body.reason)
+            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
+        else:
+            ctx.check_result_size("human_input", body.human_input)
+            await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
+        return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
+
+    return router

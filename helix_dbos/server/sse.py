@@ -1,0 +1,86 @@
+"""Server-Sent Events over `helix.stream`.
+
+Each chunk is one event: `id: <seq>` (so a reconnecting EventSource sends it back
+as Last-Event-ID), `event: <type>`, `data: <chunk JSON>`. Comments keep idle
+connections alive through proxies. When the stream ends (the run reached a
+terminal chunk, or the session has nothing live), an `end` event tells clients
+not to reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from helix_dbos.runtime.context import logger
+from helix_dbos.streaming.chunks import StreamChunk
+
+RETRY_MS = 3000
+_END = object()
+
+
+def format_chunk(chunk: StreamChunk) -> str:
+    data = json.dumps(chunk.model_dump(mode="json"), separators=(",", ":"))
+    return f"id: {chunk.seq}\nevent: {chunk.type}\ndata: {data}\n\n"
+
+
+def format_event(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def parse_last_event_id(value: str | None) -> int | None:
+    """The seq a reconnecting client saw last; None when absent, ValueError when malformed."""
+    if value is None or value.strip() == "":
+        return None
+    seq = int(value.strip())
+    if seq < 0:
+        raise ValueError("negative")
+    return seq
+
+
+async def event_stream(
+    chunks: AsyncIterator[StreamChunk], *, keepalive_seconds: float
+) -> AsyncIterator[str]:
+    """SSE text for `chunks`, with keep-alive comments while no chunk arrives.
+
+    The chunk iterator runs in its own task feeding a queue, so waiting for the
+    next chunk can time out into a keep-alive without cancelling the reader.
+    """
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+
+    async def pump() -> None:
+        try:
+            async for chunk in chunks:
+                await queue.put(format_chunk(chunk))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream broke: tell the client, then end
+            logger.warning("helix SSE stream failed: %s", exc)
+            await queue.put(format_event("error", {"error": str(exc)}))
+        await queue.put(_END)
+
+    task = asyncio.create_task(pump())
+    getter: asyncio.Future[Any] | None = None
+    try:
+        yield f"retry: {RETRY_MS}\n: connected\n\n"
+        while True:
+            if getter is None:
+                getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter}, timeout=keepalive_seconds)
+            if not done:
+                yield ": keep-alive\n\n"
+                continue
+            item, getter = getter.result(), None
+            if item is _END:
+                break
+            yield item
+        yield format_event("end", {})
+    finally:
+        for pending in (getter, task):
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pending
