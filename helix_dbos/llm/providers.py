@@ -1,6 +1,6 @@
 """Resolve `provider:model` names to adapters.
 
-Model names carry their provider (`anthropic:claude-sonnet-4-5`,
+Model names carry their provider (`anthropic:claude-sonnet-4-6`,
 `openai:gpt-4o`). The registry maps a prefix to a factory so tests and users
 can plug in their own providers; the built-in factories import their SDK only
 when used, so resolving stays cheap.
@@ -47,7 +47,7 @@ def resolve_adapter(model: str, **kwargs: Any) -> LLMAdapter:
         known = ", ".join(known_providers())
         raise ValueError(
             f"Unknown LLM provider in model {model!r}: expected 'provider:model' with provider "
-            f"one of: {known} (e.g. 'anthropic:claude-sonnet-4-5', 'openai:gpt-4o')"
+            f"one of: {known} (e.g. 'anthropic:claude-sonnet-4-6', 'openai:gpt-4o')"
         )
     if not name:
         raise ValueError(f"Model {model!r} names no model after '{provider}:'")

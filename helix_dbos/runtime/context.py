@@ -80,7 +80,13 @@ class Runtime:
             raise AgentNotRegisteredError(name, list(self.agents)) from None
 
     def adapter_for(self, agent: Agent) -> LLMAdapter:
-        if self.llm_override is not None:
+        """`HelixDBOS(llm=...)` serves the `mock` model; `provider:model` goes to its provider."""
+        if agent.llm.provider == "mock":
+            if self.llm_override is None:
+                raise ValueError(
+                    f"Agent '{agent.name}' uses model 'mock': pass HelixDBOS(llm=MockLLM(...)) "
+                    "or give it a real model such as 'anthropic:claude-sonnet-4-6'"
+                )
             return self.llm_override
         return self._adapter_factory(agent)
 

@@ -1,0 +1,239 @@
+"""The real runtime driving the real provider adapters through their official SDKs.
+
+Only HTTP is replaced (an SDK mock transport serving the providers' documented
+SSE bodies). The runtime always streams, so these runs take the streaming path:
+text deltas become stream chunks while the recorded step result stays whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from helpers import sql
+from wire import (
+    ANTHROPIC_MODEL,
+    OPENAI_MODEL,
+    Recorder,
+    anthropic_sse,
+    anthropic_stream_thinking_text_tool,
+    openai_sse,
+    openai_stream_text_and_tool,
+)
+
+from helix_dbos import LLMConfig, tool
+from helix_dbos.llm.anthropic import AnthropicAdapter
+from helix_dbos.llm.openai import OpenAIAdapter
+from helix_dbos.llm.providers import register_provider, unregister_provider
+
+
+@tool
+def get_weather(city: str, days: int = 1) -> dict:
+    """Weather forecast for a city."""
+    return {"city": city, "days": days, "forecast": "sunny"}
+
+
+def openai_text_stream(text: str) -> bytes:
+    base = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": OPENAI_MODEL,
+    }
+    return openai_sse(
+        [
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": text},
+                        "finish_reason": None,
+                    }
+                ],
+            },
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {
+                **base,
+                "choices": [],
+                "usage": {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125},
+            },
+        ]
+    )
+
+
+def anthropic_text_stream(text: str) -> bytes:
+    return anthropic_sse(
+        [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_2",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": ANTHROPIC_MODEL,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 150, "output_tokens": 1},
+                },
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 6},
+            },
+            {"type": "message_stop"},
+        ]
+    )
+
+
+@pytest.fixture
+def wire_provider() -> Iterator[dict[str, Any]]:
+    """Registers `openai-wire:` and `anthropic-wire:` providers backed by mock transports."""
+    state: dict[str, Any] = {}
+
+    def openai_factory(model: str, **_: Any) -> OpenAIAdapter:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(state["openai"].handle))
+        return OpenAIAdapter(model, api_key="sk-test", http_client=client)
+
+    def anthropic_factory(model: str, **_: Any) -> AnthropicAdapter:
+        client = httpx2.AsyncClient(transport=httpx2.MockTransport(state["anthropic"].handle))
+        return AnthropicAdapter(model, api_key="sk-ant-test", http_client=client)
+
+    register_provider("openai-wire", openai_factory)
+    register_provider("anthropic-wire", anthropic_factory)
+    yield state
+    unregister_provider("openai-wire")
+    unregister_provider("anthropic-wire")
+
+
+async def test_openai_streamed_tool_call_runs_durably(
+    helix, make_agent, wire_provider, database_url
+):
+    recorder = Recorder(
+        httpx, (200, openai_stream_text_and_tool()), (200, openai_text_stream("Sunny for 3 days."))
+    )
+    wire_provider["openai"] = recorder
+    agent = make_agent(tools=[get_weather], llm=LLMConfig(model="openai-wire:gpt-4o"))
+    handle = await helix.execute(agent, "Weather in Paris?")
+    result = await handle.result()
+
+    assert result.status == "completed" and result.output == "Sunny for 3 days."
+    messages = await helix.get_messages(result.session_id)
+    assert messages[1].content == "Checking the weather."
+    assert [(c.id, c.name, c.arguments) for c in messages[1].tool_calls] == [
+        ("call_stream", "get_weather", {"city": "Paris", "days": 3})
+    ]
+    assert json.loads(messages[2].content)["forecast"] == "sunny"
+    second = recorder.bodies[1]
+    assert second["stream"] is True and second["stream_options"] == {"include_usage": True}
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_stream",
+        "content": messages[2].content,
+    }
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    deltas = sql(
+        database_url,
+        "SELECT payload->>'delta' FROM helix.stream_chunks WHERE run_id = %s AND type = 'text_delta' ORDER BY seq",
+        handle.run_id,
+    )
+    assert "".join(d for (d,) in deltas) == "Checking the weather.Sunny for 3 days."
+    usage = sql(
+        database_url,
+        "SELECT model, input_tokens, output_tokens, cache_read_tokens FROM helix.usage WHERE run_id = %s AND kind = 'llm' ORDER BY step",
+        handle.run_id,
+    )
+    assert usage[0] == (OPENAI_MODEL, 82, 17, 64)
+
+
+async def test_anthropic_thinking_is_kept_and_sent_back(
+    helix, make_agent, wire_provider, database_url
+):
+    recorder = Recorder(
+        httpx2,
+        (200, anthropic_stream_thinking_text_tool()),
+        (200, anthropic_text_stream("It will be sunny.")),
+    )
+    wire_provider["anthropic"] = recorder
+    agent = make_agent(
+        tools=[get_weather],
+        llm=LLMConfig(
+            model="anthropic-wire:claude-sonnet-4-5",
+            provider_options={"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        ),
+    )
+    result = await (await helix.execute(agent, "Weather in Paris?")).result()
+
+    assert result.status == "completed" and result.output == "It will be sunny."
+    assistant = (await helix.get_messages(result.session_id))[1]
+    assert (
+        assistant.thinking[0].text == "Need the weather in Paris."
+        and assistant.thinking[0].signature == "EqQBCgIYAhIMsig"
+    )
+    second = recorder.bodies[1]
+    sent_back = second["messages"][1]["content"]
+    assert sent_back[0] == {
+        "type": "thinking",
+        "thinking": "Need the weather in Paris.",
+        "signature": "EqQBCgIYAhIMsig",
+    }
+    assert sent_back[-1]["type"] == "tool_use" and sent_back[-1]["input"] == {
+        "city": "Paris",
+        "days": 3,
+    }
+    assert second["messages"][2]["content"][0]["type"] == "tool_result"
+    assert second["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    chunks = sql(
+        database_url,
+        "SELECT type FROM helix.stream_chunks WHERE run_id = %s AND type IN ('thinking', 'text_delta') ORDER BY seq",
+        result.run_id,
+    )
+    assert ("thinking",) in chunks and ("text_delta",) in chunks
+
+
+async def test_a_provider_rate_limit_is_retried_as_a_dbos_step_retry(
+    helix, make_agent, wire_provider, database_url
+):
+    rate_limited = (429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}})
+    recorder = Recorder(httpx, rate_limited, (200, openai_text_stream("after the retry")))
+    wire_provider["openai"] = recorder
+    agent = make_agent(llm=LLMConfig(model="openai-wire:gpt-4o"))
+    result = await (await helix.execute(agent, "hi")).result()
+    assert result.status == "completed" and result.output == "after the retry"
+    assert len(recorder.requests) == 2, "one SDK attempt per DBOS step attempt"
+
+
+async def test_a_provider_400_fails_the_run_with_the_providers_message(
+    helix, make_agent, wire_provider
+):
+    bad = (
+        400,
+        {
+            "error": {
+                "message": "Invalid schema for function 'get_weather'",
+                "type": "invalid_request_error",
+            }
+        },
+    )
+    wire_provider["openai"] = Recorder(httpx, bad)
+    agent = make_agent(tools=[get_weather], llm=LLMConfig(model="openai-wire:gpt-4o"))
+    result = await (await helix.execute(agent, "hi")).result()
+    assert result.status == "failed" and "Invalid schema for function 'get_weather'" in result.error
+    assert len(wire_provider["openai"].requests) == 1, "a 4xx other than 429 is not retried"
