@@ -1,6 +1,6 @@
 """A real helix_dbos process for crash tests: started, SIGKILLed, relaunched.
 
-usage: crash_app.py start|recover DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
+usage: crash_app.py start|recover|run DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
 
 The LLM is a function of the transcript, so the relaunched process answers
 exactly as the killed one would have. Every tool execution and LLM call is
@@ -53,7 +53,13 @@ def record_a(value: str) -> str:
 async def slow_b(value: str) -> str:
     """Blocks in the first life so the test can kill the process mid-call."""
     mark("slow_b.log", value)
-    if first_life():
+    if scenario == "restart":  # the test restarts PostgreSQL while this call is in flight
+        mark("in_slow_b")
+        for _ in range(1200):
+            if (markers / "release").exists():
+                break
+            await asyncio.sleep(0.05)
+    elif first_life():
         mark("in_slow_b")
         await asyncio.sleep(3600)
     return f"b:{value}"
@@ -92,6 +98,8 @@ def respond(request: LLMRequest) -> dict:
                 ("p3", "fast", {"i": 3}),
             ]
         ]
+    elif scenario == "restart":
+        plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "approval":
         plan = [[("g1", "guarded_delete", {"path": "/data/old"})]]
     else:  # commit
@@ -128,7 +136,15 @@ helix.launch()
 
 
 async def main() -> None:
-    if mode == "start":
+    if mode == "run":
+        handle = await helix.execute(agent, f"scenario {scenario}")
+        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+        result = await handle.result()
+        print(
+            json.dumps({"status": result.status, "output": result.output, "error": result.error}),
+            flush=True,
+        )
+    elif mode == "start":
         handle = await helix.execute(agent, f"scenario {scenario}")
         print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
         await asyncio.sleep(3600)  # killed by the test (or by itself) before this ends

@@ -214,3 +214,41 @@ def test_kill_while_waiting_for_approval_then_approve_after_relaunch(database_ur
         ("approved",)
     ]
     assert_transcript_is_clean(database_url, session_id, run_id)
+
+
+def test_a_database_restart_mid_run_loses_nothing(tmp_path):
+    """PostgreSQL restarts while a tool runs; the run reconnects and completes in the same process."""
+    pgserver = pytest.importorskip("pgserver")
+    from pgserver._commands import pg_ctl
+
+    server = pgserver.get_server(tmp_path / "pg", cleanup_mode=None)
+    database_url = server.get_uri()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    try:
+        proc = spawn("run", database_url, f"restart-{uuid.uuid4().hex[:6]}", "restart", markers)
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())
+        wait_for(lambda: (markers / "in_slow_b").exists())
+        booted = sql(database_url, "SELECT pg_postmaster_start_time()")
+        pg_ctl(
+            ["-w", "restart", "-m", "fast"],
+            pgdata=server.pgdata,
+            user=server.system_user,
+            timeout=60,
+        )
+        assert sql(database_url, "SELECT pg_postmaster_start_time()") != booted
+        (markers / "release").touch()
+        out, _ = proc.communicate(timeout=120)
+        outcome = json.loads(out.strip().splitlines()[-1])
+
+        assert outcome["status"] == "completed", outcome
+        assert lines(markers, "record_a.log") == ["one"] and lines(markers, "slow_b.log") == ["two"]
+        assert_transcript_is_clean(database_url, started["session_id"], started["run_id"])
+    finally:
+        pg_ctl(
+            ["-w", "stop", "-m", "immediate"],
+            pgdata=server.pgdata,
+            user=server.system_user,
+            timeout=60,
+        )

@@ -87,7 +87,10 @@ class HelixDBOS:
         )
         self._configure_dbos(app_name, executor_id)
         engine = create_async_engine(
-            sqlalchemy_url(self.database_url), pool_size=pool_size, max_overflow=pool_size
+            sqlalchemy_url(self.database_url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,  # a restarted database leaves dead pooled connections behind
         )
         self._engine = engine
         self.runtime = Runtime(

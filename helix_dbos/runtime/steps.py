@@ -13,6 +13,7 @@ from typing import Any
 from dbos import DBOS
 from pydantic_core import to_jsonable_python
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
@@ -195,7 +196,12 @@ def run_terminating(agent: Agent, options: dict[str, Any] | None) -> Terminating
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
-    return isinstance(exc, LLMProviderError) and exc.retryable
+    """Provider rate limits and 5xx, and a lost database connection (the server restarted)."""
+    if isinstance(exc, LLMProviderError):
+        return exc.retryable
+    return isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 async def tool_step(
