@@ -124,6 +124,16 @@ if scenario == "commit" and first_life():
 
     workflow.commit_step = crashing_commit  # type: ignore[assignment]
 
+if os.environ.get("HELIX_CODE_EDIT"):
+    # A code edit between the crash and the relaunch: with DBOS's default (a hash of the
+    # workflow source) this process would get a new version and leave the old run alone.
+    from dbos import DBOS
+
+    @DBOS.workflow(name="added_after_the_crash")
+    async def added_after_the_crash() -> str:
+        return "new code"
+
+
 agent = Agent("crash_agent", tools=[record_a, slow_b, fast, guarded_delete], output_schema=Report)
 helix = HelixDBOS(
     [agent],

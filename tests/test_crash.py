@@ -24,13 +24,20 @@ pytestmark = pytest.mark.crash
 
 
 def spawn(
-    mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str
+    mode: str,
+    database_url: str,
+    executor: str,
+    scenario: str,
+    markers: Path,
+    *extra: str,
+    env: dict | None = None,
 ) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -58,8 +65,15 @@ def start_run(
     return proc, executor, started["run_id"], started["session_id"]
 
 
-def relaunch(database_url: str, executor: str, scenario: str, markers: Path, run_id: str) -> dict:
-    proc = spawn("recover", database_url, executor, scenario, markers, run_id)
+def relaunch(
+    database_url: str,
+    executor: str,
+    scenario: str,
+    markers: Path,
+    run_id: str,
+    env: dict | None = None,
+) -> dict:
+    proc = spawn("recover", database_url, executor, scenario, markers, run_id, env=env)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     return json.loads(out.strip().splitlines()[-1])
@@ -96,7 +110,10 @@ def test_kill_during_a_tool_call(database_url, tmp_path):
     sigkill(proc)
     assert lines(tmp_path, "record_a.log") == ["one"]
 
-    outcome = relaunch(database_url, executor, "tool", tmp_path, run_id)
+    # The relaunched process runs edited code; the explicit application version still matches.
+    outcome = relaunch(
+        database_url, executor, "tool", tmp_path, run_id, env={"HELIX_CODE_EDIT": "1"}
+    )
 
     assert outcome["status"] == "completed", outcome
     assert outcome["output"] == {"summary": "2 results"}
