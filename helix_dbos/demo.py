@@ -89,7 +89,7 @@ def choose_model() -> str | None:
     if os.environ.get("HELIX_MODEL"):
         return os.environ["HELIX_MODEL"]
     if os.environ.get("ANTHROPIC_API_KEY"):
-        return "anthropic:claude-sonnet-4-5"
+        return "anthropic:claude-sonnet-4-6"
     if os.environ.get("OPENAI_API_KEY"):
         return "openai:gpt-4o"
     return None

@@ -278,15 +278,16 @@ class AgentLoop:
             )
 
     def _apply_nudges(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
-        mode = self.agent.completion
+        mode = self.mode
+        limit, custom = self.agent.max_consecutive_nudges, self.agent.nudge_message
+        if self.terminating is not None:
+            limit, custom = self.terminating.consecutive_nudges, self.terminating.nudge_message
         if plan.needs_completion_nudge:
             self.nudges += 1
-            if self.nudges > self.agent.max_consecutive_nudges:
+            if self.nudges > limit:
                 commit.status, commit.error = "failed", MAX_NUDGES_ERROR
             else:
-                commit.messages.append(
-                    Message(role="user", content=completion_nudge(mode, self.agent.nudge_message))
-                )
+                commit.messages.append(Message(role="user", content=completion_nudge(mode, custom)))
         elif plan.pending_tool_calls or plan.finish_call_ids:
             self.nudges = 0
         if plan.needs_max_tokens_correction:
