@@ -13,17 +13,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from dbos import DBOS, SetWorkflowID
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.tool import Tool
-from helix_dbos.errors import ToolDefinitionError
+from helix_dbos.errors import StateUpdateError, ToolDefinitionError
 from helix_dbos.runtime.context import current_runtime
 
 DEFAULT_RESULT_KEY = "@agentResult"
@@ -36,6 +37,62 @@ _DONE = {
 }
 
 
+# Explicit input models (not signatures): the documented fields, defaults and bounds
+# (confidence 0-1, timeout_ms > 0, ttl_seconds > 0, urgency low|medium|high) are part of the
+# schema the model sees and are validated before the tool runs; a violation is a tool error.
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CompleteInput(_Input):
+    answer: str = Field(description="The final answer or result")
+    confidence: float = Field(1.0, ge=0, le=1, description="Confidence score 0-1 (default: 1.0)")
+    summary: str | None = Field(None, description="Brief summary of work performed")
+
+
+class RunWorkflowInput(_Input):
+    workflow_id: str | None = Field(
+        None, description="ID of the workflow to run (or give workflow_name)"
+    )
+    workflow_name: str | None = Field(
+        None, description="Name of the workflow (alternative to workflow_id)"
+    )
+    input: dict[str, Any] = Field(description="Input payload for the workflow")
+    wait: bool = Field(True, description="Wait for completion (default: true)")
+    timeout_ms: int = Field(60000, gt=0, description="Timeout in milliseconds (default: 60000)")
+
+
+class PauseForHumanInput(_Input):
+    question: str = Field(description="Question for the human reviewer")
+    options: list[str] | None = Field(None, description="List of choices to present")
+    context_summary: str | None = Field(None, description="Summary of work done so far")
+    urgency: Literal["low", "medium", "high"] | None = Field(
+        None, description='"low", "medium", or "high"'
+    )
+
+
+class StoreMemoryInput(_Input):
+    key: str = Field(description="Storage key")
+    value: Any = Field(description="Value to store (string, number, object, array)")
+    ttl_seconds: float | None = Field(
+        None, gt=0, description="Time-to-live before automatic expiration"
+    )
+
+
+class RetrieveMemoryInput(_Input):
+    key: str = Field(description="Storage key to retrieve")
+
+
+class LogProgressInput(_Input):
+    message: str = Field(description="Progress description")
+    milestone: str | None = Field(None, description="Named milestone identifier")
+    data: dict[str, Any] | None = Field(
+        None, description="Structured data associated with the milestone"
+    )
+
+
 def _builtin(tool: Tool) -> Tool:
     tool.builtin = True
     return tool
@@ -45,13 +102,12 @@ def complete_tool(result_key: str = DEFAULT_RESULT_KEY) -> Tool:
     """`__complete__(answer, confidence=1.0, summary=None)`: finish with the final answer."""
 
     def complete(
-        answer: str,
-        ctx: ToolContext,
-        confidence: Annotated[float, Field(ge=0, le=1, description="Confidence score 0-1")] = 1.0,
-        summary: str | None = None,
+        answer: str, ctx: ToolContext, confidence: float = 1.0, summary: str | None = None
     ) -> dict[str, Any]:
         result = {"answer": answer, "confidence": confidence, "summary": summary}
-        ctx.update_state({result_key: result})
+        # A state_schema without room for the key keeps its state; the output still carries it.
+        with contextlib.suppress(StateUpdateError):
+            ctx.update_state({result_key: result})
         return result
 
     return _builtin(
@@ -59,6 +115,7 @@ def complete_tool(result_key: str = DEFAULT_RESULT_KEY) -> Tool:
             "__complete__",
             complete,
             description="Signal that the task is finished and give the final answer.",
+            input_model=CompleteInput,
             finish_with=True,
             finish_with_transform=lambda result: {result_key: result},
         )
@@ -79,7 +136,7 @@ def run_workflow_tool(workflows: dict[str, Callable[..., Any] | str] | None = No
         workflow_id: str | None = None,
         workflow_name: str | None = None,
         wait: bool = True,
-        timeout_ms: Annotated[int, Field(gt=0)] = 60000,
+        timeout_ms: int = 60000,
     ) -> dict[str, Any]:
         if not workflow_id and not workflow_name:
             raise ValueError("Either workflow_id or workflow_name is required")
@@ -125,6 +182,7 @@ def run_workflow_tool(workflows: dict[str, Callable[..., Any] | str] | None = No
             "__run_workflow__",
             run_workflow,
             description="Trigger another workflow with an input payload; wait for its result or not.",
+            input_model=RunWorkflowInput,
             runs_in_workflow=True,
         )
     )
@@ -163,6 +221,7 @@ def pause_for_human_tool() -> Tool:
             "__pause_for_human__",
             pause_for_human,
             description="Pause and ask a human reviewer a question; their answer comes back as the result.",
+            input_model=PauseForHumanInput,
             human_input=True,
         )
     )
@@ -175,7 +234,7 @@ def store_memory_tool() -> Tool:
         key: str,
         value: Any,
         ctx: ToolContext,
-        ttl_seconds: Annotated[float, Field(gt=0)] | None = None,
+        ttl_seconds: float | None = None,
     ) -> dict[str, Any]:
         async with current_runtime().engine.begin() as conn:
             await conn.execute(
@@ -195,6 +254,7 @@ def store_memory_tool() -> Tool:
             "__store_memory__",
             store_memory,
             description="Save a value under a key for later in this run.",
+            input_model=StoreMemoryInput,
         )
     )
 
@@ -223,6 +283,7 @@ def retrieve_memory_tool() -> Tool:
             "__retrieve_memory__",
             retrieve_memory,
             description="Recall a value stored earlier in this run.",
+            input_model=RetrieveMemoryInput,
         )
     )
 
@@ -260,6 +321,7 @@ def log_progress_tool() -> Tool:
             "__log_progress__",
             log_progress,
             description="Record a progress milestone for observability.",
+            input_model=LogProgressInput,
         )
     )
 

@@ -289,3 +289,17 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
         result.session_id,
     )
     assert rows == [("m-test", 1, 11, 7, 3, 2)]
+
+
+async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(helix, make_agent, mock_llm, monkeypatch):
+    from helix_dbos.runtime.workflow import AgentLoop
+
+    async def broken(self, step, llm):
+        raise RuntimeError("a bug in the loop")
+
+    monkeypatch.setattr(AgentLoop, "_process", broken)
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "never seen"}, agent=agent.name)
+    result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)
+    assert result.status == "failed" and result.error == "Internal error: RuntimeError: a bug in the loop"
+    assert (await helix.get_session(result.session_id)).status == "failed"

@@ -122,6 +122,8 @@ class Agent:
         self.terminating = terminating
         self.tools = [_resolve_tool(t) for t in self.tools]
         self._check_tools()
+        if terminating is not None:
+            self.check_terminating(terminating)
         if (
             any(getattr(t, "builtin", False) for t in self.tools)
             and not self.completion.requires_tool
@@ -158,6 +160,16 @@ class Agent:
     @property
     def finish_with_tools(self) -> list[Tool]:
         return [t for t in self.tools if t.finish_with]
+
+    def check_terminating(self, terminating: TerminatingConfig) -> None:
+        """Every terminating tool id must name one of this agent's tools."""
+        names = {t.name for t in self.tools}
+        missing = [tool_id for tool_id in terminating.tool_ids if tool_id not in names]
+        if missing:
+            raise AgentDefinitionError(
+                f"Agent '{self.name}' has no tool {', '.join(repr(m) for m in missing)} "
+                f"named in terminating_config (its tools: {', '.join(sorted(names)) or 'none'})"
+            )
 
     def completion_for(self, terminating: TerminatingConfig | None) -> CompletionMode:
         """The completion rules of a run: terminating tools override the agent's own."""

@@ -9,7 +9,9 @@ here, at definition time, not when a run first meets them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, get_type_hints, overload
 
@@ -196,10 +198,20 @@ def _context_parameter(function: Callable[..., Any]) -> str | None:
 
 
 def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """Resolved annotations, `Annotated` constraints kept.
+
+    `@tool` records the namespace it was applied in, so names imported inside an
+    enclosing function still resolve under `from __future__ import annotations`.
+    A hint that cannot be resolved is an error, never a silent `Any`.
+    """
+    localns = getattr(function, "__helix_localns__", None)
     try:
-        return get_type_hints(function)
-    except Exception:
-        return {}
+        return get_type_hints(function, localns=localns, include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"Cannot resolve the type hints of '{getattr(function, '__name__', function)}': {exc}; "
+            "import the names it uses at module level, or pass input_model="
+        ) from exc
 
 
 def _model_from_signature(
@@ -274,7 +286,11 @@ def tool(
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (`@tool`) or with options (`@tool(...)`)."""
 
+    caller_locals = sys._getframe(1).f_locals  # where @tool was applied (as pydantic does)
+
     def wrap(fn: Callable[..., Any]) -> Tool:
+        with contextlib.suppress(AttributeError, TypeError):
+            fn.__helix_localns__ = dict(caller_locals)  # type: ignore[attr-defined]
         return Tool(
             name or fn.__name__,
             fn,

@@ -32,12 +32,22 @@ def response_text(output: Any) -> str:
 
 
 def generated_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """A run's transcript in seed 004's `generated_messages` shape."""
+    """A run's transcript in seed 004's `generated_messages` shape.
+
+    A user message that comes after the run's first model reply was injected by the
+    runtime (a nudge, a max_tokens correction), not written by a human: it is
+    `{"sender": "system", ...}`.
+    """
     out: list[dict[str, Any]] = []
+    replied = False
     for m in messages:
         if m.role == "user":
-            out.append({"sender": "human", "message": m.content or ""})
+            sender = "system" if replied else "human"
+            out.append({"sender": sender, "message": m.content or ""})
+        elif m.role == "system":
+            out.append({"sender": "system", "message": m.content or ""})
         elif m.role == "assistant":
+            replied = True
             if m.content:
                 out.append({"sender": "ai", "message": m.content})
             out.extend(

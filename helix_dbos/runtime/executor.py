@@ -166,6 +166,8 @@ class HelixDBOS:
         definition = self._agent(agent)
         initial_state = definition.initial_state(state) if state is not None else None
         messages = [Message(role="user", content=input)] if input is not None else []
+        if terminating is not None:
+            definition.check_terminating(terminating)
         options = {"terminating": terminating.to_dict()} if terminating is not None else {}
         return await self._open_and_start(definition, session_id, messages, initial_state, options)
 
@@ -471,6 +473,9 @@ class HelixDBOS:
             run = await self.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return run
+            status = await DBOS.get_workflow_status_async(run.workflow_id)
+            if status is not None and status.status in _DBOS_TERMINAL:
+                return run  # the workflow ended without closing its row (it crashed)
             await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
 
     async def _stream_finished(self, session_id: str, run_id: str | None) -> bool:

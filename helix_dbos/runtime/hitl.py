@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import HookContext, MessageEvent, RunEvent, ToolEvent
+from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
@@ -103,6 +104,10 @@ async def evaluate_gates(
         if tool is None:
             continue
         if tool.human_input:
+            try:
+                tool.validate_arguments(call.arguments)
+            except ToolArgumentsError:
+                continue  # runs as a plain call, which returns the argument error to the model
             gated[call.id] = "human_input"
         elif tool.execute == "client":
             gated[call.id] = "client"

@@ -164,6 +164,7 @@ class AgentLoop:
         self.mode = agent.completion_for(self.terminating)
         self.max_steps = self.terminating.max_invocations if self.terminating else agent.max_steps
         self._outcomes: dict[str, dict[str, Any]] = {}
+        self.steps_taken = 0
         self.nudges = 0
         self.output_retries = 0
         self.max_tokens_fixes = 0
@@ -172,6 +173,7 @@ class AgentLoop:
         step = 0
         while True:
             step += 1
+            self.steps_taken = step - 1
             if step > self.max_steps:
                 error = (
                     MAX_INVOCATIONS_ERROR
@@ -338,20 +340,27 @@ class AgentLoop:
         }
         plain = [c for c in regular if c.id not in gated and c.id not in in_workflow]
         if in_order:
+            # A terminating call in the batch: every call, whatever its kind, runs one by one.
             new_state = state
-            for call in plain:
-                new_state = await self._run_parallel(step, [call], new_state, new_state, outcomes)
+            for call in regular:
+                if call.id in gated:
+                    new_state = await self._run_gated(
+                        step, [call], gated, new_state, commit, outcomes
+                    )
+                elif call.id in in_workflow:
+                    new_state = await self._run_workflow_tool(step, call, new_state, outcomes)
+                else:
+                    new_state = await self._run_parallel(
+                        step, [call], new_state, new_state, outcomes
+                    )
         else:
             new_state = await self._run_parallel(step, plain, state, state, outcomes)
-        for call in [c for c in regular if c.id in in_workflow]:
-            out = await self._workflow_tool(step, call, new_state)
-            outcomes[call.id] = out
-            if out["state"] is not None:
-                new_state = out["state"]
-        if gated:
-            new_state = await self._run_gated(
-                step, [c for c in regular if c.id in gated], gated, new_state, commit, outcomes
-            )
+            for call in [c for c in regular if c.id in in_workflow]:
+                new_state = await self._run_workflow_tool(step, call, new_state, outcomes)
+            if gated:
+                new_state = await self._run_gated(
+                    step, [c for c in regular if c.id in gated], gated, new_state, commit, outcomes
+                )
         winner: ToolCall | None = None
         for call in finishers:
             if winner is not None or commit.status == "failed":
@@ -397,6 +406,13 @@ class AgentLoop:
             end.update({"result": out["content"]} if out["success"] else {"error": out["error"]})
             commit.events.append((f"{self.run_id}:{step}:{call.id}:end", "tool_end", end))
         return new_state
+
+    async def _run_workflow_tool(
+        self, step: int, call: ToolCall, state: dict[str, Any], outcomes: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        out = await self._workflow_tool(step, call, state)
+        outcomes[call.id] = out
+        return out["state"] if out["state"] is not None else state
 
     async def _workflow_tool(
         self, step: int, call: ToolCall, state: dict[str, Any]
@@ -666,4 +682,10 @@ async def agent_run_workflow(
     run_id: str, session_id: str, agent_name: str, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     rt = current_runtime()
-    return await AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options).run()
+    loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
+    try:
+        return await loop.run()
+    except Exception as exc:  # a bug must not leave the run `running` forever
+        logger.exception("Agent run %s failed with an unexpected error", run_id)
+        error = f"Internal error: {type(exc).__name__}: {exc}"
+        return await loop._finish_without_step(loop.steps_taken, "failed", error=error)

@@ -175,7 +175,7 @@ async def test_anthropic_thinking_is_kept_and_sent_back(
     agent = make_agent(
         tools=[get_weather],
         llm=LLMConfig(
-            model="anthropic-wire:claude-sonnet-4-5",
+            model="anthropic-wire:claude-sonnet-4-6",
             provider_options={"thinking": {"type": "enabled", "budget_tokens": 1024}},
         ),
     )

@@ -1,0 +1,398 @@
+"""Many runs waiting for approval at once in one process: memory, threads, drain time.
+
+One process, one fresh database:
+
+1. Start N agent runs (default 1,000; `helix.execute` with bounded concurrency) whose
+   first model reply calls a `require_approval=True` tool, and wait until
+   `helix.runs` shows N runs `waiting` (each parked in `DBOS.recv_async`).
+2. Measure resident memory (VmRSS) and threads before and while they wait, and the
+   process's CPU use over an idle window while they wait.
+3. Approve all N (`helix.approve`, bounded concurrency) and time until all N runs
+   are `completed`.
+
+usage: .venv/bin/python benchmarks/bench_waiting_runs.py [--runs N] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from bench_agent_loop import fresh_database, server_url
+
+import helix_dbos
+from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
+from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.store.database import libpq_url, redact_url
+
+AGENT_NAME = "bench_waiter"
+TOOL_CALL_ID = "call_1"
+TOOL_RAN: set[str] = set()  # sessions whose gated tool body ran
+
+
+@tool(require_approval=True)
+async def gated(ctx: ToolContext) -> str:
+    """A tool that needs a human's approval."""
+    TOOL_RAN.add(ctx.session_id)
+    return "done"
+
+
+def responder(request: LLMRequest) -> dict[str, Any]:
+    """First call: ask for the gated tool; after its result: answer."""
+    if request.messages and request.messages[-1].role == "tool":
+        return {"type": "text", "content": "ok"}
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": TOOL_CALL_ID, "name": "gated", "arguments": {}}],
+    }
+
+
+# --- process figures ---------------------------------------------------------------
+
+
+def proc_status() -> dict[str, int]:
+    """VmRSS (kB) and Threads from /proc/self/status."""
+    out: dict[str, int] = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "Threads"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+@dataclass
+class Snapshot:
+    rss_mb: float
+    peak_rss_mb: float
+    threads_os: int
+    threads_python: int
+    asyncio_tasks: int
+
+    @classmethod
+    def take(cls) -> Snapshot:
+        gc.collect()
+        st = proc_status()
+        return cls(
+            rss_mb=st["VmRSS"] / 1024,
+            peak_rss_mb=st["VmHWM"] / 1024,
+            threads_os=st["Threads"],
+            threads_python=threading.active_count(),
+            asyncio_tasks=len(asyncio.all_tasks()),
+        )
+
+
+@dataclass
+class ThreadSampler:
+    """Highest OS thread count seen, sampled every 0.2 s while active."""
+
+    peak: int = 0
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        async def sample() -> None:
+            while True:
+                self.peak = max(self.peak, proc_status()["Threads"])
+                await asyncio.sleep(0.2)
+
+        self._task = asyncio.get_running_loop().create_task(sample())
+
+    async def stop(self) -> int:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+        return self.peak
+
+
+@contextmanager
+def profiled(prefix: str | None, phase: str) -> Iterator[None]:
+    """With --pyinstrument PREFIX: sample the event-loop thread during `phase` into
+    PREFIX-phase.txt (async_mode off: every task's time, where the loop thread spends it)."""
+    if not prefix:
+        yield
+        return
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.001, async_mode="disabled")
+    with profiler:
+        yield
+    path = Path(f"{prefix}-{phase}.txt")
+    path.write_text(profiler.output_text(unicode=False, color=False))
+    print(f"  pyinstrument profile of the {phase} phase: {path}", flush=True)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- the benchmark -----------------------------------------------------------------------
+
+
+class Counter:
+    """Counts runs by status with its own connection (not helix's pool)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def count(self, status: str) -> int:
+        cur = await self.conn.execute(
+            "SELECT count(*) FROM helix.runs WHERE status = %s", (status,)
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def wait_for(
+        self, status: str, target: int, label: str, timeout_s: float, started: float
+    ) -> float:
+        """Poll every 0.25 s (progress every ~5 s) until `target` runs have `status`;
+        returns the seconds since `started`."""
+        deadline = time.monotonic() + timeout_s
+        last_print = 0.0
+        while True:
+            n = await self.count(status)
+            now = time.perf_counter()
+            if n >= target:
+                print(f"  {label}: {n}/{target} after {now - started:.1f} s", flush=True)
+                return now - started
+            if now - last_print >= 5:
+                print(f"  {label}: {n}/{target} after {now - started:.1f} s", flush=True)
+                last_print = now
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {n}/{target} runs reached '{status}' in {timeout_s} s")
+            await asyncio.sleep(0.25)
+
+
+async def bounded(concurrency: int, items: list[Any], func: Any) -> list[Any]:
+    """`func(item)` for each item, at most `concurrency` at a time, results in order."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(item: Any) -> Any:
+        async with semaphore:
+            return await func(item)
+
+    return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+async def warm_up(helix: HelixDBOS, agent: Agent, counter: Counter) -> None:
+    """One run through the whole path, so code, pools and plans are loaded before 'before'."""
+    handle = await helix.execute(agent, "go")
+    await counter.wait_for("waiting", 1, "warm-up waiting", 60, time.perf_counter())
+    await helix.approve(handle.session_id, TOOL_CALL_ID)
+    result = await handle.result()
+    if result.status != "completed":
+        raise RuntimeError(f"warm-up run did not complete: {result}")
+
+
+async def measure(
+    helix: HelixDBOS, agent: Agent, database_url: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    n = args.runs
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as conn:
+        counter = Counter(conn)
+        await warm_up(helix, agent, counter)
+        await asyncio.sleep(1)
+        before = Snapshot.take()
+        sampler = ThreadSampler()
+        sampler.start()
+
+        # 1. start N runs
+        print(f"starting {n} runs (concurrency {args.concurrency})", flush=True)
+        started = time.perf_counter()
+
+        async def start(i: int) -> str:
+            handle = await helix.execute(agent, f"go {i}")
+            if (i + 1) % 200 == 0:
+                print(f"  execute() returned for {i + 1}/{n}", flush=True)
+            return handle.session_id
+
+        async def start_all() -> tuple[list[str], float]:
+            with profiled(args.pyinstrument, "start"):
+                sessions = await bounded(args.concurrency, list(range(n)), start)
+            return sessions, time.perf_counter() - started
+
+        (sessions, executed_s), waiting_s = await asyncio.gather(
+            start_all(), counter.wait_for("waiting", n, "waiting", args.timeout, started)
+        )
+        peak_threads_start = await sampler.stop()
+
+        # 2. while they wait
+        await asyncio.sleep(1)
+        during = Snapshot.take()
+        cpu0, wall0 = cpu_seconds(), time.perf_counter()
+        await asyncio.sleep(args.idle_seconds)
+        idle_cpu = (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
+
+        # 3. approve all, drain
+        print(f"approving {n} runs (concurrency {args.concurrency})", flush=True)
+        sampler = ThreadSampler()
+        sampler.start()
+        TOOL_RAN.clear()
+        approve_start = time.perf_counter()
+
+        async def approve_all() -> float:
+            await bounded(args.concurrency, sessions, lambda sid: helix.approve(sid, TOOL_CALL_ID))
+            return time.perf_counter() - approve_start
+
+        with profiled(args.pyinstrument, "drain"):
+            approved_s, drained_s = await asyncio.gather(
+                approve_all(),
+                counter.wait_for("completed", n + 1, "completed", args.timeout, approve_start),
+            )
+        peak_threads_drain = await sampler.stop()
+        completed = await counter.count("completed") - 1  # minus the warm-up run
+        after = Snapshot.take()
+    if completed != n or len(TOOL_RAN) != n:
+        raise RuntimeError(f"{completed} runs completed and {len(TOOL_RAN)} tools ran, of {n}")
+    return {
+        "runs": n,
+        "concurrency": args.concurrency,
+        "start": {
+            "execute_all_s": executed_s,
+            "all_waiting_s": waiting_s,
+            "runs_per_s": n / waiting_s,
+        },
+        "before": vars(before),
+        "waiting": vars(during),
+        "after_drain": vars(after),
+        "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
+        "threads_peak_while_starting": peak_threads_start,
+        "threads_peak_while_draining": peak_threads_drain,
+        "idle_cpu_cores_while_waiting": idle_cpu,
+        "idle_seconds": args.idle_seconds,
+        "drain": {
+            "approve_calls_s": approved_s,
+            "all_completed_s": drained_s,
+            "runs_per_s": n / drained_s,
+            "completed": completed,
+        },
+    }
+
+
+def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
+    n = r["runs"]
+    b, w, a = r["before"], r["waiting"], r["after_drain"]
+    print(f"\nhelix_dbos waiting runs, database: {kind} ({redact_url(url)})")
+    print(f"code measured: {r['code']}")
+    print(
+        f"cores: {r['cores']}, python {sys.version.split()[0]}, {n} runs, "
+        f"concurrency {r['concurrency']} for execute() and approve()\n"
+    )
+    s, d = r["start"], r["drain"]
+    rows = [
+        ("execute() returned for all runs", f"{s['execute_all_s']:.1f} s", ""),
+        (
+            "all runs waiting (helix.runs)",
+            f"{s['all_waiting_s']:.1f} s",
+            f"{s['runs_per_s']:.0f} runs/s",
+        ),
+        ("approve() calls done", f"{d['approve_calls_s']:.1f} s", ""),
+        ("all runs completed", f"{d['all_completed_s']:.1f} s", f"{d['runs_per_s']:.0f} runs/s"),
+        ("", "", ""),
+        ("", "before", f"{n} waiting"),
+        ("resident memory (VmRSS)", f"{b['rss_mb']:.1f} MB", f"{w['rss_mb']:.1f} MB"),
+        ("threads (/proc/self/status)", f"{b['threads_os']}", f"{w['threads_os']}"),
+        ("threads (threading.active_count)", f"{b['threads_python']}", f"{w['threads_python']}"),
+        ("asyncio tasks", f"{b['asyncio_tasks']}", f"{w['asyncio_tasks']}"),
+    ]
+    for label, v1, v2 in rows:
+        print(f"{label:<36} {v1:>10} {v2:>14}")
+    print(f"\nmemory per waiting run: {r['rss_per_waiting_run_kb']:.1f} kB")
+    print(
+        f"threads: peak {r['threads_peak_while_starting']} while starting, "
+        f"{w['threads_os']} while {n} wait, peak {r['threads_peak_while_draining']} while "
+        f"draining, {a['threads_os']} after"
+    )
+    print(
+        f"CPU while {n} runs wait (idle {r['idle_seconds']:g} s): "
+        f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% of one core"
+    )
+    print(f"after the drain: VmRSS {a['rss_mb']:.1f} MB, peak (VmHWM) {a['peak_rss_mb']:.1f} MB")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    server, kind = server_url(args.database_url)
+    with fresh_database(server) as database_url:
+        agent = Agent(AGENT_NAME, system_prompt="You ask first.", tools=[gated])
+        helix = HelixDBOS(
+            [agent],
+            database_url=database_url,
+            llm=MockLLM(responder),
+            executor_id=f"bench-{uuid.uuid4().hex[:8]}",
+            application_version="helix-bench",
+        )
+        helix.launch()  # on this loop
+        try:
+            figures = await measure(helix, agent, database_url, args)
+        finally:
+            helix.shutdown()
+    result = {
+        "database": kind,
+        "code": str(Path(helix_dbos.__file__).parent),
+        "cores": os.cpu_count(),
+        **figures,
+    }
+    print_report(kind, server, result)
+    print("\n" + json.dumps(_rounded(result)))
+    return result
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--runs", type=int, default=1000, help="runs waiting at once (default 1000)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=20,
+        help="execute()/approve() calls in flight (default 20)",
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=5.0, help="CPU measured over this idle window"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="give up on a phase after this many seconds"
+    )
+    parser.add_argument(
+        "--pyinstrument",
+        metavar="PREFIX",
+        help="also profile the start and drain phases into PREFIX-start.txt, PREFIX-drain.txt",
+    )
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.concurrency < 1:
+        parser.error("--runs and --concurrency must be >= 1")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
