@@ -455,7 +455,10 @@ class HelixDBOS:
                 return
             if len(rows) >= 500:
                 continue
-            if await self._stream_finished(session_id, run_id):
+            # A run's stream ends on its terminal chunk, so a wake-up that brought rows
+            # needs no status query; the check only matters when nothing new arrived.
+            fresh = bool(rows) and run_id is not None
+            if not fresh and await self._stream_finished(session_id, run_id):
                 if not await self._read(
                     repo.load_chunks, session_id, after_seq=last, run_id=run_id
                 ):
