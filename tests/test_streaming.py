@@ -82,6 +82,23 @@ async def test_a_run_streams_its_lifecycle_tools_state_and_output(
         )
         assert c.timestamp is not None and c.step is not None
     assert {c.step for c in chunks if c.type.startswith("tool")} == {1}
+    assert chunks[-1].data.output == "All noted." and by_type["tool_end"].data.success is True
+    assert by_type["state_patch"].data.set == {"last": "hi"}
+
+
+def test_every_chunk_type_has_a_typed_payload():
+    from helix_dbos.streaming import CHUNK_TYPES, PAYLOAD_MODELS
+
+    assert set(PAYLOAD_MODELS) == set(CHUNK_TYPES)
+
+
+async def test_every_chunk_the_runtime_writes_parses_into_its_typed_payload(helix, database_url):
+    rows = sql(database_url, "SELECT type, payload FROM helix.stream_chunks")
+    from helix_dbos.streaming import PAYLOAD_MODELS
+
+    assert rows, "earlier tests in this session wrote chunks"
+    for kind, payload in rows:
+        PAYLOAD_MODELS[kind].model_validate(payload)
 
 
 async def test_live_reader_is_woken_by_notify_not_by_polling(helix, make_agent, mock_llm):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 ChunkType = Literal[
     "text_delta",
@@ -44,6 +44,106 @@ TERMINAL_CHUNK_TYPES: frozenset[str] = frozenset(
 )
 
 
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextDelta(_Payload):
+    delta: str
+
+
+class Thinking(_Payload):
+    text: str
+
+
+class ToolStart(_Payload):
+    tool_call_id: str
+    tool_name: str
+    arguments: Any = None
+
+
+class ToolEnd(_Payload):
+    tool_call_id: str
+    tool_name: str
+    success: bool
+    result: Any = None
+    error: str | None = None
+
+
+class HumanRequest(_Payload):
+    """tool_approval_request, client_tool_request and human_input_request."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any = None
+    deadline: float | None = None
+
+
+class StatePatch(_Payload):
+    set: dict[str, Any]
+    removed: list[str]
+
+
+class Custom(_Payload):
+    event: str
+    data: Any = None
+
+
+class Output(_Payload):
+    output: Any = None
+
+
+class Error(_Payload):
+    error: str | None = None
+
+
+class RunStarted(_Payload):
+    turn: int
+
+
+class RunResumed(_Payload):
+    tool_call_ids: list[str]
+
+
+class RunInterrupted(_Payload):
+    reason: str | None = None
+
+
+ChunkPayload = (
+    TextDelta
+    | Thinking
+    | ToolStart
+    | ToolEnd
+    | HumanRequest
+    | StatePatch
+    | Custom
+    | Output
+    | Error
+    | RunStarted
+    | RunResumed
+    | RunInterrupted
+)
+PAYLOAD_MODELS: dict[str, type[_Payload]] = {
+    "text_delta": TextDelta,
+    "thinking": Thinking,
+    "tool_start": ToolStart,
+    "tool_end": ToolEnd,
+    "tool_approval_request": HumanRequest,
+    "client_tool_request": HumanRequest,
+    "human_input_request": HumanRequest,
+    "state_patch": StatePatch,
+    "custom": Custom,
+    "output": Output,
+    "error": Error,
+    "run_started": RunStarted,
+    "run_resumed": RunResumed,
+    "run_interrupted": RunInterrupted,
+    "run_completed": Output,
+    "run_failed": Error,
+    "run_aborted": Error,
+}
+
+
 class StreamChunk(BaseModel):
     seq: int
     session_id: str
@@ -53,6 +153,11 @@ class StreamChunk(BaseModel):
     type: ChunkType
     payload: dict[str, Any]
     timestamp: datetime
+
+    @property
+    def data(self) -> ChunkPayload:
+        """The payload as its typed model (`payload` stays the plain JSON wire form)."""
+        return PAYLOAD_MODELS[self.type].model_validate(self.payload)  # type: ignore[return-value]
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> StreamChunk:
