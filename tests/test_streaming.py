@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import pytest
 from helpers import sql
 
 from helix_dbos import ToolContext, tool
@@ -195,3 +196,33 @@ async def test_approval_request_and_resume_are_streamed(helix, make_agent, mock_
         request.payload["input"] == {"target": "moon"} and request.payload["tool_name"] == "launch"
     )
     assert types[-1] == "run_completed"
+
+
+async def test_concurrent_readers_of_a_session_share_one_query():
+    from helix_dbos.streaming.reads import SharedChunkReads
+
+    calls: list[tuple] = []
+    gate = asyncio.Event()
+
+    async def loader(session_id, after_seq, run_id):
+        calls.append((session_id, after_seq, run_id))
+        await gate.wait()
+        if session_id == "broken":
+            raise RuntimeError("database gone")
+        return [after_seq]
+
+    reads = SharedChunkReads(loader)
+    same = [asyncio.create_task(reads.load("s", 5, None)) for _ in range(100)]
+    other = asyncio.create_task(reads.load("s", 7, None))
+    failing = [asyncio.create_task(reads.load("broken", 0, None)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    assert [await t for t in same] == [[5]] * 100
+    assert await other == [7]
+    for task in failing:
+        with pytest.raises(RuntimeError, match="database gone"):
+            await task
+    assert sorted(calls) == [("broken", 0, None), ("s", 5, None), ("s", 7, None)]
+    assert await reads.load("s", 5, None) == [5] and len(calls) == 4, (
+        "a finished query is not cached"
+    )

@@ -45,6 +45,7 @@ from helix_dbos.store.database import (
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier
+from helix_dbos.streaming.reads import SharedChunkReads
 
 DEFAULT_APP_VERSION = "helix-1"
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
@@ -104,6 +105,7 @@ class HelixDBOS:
         )
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
+        self._chunk_reads = SharedChunkReads(self._load_chunks)
 
     # --- set-up -------------------------------------------------------------
 
@@ -443,10 +445,11 @@ class HelixDBOS:
         last = after_seq
         while True:
             seen = notifier.version(session_id)
-            rows = await self._read(repo.load_chunks, session_id, after_seq=last, run_id=run_id)
+            rows = await on_target_loop(
+                lambda last=last: self._chunk_reads.load(session_id, last, run_id)
+            )
             ended = False
-            for row in rows:
-                chunk = StreamChunk.from_row(row)
+            for chunk in rows:
                 last = chunk.seq
                 yield chunk
                 if run_id is not None and chunk.type in TERMINAL_CHUNK_TYPES:
@@ -480,6 +483,14 @@ class HelixDBOS:
             if status is not None and status.status in _DBOS_TERMINAL:
                 return run  # the workflow ended without closing its row (it crashed)
             await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
+
+    async def _load_chunks(
+        self, session_id: str, after_seq: int, run_id: str | None
+    ) -> list[StreamChunk]:
+        rows = await self.runtime.read(
+            functools.partial(repo.load_chunks, after_seq=after_seq, run_id=run_id), session_id
+        )
+        return [StreamChunk.from_row(row) for row in rows]
 
     async def _stream_finished(self, session_id: str, run_id: str | None) -> bool:
         if run_id is not None:
