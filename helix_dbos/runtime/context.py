@@ -7,12 +7,15 @@ same agents finds them again by name.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
@@ -102,9 +105,20 @@ class Runtime:
             return await func(self.datasource.sql_session(), *inner)
 
         body.__qualname__ = name
-        return await self.datasource.run_tx_step_async(
-            {"name": name, "isolation_level": "READ COMMITTED"}, body, *args
-        )
+        for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+            try:
+                return await self.datasource.run_tx_step_async(
+                    {"name": name, "isolation_level": "READ COMMITTED"}, body, *args
+                )
+            except Exception as exc:
+                # Each attempt is its own checkpointed step, so a replay retries the same way.
+                if attempt == TRANSIENT_ATTEMPTS or not is_transient_db_error(exc):
+                    raise
+                logger.warning(
+                    "%s hit a transient database error (attempt %d): %s", name, attempt, exc
+                )
+                await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
+        raise AssertionError("unreachable")
 
     async def read(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """A read-only query on a pooled connection."""
@@ -119,6 +133,32 @@ class Runtime:
             )
         ).scalar_one()
         return dict(value or {})
+
+
+TRANSIENT_ATTEMPTS = 5
+_TRANSIENT_MARKERS = (
+    "QueuePool limit",
+    "connection timed out",
+    "server closed the connection",
+    "terminating connection",
+    "connection is closed",
+    "could not connect",
+    "Connection refused",
+)
+
+
+def is_transient_db_error(exc: BaseException) -> bool:
+    """A lost connection or an exhausted pool: worth retrying, not failing a durable run.
+
+    Judged by type and by message, since an error replayed from a checkpoint may
+    come back as a plainer exception type.
+    """
+    if isinstance(exc, (SATimeoutError, OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    text_ = str(exc)
+    return any(marker in text_ for marker in _TRANSIENT_MARKERS)
 
 
 _current: Runtime | None = None

@@ -91,7 +91,9 @@ class HelixDBOS:
             sqlalchemy_url(self.database_url),
             pool_size=pool_size,
             max_overflow=pool_size,
-            pool_pre_ping=True,  # a restarted database leaves dead pooled connections behind
+            # Under a burst (a thousand runs resuming at once) wait for a connection;
+            # failing a durable run because the pool was busy would be worse.
+            pool_timeout=600,
         )
         self._engine = engine
         self.runtime = Runtime(

@@ -3,8 +3,9 @@
 A gated call (approval or client-executed) is recorded in `helix.tool_calls`
 with a deadline, announced with a stream chunk, and answered by a DBOS message
 (`helix.approval`, `helix.tool_result`, `helix.human_input`). The wait is
-`recv_async`, so a waiting run holds no thread; "now" comes from a checkpointed
-step so deadlines replay deterministically after a crash.
+`recv_async`, so a waiting run holds no thread. Deadlines come from the database
+clock in the suspend transaction (checkpointed); whether a wait timed out is read
+from `recv`'s recorded result, so a replay takes the same path.
 """
 
 from __future__ import annotations
@@ -201,10 +202,6 @@ async def _resume(
         await repo.insert_chunks(session, session_id, run_id, None, None, [chunk])
 
 
-def _now() -> float:
-    return time.time()
-
-
 class HumanWait:
     """Suspend a run on some pending calls and collect one answer for each."""
 
@@ -238,7 +235,7 @@ class HumanWait:
                 "tool_call_ids": [p.tool_call_id for p in pending],
             },
         )
-        started = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+        started = time.time()  # only for wait_ms, which feeds a step input, never a checkpoint
         answers: dict[str, Answer] = {}
         for kind in kinds:
             waiting = {p.tool_call_id for p in pending if p.kind == kind}
@@ -263,7 +260,7 @@ class HumanWait:
         topic = TOPICS[kind]
         model = ANSWER_MODELS[kind]
         while waiting:
-            now = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+            now = time.time()  # only sets recv's timeout; recv's recorded result is what replays
             soonest = min(deadlines[c] for c in waiting)
             message = await DBOS.recv_async(topic, timeout_seconds=max(0.0, soonest - now))
             if message is None:
@@ -287,7 +284,7 @@ class HumanWait:
                     call_id,
                 )
                 continue
-            answered = await DBOS.run_step_async({"name": "helix.clock"}, _now)
+            answered = time.time()
             answers[call_id] = Answer(kind, parsed.model_dump(), (answered - started) * 1000)
             waiting.discard(call_id)
 

@@ -13,7 +13,6 @@ from typing import Any
 from dbos import DBOS
 from pydantic_core import to_jsonable_python
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
@@ -35,7 +34,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolSpec,
 )
-from helix_dbos.runtime.context import current_runtime, logger
+from helix_dbos.runtime.context import current_runtime, is_transient_db_error, logger
 from helix_dbos.store import repository as repo
 
 
@@ -196,12 +195,10 @@ def run_terminating(agent: Agent, options: dict[str, Any] | None) -> Terminating
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
-    """Provider rate limits and 5xx, and a lost database connection (the server restarted)."""
+    """Provider rate limits and 5xx, and a lost database connection or exhausted pool."""
     if isinstance(exc, LLMProviderError):
         return exc.retryable
-    return isinstance(exc, (OperationalError, InterfaceError)) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
-    )
+    return is_transient_db_error(exc)
 
 
 async def tool_step(
