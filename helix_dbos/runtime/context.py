@@ -13,7 +13,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -124,15 +123,6 @@ class Runtime:
         """A read-only query on a pooled connection."""
         async with self.engine.connect() as conn:
             return await func(conn, *args)
-
-    async def session_state(self, conn: Any, session_id: str) -> dict[str, Any]:
-        value = (
-            await conn.execute(
-                text("SELECT state FROM helix.sessions WHERE session_id = :sid"),
-                {"sid": session_id},
-            )
-        ).scalar_one()
-        return dict(value or {})
 
 
 TRANSIENT_ATTEMPTS = 5

@@ -137,12 +137,6 @@ async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
     return {"ended": ended}
 
 
-@dataclass
-class ToolOutcome:
-    call: ToolCall
-    out: dict[str, Any]
-
-
 INTERRUPT_TOPIC = "helix.interrupt"
 
 

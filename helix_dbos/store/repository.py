@@ -158,19 +158,6 @@ async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
     return RunRow(*row) if row else None
 
 
-async def get_latest_run(conn: Executor, session_id: str) -> RunRow | None:
-    row = (
-        await conn.execute(
-            text(
-                f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid "
-                "ORDER BY turn DESC, started_at DESC LIMIT 1"
-            ),
-            {"sid": session_id},
-        )
-    ).first()
-    return RunRow(*row) if row else None
-
-
 async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
     rows = await conn.execute(
         text(
@@ -208,21 +195,6 @@ async def insert_run(
             "options": _json(options or {}),
         },
     )
-
-
-async def update_run(conn: Executor, run_id: str, **fields: Any) -> None:
-    sets, params = [], {"rid": run_id}
-    for name, value in fields.items():
-        if name == "output":
-            sets.append("output = CAST(:output AS jsonb)")
-            params[name] = _json(value)
-        elif name == "finished":
-            if value:
-                sets.append("finished_at = now()")
-        else:
-            sets.append(f"{name} = :{name}")
-            params[name] = value
-    await conn.execute(text(f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid"), params)
 
 
 # --- messages -------------------------------------------------------------
