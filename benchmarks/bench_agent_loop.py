@@ -315,8 +315,8 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
     import dbos._dbos as dbos_module
     from dbos._dbos import _get_dbos_instance
 
+    from helix_dbos.runtime import commit as step_commit
     from helix_dbos.runtime import executor, steps, workflow
-    from helix_dbos.store import repository
 
     timers = Timers()
     rt = helix.runtime
@@ -331,21 +331,14 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
     patches: list[tuple[Any, str, str | Callable[..., str]]] = [
         (dbos_module, "run_step_async", step_key),
         (ds, "run_tx_step_async", "tx"),
-        (ds, "_check_execution", "tx.checkpoint_check"),
-        (ds, "_record_result", "tx.checkpoint_insert"),
         (executor, "_open_run", "body.open_run"),
         (workflow, "llm_step", "body.llm_step"),
         (workflow, "tool_step", "body.tool_step"),
-        (workflow, "commit_step", "body.commit_step"),
+        (step_commit, "write_step_rows", "llm.write_previous"),
         (steps, "interrupt_and_state", "llm.interrupt_check"),
         (steps, "write_chunks", "llm.write_chunks"),
         (rt.history, "read", "llm.history_read"),
         (mock, "generate_step", "llm.model_call"),
-        (repository, "append_messages", "sql.append_messages"),
-        (repository, "insert_usage", "sql.insert_usage"),
-        (repository, "insert_chunks", "sql.insert_chunks"),
-        (repository, "update_live_run", "sql.update_run"),
-        (repository, "update_session", "sql.update_session"),
         # DBOS's system-database calls; they run in worker threads (asyncio.to_thread).
         (sys_db, "check_operation_execution", "sysdb.check_operation"),
         (sys_db, "record_operation_result", "sysdb.record_operation"),
@@ -424,28 +417,19 @@ async def measure_history(bench: Bench, steps: int, repeats: int) -> dict[str, A
 
 BREAKDOWN_ROWS: list[tuple[str, str]] = [
     ("llm", "LLM step (DBOS step)"),
-    ("llm.history_read", "  body: history read (incremental)"),
+    ("llm.write_previous", "  body: write previous step (1 statement)"),
     ("llm.interrupt_check", "  body: interrupt check + state (1 query)"),
+    ("llm.history_read", "  body: history read (incremental)"),
     ("llm.model_call", "  body: mock model call"),
     ("llm.write_chunks", "  body: live stream chunks (own tx)"),
-    ("llm.rest", "  body: prompt, tools, request, dump"),
+    ("llm.rest", "  body: BEGIN/COMMIT, prompt, request, dump"),
     ("llm.sysdb", "  DBOS: system-db check + record"),
     ("llm.hops", "  DBOS: thread hops, serialization"),
     ("tool", "tool step (DBOS step)"),
     ("tool.body", "  body: tool_step"),
     ("tool.sysdb", "  DBOS: system-db check + record"),
     ("tool.hops", "  DBOS: thread hops, serialization"),
-    ("tx", "commit transaction (datasource)"),
-    ("tx.body", "  body: SQL of commit_step"),
-    ("tx.sql.append_messages", "    lock session, next seq, insert"),
-    ("tx.sql.insert_usage", "    insert usage rows"),
-    ("tx.sql.insert_chunks", "    insert stream chunks (+notify)"),
-    ("tx.sql.update_run", "    update run"),
-    ("tx.sysdb", "  DBOS: system-db check + record"),
-    ("tx.checkpoint_check", "  DBOS: datasource checkpoint read"),
-    ("tx.checkpoint_insert", "  DBOS: datasource checkpoint insert"),
-    ("tx.owner", "  DBOS: ownership check (system db)"),
-    ("tx.rest", "  BEGIN/isolation/flush/COMMIT, hops"),
+    ("tx", "datasource transactions (last step only)"),
     ("glue", "workflow code between steps"),
     ("step", "= agent step"),
 ]
@@ -480,8 +464,9 @@ async def measure_breakdown(bench: Bench, steps: int, history: int) -> dict[str,
         return sum(sum(timers.nested(k, parent, lo, hi)) for k in keys) / n
 
     llm_parts = (
-        "llm.history_read",
+        "llm.write_previous",
         "llm.interrupt_check",
+        "llm.history_read",
         "llm.model_call",
         "llm.write_chunks",
     )
@@ -497,17 +482,6 @@ async def measure_breakdown(bench: Bench, steps: int, history: int) -> dict[str,
     out["tool.sysdb"] = sysdb("step:helix.tool", lo, hi)
     out["tool.hops"] = out["tool"] - out["tool.body"] - out["tool.sysdb"]
     out["tx"] = inner("tx")
-    out["tx.body"] = inner("body.commit_step")
-    for key in ("append_messages", "insert_usage", "insert_chunks", "update_run"):
-        out[f"tx.sql.{key}"] = sum(timers.nested(f"sql.{key}", "body.commit_step", lo, hi)) / n
-    out["tx.sysdb"] = sysdb("tx", lo, hi)
-    out["tx.checkpoint_check"] = inner("tx.checkpoint_check")
-    out["tx.checkpoint_insert"] = inner("tx.checkpoint_insert")
-    out["tx.owner"] = inner("sysdb.workflow_owner")
-    out["tx.rest"] = out["tx"] - sum(
-        out[k]
-        for k in ("tx.body", "tx.sysdb", "tx.checkpoint_check", "tx.checkpoint_insert", "tx.owner")
-    )
     out["glue"] = out["step"] - out["llm"] - out["tool"] - out["tx"]
     checks = timers.within("sysdb.check_operation", lo, hi)
     records = timers.within("sysdb.record_operation", lo, hi)

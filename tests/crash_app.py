@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import workflow
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
 markers = Path(marker_dir)
@@ -81,6 +80,10 @@ def guarded_delete(path: str) -> str:
 
 def respond(request: LLMRequest) -> dict:
     mark("llm.log", str(len(request.messages)))
+    if scenario == "written" and first_life() and any(m.role == "tool" for m in request.messages):
+        # Step 1's rows were written by this LLM step, which is not checkpointed yet.
+        mark("crashed_in_model_call")
+        os.kill(os.getpid(), signal.SIGKILL)
     results = [m for m in request.messages if m.role == "tool"]
     finish = {
         "id": "fin",
@@ -102,7 +105,7 @@ def respond(request: LLMRequest) -> dict:
         plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "approval":
         plan = [[("g1", "guarded_delete", {"path": "/data/old"})]]
-    else:  # commit
+    else:  # commit, written
         plan = [[("t1", "record_a", {"value": "one"})]]
     step = len([m for m in request.messages if m.role == "assistant"])
     if step < len(plan):
@@ -114,15 +117,17 @@ def respond(request: LLMRequest) -> dict:
 
 
 if scenario == "commit" and first_life():
-    original_commit = workflow.commit_step
+    from helix_dbos.runtime import commit as step_commit
 
-    async def crashing_commit(session, commit):  # type: ignore[no-untyped-def]
+    original_write = step_commit.write_step_rows
+
+    async def crashing_write(conn, commit, **options):  # type: ignore[no-untyped-def]
         if commit.messages and any(m.role == "tool" for m in commit.messages):
             mark("crashed_before_commit")
             os.kill(os.getpid(), signal.SIGKILL)
-        return await original_commit(session, commit)
+        return await original_write(conn, commit, **options)
 
-    workflow.commit_step = crashing_commit  # type: ignore[assignment]
+    step_commit.write_step_rows = crashing_write  # type: ignore[assignment]
 
 if os.environ.get("HELIX_CODE_EDIT"):
     # A code edit between the crash and the relaunch: with DBOS's default (a hash of the

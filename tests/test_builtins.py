@@ -178,11 +178,15 @@ def test_other_ways_to_finish_are_accepted():
     )
     Agent("a2", tools=["__log_progress__"], output_schema=Out)
     Agent("a3", tools=["__log_progress__", submit])
-    Agent("a4", tools=["__log_progress__", submit], terminating=TerminatingConfig(tool_ids=["submit"]))
+    Agent(
+        "a4", tools=["__log_progress__", submit], terminating=TerminatingConfig(tool_ids=["submit"])
+    )
 
 
 def test_terminating_ids_must_name_the_agents_tools():
-    with pytest.raises(AgentDefinitionError, match="has no tool 'nope' named in terminating_config"):
+    with pytest.raises(
+        AgentDefinitionError, match="has no tool 'nope' named in terminating_config"
+    ):
         Agent("a5", tools=["__log_progress__"], terminating=TerminatingConfig(tool_ids=["nope"]))
 
 

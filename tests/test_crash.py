@@ -138,6 +138,40 @@ def test_kill_during_a_tool_call(database_url, tmp_path):
     assert kinds == [("llm", 3), ("tool", 2)]
 
 
+def test_kill_after_a_step_was_written_but_before_the_next_llm_step_was_checkpointed(
+    database_url, tmp_path
+):
+    """Step 1's rows are written by LLM step 2, whose model call is killed: the replayed
+    LLM step finds them written (runs.committed_step) and writes nothing twice."""
+    proc, executor, run_id, session_id = start_run(database_url, "written", tmp_path)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "crashed_in_model_call").exists()
+    assert sql(
+        database_url,
+        "SELECT role FROM helix.messages WHERE session_id = %s ORDER BY seq",
+        session_id,
+    ) == [("user",), ("assistant",), ("tool",)], "step 1 was written before the model call"
+    assert sql(database_url, "SELECT committed_step FROM helix.runs WHERE run_id = %s", run_id) == [
+        (1,)
+    ]
+
+    outcome = relaunch(database_url, executor, "written", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    assert lines(tmp_path, "record_a.log") == ["one"]
+    assert len(lines(tmp_path, "llm.log")) == 3, "the unfinished LLM step ran again, once"
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
+    assert sql(
+        database_url,
+        "SELECT count(*), count(DISTINCT chunk_key) FROM helix.stream_chunks WHERE run_id = %s "
+        "AND type = 'tool_end'",
+        run_id,
+    ) == [(1, 1)]
+
+
 def test_kill_between_the_llm_step_and_the_commit(database_url, tmp_path):
     proc, executor, run_id, session_id = start_run(database_url, "commit", tmp_path)
     proc.wait(timeout=60)

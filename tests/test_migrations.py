@@ -28,6 +28,7 @@ from helix_dbos.store.migrations import (
 REPO = Path(__file__).resolve().parent.parent
 TEST_PG_DIR = "/tmp/helix-test-pg"
 FIRST = "0001_helix_schema"
+SHIPPED = sorted(path.stem for path in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
 HELIX_TABLES = {
     "sessions",
     "runs",
@@ -102,15 +103,15 @@ def test_migrations_dir_is_the_repo_folder_in_a_checkout() -> None:
 
 def test_fresh_apply_creates_every_table(db_url: str) -> None:
     assert applied_migrations(db_url) == []
-    assert apply_migrations(db_url) == [FIRST]
+    assert apply_migrations(db_url) == SHIPPED
     assert _helix_tables(db_url) == HELIX_TABLES | {"schema_migrations"}
-    assert applied_migrations(db_url) == [FIRST]
+    assert applied_migrations(db_url) == SHIPPED
 
 
 def test_second_apply_is_a_no_op(db_url: str) -> None:
     apply_migrations(db_url)
     assert apply_migrations(db_url) == []
-    assert _recorded_count(db_url) == 1
+    assert _recorded_count(db_url) == len(SHIPPED)
 
 
 def test_concurrent_apply_runs_each_migration_once(db_url: str) -> None:
@@ -133,12 +134,12 @@ def test_concurrent_apply_runs_each_migration_once(db_url: str) -> None:
         thread.join(timeout=60)
     assert errors == []
     assert len(results) == workers
-    assert sorted(v for applied in results for v in applied) == [FIRST]
-    assert _recorded_count(db_url) == 1
+    assert sorted(v for applied in results for v in applied) == SHIPPED
+    assert _recorded_count(db_url) == len(SHIPPED)
 
 
 async def test_async_wrapper_applies(db_url: str) -> None:
-    assert await apply_migrations_async(db_url) == [FIRST]
+    assert await apply_migrations_async(db_url) == SHIPPED
     assert await apply_migrations_async(db_url) == []
 
 
@@ -158,34 +159,63 @@ def test_crlf_checkout_is_not_an_edit(db_url: str, mig_dir: Path) -> None:
 
 
 def test_new_migration_is_applied_after_existing_ones(db_url: str, mig_dir: Path) -> None:
-    assert apply_migrations(db_url, directory=mig_dir) == [FIRST]
-    (mig_dir / "0002_session_tags.sql").write_text(
+    assert apply_migrations(db_url, directory=mig_dir) == SHIPPED
+    (mig_dir / "0090_session_tags.sql").write_text(
         "ALTER TABLE helix.sessions ADD COLUMN tags text[] NOT NULL DEFAULT '{}';\n"
     )
     (mig_dir / "README.md").write_text("not a migration")
-    assert apply_migrations(db_url, directory=mig_dir) == ["0002_session_tags"]
-    assert applied_migrations(db_url) == [FIRST, "0002_session_tags"]
+    assert apply_migrations(db_url, directory=mig_dir) == ["0090_session_tags"]
+    assert applied_migrations(db_url) == [*SHIPPED, "0090_session_tags"]
     with connect(db_url) as conn:
         conn.execute("SELECT tags FROM helix.sessions LIMIT 0")  # fails if missing
 
 
 def test_pending_migrations_apply_in_numeric_order(db_url: str, mig_dir: Path) -> None:
-    # 0003 depends on 0002, which depends on 0001: wrong order would fail.
-    (mig_dir / "0003_use_index.sql").write_text("CREATE INDEX runs_tag_idx ON helix.runs (tag);")
-    (mig_dir / "0002_add_tag.sql").write_text("ALTER TABLE helix.runs ADD COLUMN tag text;")
-    assert apply_migrations(db_url, directory=mig_dir) == [FIRST, "0002_add_tag", "0003_use_index"]
+    # 0092 depends on 0091, which depends on 0001: wrong order would fail.
+    (mig_dir / "0092_use_index.sql").write_text("CREATE INDEX runs_tag_idx ON helix.runs (tag);")
+    (mig_dir / "0091_add_tag.sql").write_text("ALTER TABLE helix.runs ADD COLUMN tag text;")
+    assert apply_migrations(db_url, directory=mig_dir) == [
+        *SHIPPED,
+        "0091_add_tag",
+        "0092_use_index",
+    ]
 
 
 def test_failed_migration_rolls_back_and_is_not_recorded(db_url: str, mig_dir: Path) -> None:
-    (mig_dir / "0002_broken.sql").write_text(
+    (mig_dir / "0090_broken.sql").write_text(
         "CREATE TABLE helix.half_done (id int);\nSELECT * FROM helix.no_such_table;\n"
     )
     with pytest.raises(psycopg.errors.UndefinedTable):
         apply_migrations(db_url, directory=mig_dir)
-    assert applied_migrations(db_url) == [FIRST]  # 0001 committed in its own transaction
+    assert applied_migrations(db_url) == SHIPPED  # each committed in its own transaction
     assert "half_done" not in _helix_tables(db_url)
-    (mig_dir / "0002_broken.sql").write_text("CREATE TABLE helix.half_done (id int);\n")
-    assert apply_migrations(db_url, directory=mig_dir) == ["0002_broken"]
+    (mig_dir / "0090_broken.sql").write_text("CREATE TABLE helix.half_done (id int);\n")
+    assert apply_migrations(db_url, directory=mig_dir) == ["0090_broken"]
+
+
+def test_step_commit_keys_start_from_the_existing_rows(db_url: str, mig_dir: Path) -> None:
+    """0002 on a database already in use: counters continue from what is there."""
+    keys = mig_dir / "0002_step_commit_keys.sql"
+    later = keys.read_text()
+    keys.unlink()
+    assert apply_migrations(db_url, directory=mig_dir) == [FIRST]
+    with connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO helix.sessions (session_id, agent_name) VALUES ('s1', 'a')")
+        conn.execute(
+            "INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, status, "
+            "step_count) VALUES ('r1', 's1', 'w1', 'a', 1, 'completed', 4)"
+        )
+        for seq in (1, 2, 3):
+            conn.execute(
+                "INSERT INTO helix.messages (session_id, seq, role, content) "
+                "VALUES ('s1', %s, 'user', 'x')",
+                (seq,),
+            )
+    keys.write_text(later)
+    assert apply_migrations(db_url, directory=mig_dir) == ["0002_step_commit_keys"]
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT message_seq FROM helix.sessions").fetchall() == [(3,)]
+        assert conn.execute("SELECT committed_step FROM helix.runs").fetchall() == [(4,)]
 
 
 def test_duplicate_migration_numbers_are_refused(db_url: str, mig_dir: Path) -> None:
@@ -220,7 +250,7 @@ def test_cli_migrate_creates_database_then_reports_up_to_date(
     assert first.returncode == 0, first.stderr
     assert "Created database" in first.stdout
     assert FIRST in first.stdout
-    assert applied_migrations(url) == [FIRST]
+    assert applied_migrations(url) == SHIPPED
 
     second = _cli("migrate", "--database-url", url)
     assert second.returncode == 0, second.stderr
@@ -231,7 +261,7 @@ def test_cli_migrate_creates_database_then_reports_up_to_date(
 def test_cli_migrate_uses_environment_url(db_url: str) -> None:
     done = _cli("migrate", HELIX_DATABASE_URL=db_url)
     assert done.returncode == 0, done.stderr
-    assert applied_migrations(db_url) == [FIRST]
+    assert applied_migrations(db_url) == SHIPPED
 
 
 def test_cli_migrate_defaults_to_embedded_server(tmp_path: Path) -> None:

@@ -291,7 +291,9 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
     assert rows == [("m-test", 1, 11, 7, 3, 2)]
 
 
-async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(helix, make_agent, mock_llm, monkeypatch):
+async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
+    helix, make_agent, mock_llm, monkeypatch
+):
     from helix_dbos.runtime.workflow import AgentLoop
 
     async def broken(self, step, llm):
@@ -301,30 +303,39 @@ async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(hel
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never seen"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)
-    assert result.status == "failed" and result.error == "Internal error: RuntimeError: a bug in the loop"
+    assert (
+        result.status == "failed"
+        and result.error == "Internal error: RuntimeError: a bug in the loop"
+    )
     assert (await helix.get_session(result.session_id)).status == "failed"
 
 
-async def test_a_transient_database_error_in_a_commit_is_retried(helix, make_agent, mock_llm, monkeypatch):
+async def test_a_transient_database_error_in_a_commit_is_retried(
+    helix, make_agent, mock_llm, monkeypatch
+):
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     from helix_dbos.runtime import workflow
     from helix_dbos.runtime.context import is_transient_db_error
 
     assert is_transient_db_error(PoolTimeout("QueuePool limit of size 10 overflow 10 reached"))
-    assert is_transient_db_error(RuntimeError("QueuePool limit of size 10 overflow 10 reached, connection timed out"))
+    assert is_transient_db_error(
+        RuntimeError("QueuePool limit of size 10 overflow 10 reached, connection timed out")
+    )
     assert not is_transient_db_error(ValueError("bad input"))
 
-    real_commit = workflow.commit_step
+    real_commit = workflow.commit_final
     failures = []
 
-    async def flaky_commit(session, commit):
+    async def flaky_commit(session, commit, pending=None):
         if not failures:
             failures.append(commit.step)
-            raise PoolTimeout("QueuePool limit of size 10 overflow 10 reached, connection timed out")
-        return await real_commit(session, commit)
+            raise PoolTimeout(
+                "QueuePool limit of size 10 overflow 10 reached, connection timed out"
+            )
+        return await real_commit(session, commit, pending)
 
-    monkeypatch.setattr(workflow, "commit_step", flaky_commit)
+    monkeypatch.setattr(workflow, "commit_final", flaky_commit)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "made it"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)

@@ -44,7 +44,7 @@ from helix_dbos.store.database import (
 )
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
-from helix_dbos.streaming.notifier import ChunkNotifier
+from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
 
 DEFAULT_APP_VERSION = "helix-1"
@@ -474,17 +474,22 @@ class HelixDBOS:
     async def wait_for_run_end(
         self, session_id: str, run_id: str, *, poll_seconds: float = 5.0
     ) -> RunInfo:
-        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status."""
+        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status.
+
+        Woken by the run's end notification only (not by every chunk), so a waiting
+        caller costs the run nothing while it works.
+        """
         notifier = await on_target_loop(self._chunk_notifier)
+        key = run_end_key(run_id)
         while True:
-            seen = notifier.version(session_id)
+            seen = notifier.version(key)
             run = await self.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return run
             status = await DBOS.get_workflow_status_async(run.workflow_id)
             if status is not None and status.status in _DBOS_TERMINAL:
                 return run  # the workflow ended without closing its row (it crashed)
-            await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
+            await on_target_loop(lambda seen=seen: notifier.wait(key, seen, poll_seconds))
 
     async def _load_chunks(
         self, session_id: str, after_seq: int, run_id: str | None
@@ -612,8 +617,7 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     )
     unpaired = await repo.unpaired_finish_call_ids(session, session_id)
     heal = [synthesize_finish_tool_result(call_id) for call_id in unpaired]
-    seq = await repo.next_message_seq(session, session_id)
-    await repo.insert_messages(session, session_id, run_id, seq, heal + request["messages"])
+    await repo.append_messages(session, session_id, run_id, heal + request["messages"])
     await repo.insert_chunks(
         session,
         session_id,
@@ -643,6 +647,7 @@ async def _close_run(
         session, session_id, run_id, pair_dangling_tool_calls(history, error)
     )
     await repo.update_session(session, session_id, status=status, error=error)
+    await repo.notify_run_end(session, run_id)
     await repo.insert_chunks(
         session,
         session_id,

@@ -34,6 +34,8 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolSpec,
 )
+from helix_dbos.runtime import commit as step_commit
+from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import current_runtime, is_transient_db_error, logger
 from helix_dbos.store import repository as repo
 
@@ -104,8 +106,11 @@ async def write_chunks(
 ) -> None:
     """Live chunks written outside the step's commit; keyed, so a repeat is a no-op."""
     if chunks:
-        async with rt.engine.begin() as conn:
-            await repo.insert_chunks(conn, session_id, run_id, agent_name, step, chunks)
+        async with rt.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await repo.insert_chunks(
+                conn, session_id, run_id, agent_name, step, chunks, durable=False
+            )
 
 
 async def llm_step(
@@ -114,11 +119,21 @@ async def llm_step(
     run_id: str = "",
     step: int = 0,
     options: dict[str, Any] | None = None,
+    previous: StepCommit | None = None,
 ) -> dict[str, Any]:
-    """Read the transcript, ask the model, return the parsed step result and the state."""
+    """Write the previous step's rows, read the transcript, ask the model; return the
+    parsed step result and the state.
+
+    The previous step's rows are written first (one statement), so the model always
+    sees them, and a step costs no durable operation of its own beyond its LLM and
+    tool steps.
+    """
     rt = current_runtime()
     agent = rt.agent(agent_name)
     async with rt.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        if previous is not None:
+            await step_commit.write_step_rows(conn, previous, durable=False)
         interrupted, state = await interrupt_and_state(conn, DBOS.workflow_id, session_id)
         if interrupted:
             return {"interrupted": True}

@@ -1,16 +1,16 @@
 """The one DBOS workflow that runs every agent.
 
-Per agent step: one LLM step, one step per tool call (parallel calls run
-concurrently at step ids reserved in call order), and one exactly-once
-datasource transaction that commits the step's messages, state, usage and
-status together with its checkpoint.
+Per agent step: one LLM step and one step per tool call (parallel calls run
+concurrently at step ids reserved in call order). The step's messages, state,
+usage and chunks are written exactly once by the next LLM step, before it reads
+the transcript; the last step is written with the run's final status in one
+exactly-once datasource transaction (see `runtime/commit.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS
@@ -46,6 +46,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
+from helix_dbos.runtime.commit import StepCommit, commit_final
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.hitl import (
     HumanWait,
@@ -56,7 +57,6 @@ from helix_dbos.runtime.hitl import (
     timeout_message,
 )
 from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, run_terminating, tool_step
-from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall, UsageRecord
 
 WORKFLOW_NAME = "helix.agent_run"
@@ -68,73 +68,6 @@ LLM_STEP_OPTIONS = {
     "backoff_rate": 2.0,
     "should_retry": is_retryable_llm_error,
 }
-
-
-@dataclass
-class StepCommit:
-    """Everything one agent step writes, committed in one transaction."""
-
-    session_id: str
-    run_id: str
-    agent_name: str
-    step: int
-    messages: list[Message] = field(default_factory=list)
-    state: dict[str, Any] | None = None
-    usage: list[UsageRecord] = field(default_factory=list)
-    events: list[tuple[str, str, Any]] = field(default_factory=list)
-    status: str | None = None
-    output: Any = None
-    error: str | None = None
-
-
-def _terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:
-    key = f"{commit.run_id}:end"
-    if commit.status == "completed":
-        return [
-            (f"{key}:output", "output", {"output": commit.output}),
-            (f"{key}:completed", "run_completed", {"output": commit.output}),
-        ]
-    if commit.status == "failed":
-        return [
-            (f"{key}:error", "error", {"error": commit.error}),
-            (f"{key}:failed", "run_failed", {"error": commit.error}),
-        ]
-    return []
-
-
-async def commit_step(session: Any, commit: StepCommit) -> dict[str, Any]:
-    commit.events.extend(_terminal_chunks(commit))
-    await repo.append_messages(session, commit.session_id, commit.run_id, commit.messages)
-    if commit.state is not None:
-        await repo.update_session(session, commit.session_id, state=commit.state)
-    await repo.insert_usage(
-        session, commit.session_id, commit.run_id, commit.agent_name, commit.usage
-    )
-    await repo.insert_chunks(
-        session, commit.session_id, commit.run_id, commit.agent_name, commit.step, commit.events
-    )
-    if commit.status is None:
-        await repo.update_live_run(session, commit.run_id, step_count=commit.step)
-        return {"ended": False}
-    ended = await repo.update_live_run(
-        session,
-        commit.run_id,
-        step_count=commit.step,
-        status=commit.status,
-        output=commit.output,
-        error=commit.error,
-        waiting_for=None,
-        finished=True,
-    )
-    if ended:  # an abort that got there first keeps its status
-        await repo.update_session(
-            session,
-            commit.session_id,
-            status=commit.status,
-            output=commit.output,
-            error=commit.error,
-        )
-    return {"ended": ended}
 
 
 INTERRUPT_TOPIC = "helix.interrupt"
@@ -162,6 +95,7 @@ class AgentLoop:
         self.nudges = 0
         self.output_retries = 0
         self.max_tokens_fixes = 0
+        self._pending: StepCommit | None = None  # written by the next LLM step
 
     async def run(self) -> dict[str, Any]:
         step = 0
@@ -184,11 +118,13 @@ class AgentLoop:
                     self.run_id,
                     step,  # type: ignore[arg-type]
                     self.options,
+                    self._pending,
                 )
             except Exception as exc:
                 return await self._finish_without_step(
                     step, "failed", error=f"LLM call failed after retries: {exc}"
                 )
+            self._pending = None  # the LLM step wrote it before reading the transcript
             if llm.get("interrupted"):
                 return await self._interrupt(step - 1)
             outcome = await self._process(step, llm)
@@ -240,10 +176,16 @@ class AgentLoop:
             if outcome is not None and outcome["success"]:
                 commit.status, commit.output = "completed", outcome["result"]
         self._apply_nudges(plan, commit)
-        await self.rt.transaction("helix.commit_step", commit_step, commit)
         if commit.status is None:
+            self._pending = commit
             return None
+        await self._commit_final(commit)
         return await self._after_finish(step, commit.status, commit.output, commit.error)
+
+    async def _commit_final(self, commit: StepCommit) -> None:
+        """The run's last write: any step still unwritten, this one, the final status."""
+        await self.rt.transaction("helix.commit_final", commit_final, commit, self._pending)
+        self._pending = None
 
     def _apply_finish(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
         if not plan.finish_call_ids:
@@ -589,14 +531,14 @@ class AgentLoop:
             self.session_id, self.run_id, self.agent.name, step, status="interrupted", error=error
         )
         commit.events.append((f"{self.run_id}:interrupted", "run_interrupted", {"reason": reason}))
-        await self.rt.transaction("helix.interrupt_run", commit_step, commit)
+        await self._commit_final(commit)
         return await self._after_finish(step, "interrupted", None, error)
 
     async def _finish_without_step(self, step: int, status: str, *, error: str) -> dict[str, Any]:
         commit = StepCommit(
             self.session_id, self.run_id, self.agent.name, step, 0, status=status, error=error
         )
-        await self.rt.transaction("helix.finish_run", commit_step, commit)
+        await self._commit_final(commit)
         return await self._after_finish(step, status, None, error)
 
     async def _after_finish(

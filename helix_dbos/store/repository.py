@@ -200,14 +200,37 @@ async def insert_run(
 # --- messages -------------------------------------------------------------
 
 
-async def next_message_seq(conn: Executor, session_id: str) -> int:
-    value = (
+async def allocate_message_seqs(conn: Executor, session_id: str, count: int) -> int:
+    """Reserve `count` sequence numbers at the end of the transcript; returns the first.
+
+    The counter lives on the session row, so allocation locks it until commit and two
+    writers (an abort's closing messages and a late step commit, say) never collide. It
+    never falls behind rows written by plain SQL.
+    """
+    first = (
         await conn.execute(
-            text("SELECT COALESCE(max(seq), 0) + 1 FROM helix.messages WHERE session_id = :sid"),
-            {"sid": session_id},
+            text(
+                "UPDATE helix.sessions SET message_seq = GREATEST(message_seq, "
+                "(SELECT COALESCE(max(seq), 0) FROM helix.messages WHERE session_id = :sid)) + :n "
+                "WHERE session_id = :sid RETURNING message_seq - :n + 1"
+            ),
+            {"sid": session_id, "n": count},
         )
     ).scalar_one()
-    return int(value)
+    return int(first)
+
+
+def message_record(message: Message) -> dict[str, Any]:
+    """A message as the JSON-ready columns of its `helix.messages` row."""
+    return {
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": [c.model_dump(mode="json") for c in message.tool_calls] or None,
+        "tool_call_id": message.tool_call_id,
+        "tool_name": message.tool_name,
+        "thinking": [t.model_dump(mode="json") for t in message.thinking] or None,
+        "is_error": message.is_error,
+    }
 
 
 async def insert_messages(
@@ -216,35 +239,26 @@ async def insert_messages(
     """Insert messages at first_seq, first_seq+1, ...; returns the next free seq."""
     if not messages:
         return first_seq
-    params = [
-        {
-            "sid": session_id,
-            "seq": first_seq + i,
-            "rid": run_id,
-            "role": m.role,
-            "content": m.content,
-            "tool_calls": _json([c.model_dump(mode="json") for c in m.tool_calls])
-            if m.tool_calls
-            else None,
-            "tool_call_id": m.tool_call_id,
-            "tool_name": m.tool_name,
-            "thinking": _json([t.model_dump(mode="json") for t in m.thinking])
-            if m.thinking
-            else None,
-            "is_error": m.is_error,
-        }
-        for i, m in enumerate(messages)
-    ]
+    rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
     await conn.execute(
         text(
             "INSERT INTO helix.messages "
             "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error) "
-            "VALUES (:sid, :seq, :rid, :role, :content, CAST(:tool_calls AS jsonb), :tool_call_id, "
-            ":tool_name, CAST(:thinking AS jsonb), :is_error) ON CONFLICT DO NOTHING"
+            f"SELECT :sid, :first + m.ord, :rid, {_MESSAGE_FIELDS} FROM {_MESSAGE_RECORDSET}"
         ),
-        params,
+        {"sid": session_id, "first": first_seq, "rid": run_id, "rows": _json(rows)},
     )
     return first_seq + len(messages)
+
+
+_MESSAGE_FIELDS = (
+    "m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.thinking, "
+    "COALESCE(m.is_error, false)"
+)
+_MESSAGE_RECORDSET = (
+    "jsonb_to_recordset(CAST(:rows AS jsonb)) AS m(ord int, role text, content text, "
+    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error boolean)"
+)
 
 
 def _message_from_row(row: Any) -> tuple[int, Message]:
@@ -276,42 +290,32 @@ async def load_messages(
 # --- usage ----------------------------------------------------------------
 
 
-async def insert_usage(
-    conn: Executor, session_id: str, run_id: str, agent_name: str, records: Sequence[UsageRecord]
-) -> None:
-    if not records:
-        return
-    params = []
-    for r in records:
-        llm = r.llm or LLMUsage()
-        params.append(
-            {
-                "uid": r.usage_id,
-                "sid": session_id,
-                "rid": run_id,
-                "agent": agent_name,
-                "step": r.step,
-                "kind": r.kind,
-                "model": llm.model if r.llm else None,
-                "inp": llm.input_tokens,
-                "out": llm.output_tokens,
-                "cr": llm.cache_read_tokens,
-                "cw": llm.cache_write_tokens,
-                "rt": llm.reasoning_tokens,
-                "tool": r.tool_name,
-                "dur": r.duration_ms,
-                "ok": r.success,
-            }
-        )
-    await conn.execute(
-        text(
-            "INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, model, "
-            "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, "
-            "tool_name, duration_ms, success) VALUES (:uid, :sid, :rid, :agent, :step, :kind, :model, "
-            ":inp, :out, :cr, :cw, :rt, :tool, :dur, :ok) ON CONFLICT DO NOTHING"
-        ),
-        params,
-    )
+def usage_record(record: UsageRecord, agent_name: str) -> dict[str, Any]:
+    """A usage record as the JSON-ready columns of its `helix.usage` row."""
+    llm = record.llm or LLMUsage()
+    return {
+        "usage_id": record.usage_id,
+        "agent_name": agent_name,
+        "step": record.step,
+        "kind": record.kind,
+        "model": llm.model if record.llm else None,
+        "input_tokens": llm.input_tokens,
+        "output_tokens": llm.output_tokens,
+        "cache_read_tokens": llm.cache_read_tokens,
+        "cache_write_tokens": llm.cache_write_tokens,
+        "reasoning_tokens": llm.reasoning_tokens,
+        "tool_name": record.tool_name,
+        "duration_ms": record.duration_ms,
+        "success": record.success,
+    }
+
+
+_USAGE_RECORDSET = (
+    "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x(usage_id text, agent_name text, step int, "
+    "kind text, model text, input_tokens int, output_tokens int, cache_read_tokens int, "
+    "cache_write_tokens int, reasoning_tokens int, tool_name text, duration_ms double precision, "
+    "success boolean)"
+)
 
 
 async def usage_summary(
@@ -358,12 +362,16 @@ async def insert_chunks(
     agent_name: str | None,
     step: int | None,
     chunks: Sequence[tuple[str, str, Any]],
+    *,
+    durable: bool = True,
 ) -> None:
     """Insert (chunk_key, type, payload) rows at the session's next sequence numbers.
 
     The counter lives on the session row, so allocation locks it until commit and
     chunks of a session commit in sequence order; NOTIFY wakes live readers then.
-    One statement for the whole batch.
+    One statement for the whole batch. `durable=False` (live progress: text deltas,
+    tool starts) commits without waiting for the WAL flush: a database crash may lose
+    the last such chunks, never a message, a state change or a usage row.
     """
     if not chunks:
         return
@@ -382,6 +390,7 @@ async def insert_chunks(
             "SELECT :sid, s.base + c.ord, c.key, :rid, :agent, :step, c.type, "
             "COALESCE(c.payload, '{}'::jsonb) FROM s, c ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
             "SELECT pg_notify('helix_chunks', :sid)"
+            + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
         ),
         {
             "sid": session_id,
@@ -392,6 +401,11 @@ async def insert_chunks(
             "step": step,
         },
     )
+
+
+async def notify_run_end(conn: Executor, run_id: str) -> None:
+    """Wake the callers waiting for this run's result, when the transaction commits."""
+    await conn.execute(text("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
 
 
 async def load_chunks(
@@ -416,24 +430,93 @@ async def load_chunks(
 async def append_messages(
     conn: Executor, session_id: str, run_id: str | None, messages: Sequence[Message]
 ) -> int:
-    """Append at the end of the transcript, under the session's row lock.
+    """Append at the end of the transcript, at sequence numbers allocated now.
 
-    Allocating sequence numbers at commit time (not when the step started)
-    lets an abort's closing messages and a late commit of the aborted step
-    both land, in order, without overwriting each other.
+    Allocating at commit time (not when the step started) lets an abort's closing
+    messages and a late commit of the aborted step both land, in order.
     """
     if not messages:
         return 0
-    first_seq = (
+    first_seq = await allocate_message_seqs(conn, session_id, len(messages))
+    return await insert_messages(conn, session_id, run_id, first_seq, messages)
+
+
+async def commit_step_rows(
+    conn: Executor,
+    *,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    messages: Sequence[Message],
+    state: dict[str, Any] | None,
+    usage: Sequence[UsageRecord],
+    chunks: Sequence[tuple[str, str, Any]],
+    durable: bool = True,
+) -> bool:
+    """Write one agent step's messages, state, usage and chunks, once: one statement.
+
+    `runs.committed_step` is the step's idempotency key: the first writer moves it to
+    `step` and writes the rows; a replay (a recovered or retried step) finds it there
+    and writes nothing. Returns whether this call wrote. `durable=False` does not wait
+    for the WAL flush: only for a caller whose own checkpoint, committed later in the
+    same cluster, flushes it (see `runtime/commit.py`).
+    """
+    message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
+    chunk_rows = [
+        {"ord": i + 1, "key": key, "type": kind, "payload": payload}
+        for i, (key, kind, payload) in enumerate(chunks)
+    ]
+    claimed = (
         await conn.execute(
             text(
-                "SELECT (SELECT COALESCE(max(seq), 0) + 1 FROM helix.messages WHERE session_id = :sid) "
-                "FROM helix.sessions WHERE session_id = :sid FOR UPDATE"
+                "WITH claim AS (UPDATE helix.runs SET committed_step = :step, step_count = "
+                "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
+                "WHERE run_id = :rid AND committed_step < :step RETURNING 1), "
+                "s AS (UPDATE helix.sessions SET "
+                "message_seq = GREATEST(message_seq, (SELECT COALESCE(max(seq), 0) "
+                "FROM helix.messages WHERE session_id = :sid)) + :nmsg, "
+                "chunk_seq = chunk_seq + :nchunk, "
+                "state = COALESCE(CAST(:state AS jsonb), state), updated_at = now() "
+                "WHERE session_id = :sid AND EXISTS (SELECT 1 FROM claim) "
+                "RETURNING message_seq - :nmsg + 1 AS first_msg, chunk_seq - :nchunk AS chunk_base), "
+                "msg AS (INSERT INTO helix.messages "
+                "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
+                f"thinking, is_error) SELECT :sid, s.first_msg + m.ord, :rid, {_MESSAGE_FIELDS} "
+                f"FROM s, {_MESSAGE_RECORDSET} RETURNING 1), "
+                "u AS (INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
+                "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+                "reasoning_tokens, tool_name, duration_ms, success) SELECT x.usage_id, :sid, :rid, "
+                "x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
+                "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
+                f"x.duration_ms, x.success FROM claim, {_USAGE_RECORDSET} "
+                "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
+                "c AS (INSERT INTO helix.stream_chunks "
+                "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+                "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
+                "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+                "AS c(ord int, key text, type text, payload jsonb) "
+                "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+                "SELECT count(*) > 0, CASE WHEN count(*) > 0 AND :nchunk > 0 "
+                "THEN pg_notify('helix_chunks', :sid) END"
+                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+                + " FROM claim"
             ),
-            {"sid": session_id},
+            {
+                "sid": session_id,
+                "rid": run_id,
+                "agent": agent_name,
+                "step": step,
+                "state": _json(state),
+                "nmsg": len(message_rows),
+                "rows": _json(message_rows),
+                "usage": _json([usage_record(r, agent_name) for r in usage]),
+                "nchunk": len(chunk_rows),
+                "chunks": _json(chunk_rows),
+            },
         )
-    ).scalar_one()
-    return await insert_messages(conn, session_id, run_id, int(first_seq), messages)
+    ).first()
+    return bool(claimed and claimed[0])
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:

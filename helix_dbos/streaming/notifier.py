@@ -1,8 +1,10 @@
 """One LISTEN connection per process wakes every local stream reader.
 
 Writers `pg_notify('helix_chunks', session_id)` in the transaction that adds
-chunks, so a reader is woken exactly when new rows are visible. Readers still
-re-check every few seconds, which covers a dropped listener connection.
+chunks, so a reader is woken exactly when new rows are visible; the transaction
+that ends a run also sends `pg_notify('helix_run_end', run_id)`, so a caller
+waiting for a result is woken once, not at every chunk. Waiters still re-check
+every few seconds, which covers a dropped listener connection.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ import psycopg
 from helix_dbos.runtime.context import logger
 
 CHANNEL = "helix_chunks"
+RUN_END_CHANNEL = "helix_run_end"
+
+
+def run_end_key(run_id: str) -> str:
+    """The key `wait`/`version` use for a run's end (session ids are the chunk keys)."""
+    return f"{RUN_END_CHANNEL}:{run_id}"
 
 
 class ChunkNotifier:
@@ -60,10 +68,14 @@ class ChunkNotifier:
                     self._conninfo, autocommit=True
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {RUN_END_CHANNEL}")
                     self._ready.set()
                     delay = 0.5
                     async for note in conn.notifies():
-                        await self._wake(note.payload)
+                        key = note.payload
+                        if note.channel == RUN_END_CHANNEL:
+                            key = run_end_key(key)
+                        await self._wake(key)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database restarted: readers keep polling meanwhile

@@ -1,0 +1,119 @@
+"""What one agent step writes, and the two ways it is written exactly once.
+
+A step's messages, state, usage and chunks are derived only from checkpointed step
+outputs, so a replay rebuilds the very same rows. They are written by the next LLM
+step, in the transaction that reads the transcript for the model (keyed by
+`runs.committed_step`, so a recovered or retried step writes nothing twice), and a
+run's last step is written by a DBOS datasource transaction together with the run's
+final status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from helix_dbos.orchestration.types import Message
+from helix_dbos.store import repository as repo
+from helix_dbos.store.repository import UsageRecord
+
+
+@dataclass
+class StepCommit:
+    """Everything one agent step writes."""
+
+    session_id: str
+    run_id: str
+    agent_name: str
+    step: int
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] | None = None
+    usage: list[UsageRecord] = field(default_factory=list)
+    events: list[tuple[str, str, Any]] = field(default_factory=list)
+    status: str | None = None
+    output: Any = None
+    error: str | None = None
+
+    @property
+    def has_rows(self) -> bool:
+        """A step that ran (an LLM call at least), not only an end of the run."""
+        return bool(self.messages or self.usage or self.state is not None)
+
+
+async def write_step_rows(conn: Any, commit: StepCommit, *, durable: bool = True) -> bool:
+    """The step's rows in one keyed statement; False when they were already written.
+
+    The next LLM step writes them with `durable=False`: its own checkpoint, committed
+    afterwards to the same database, flushes the WAL up to and past these rows, so
+    they are on disk before anything depends on them. A database crash in between
+    loses both, and the replayed LLM step writes them again.
+    """
+    return await repo.commit_step_rows(
+        conn,
+        session_id=commit.session_id,
+        run_id=commit.run_id,
+        agent_name=commit.agent_name,
+        step=commit.step,
+        messages=commit.messages,
+        state=commit.state,
+        usage=commit.usage,
+        chunks=commit.events,
+        durable=durable,
+    )
+
+
+def terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:
+    key = f"{commit.run_id}:end"
+    if commit.status == "completed":
+        return [
+            (f"{key}:output", "output", {"output": commit.output}),
+            (f"{key}:completed", "run_completed", {"output": commit.output}),
+        ]
+    if commit.status == "failed":
+        return [
+            (f"{key}:error", "error", {"error": commit.error}),
+            (f"{key}:failed", "run_failed", {"error": commit.error}),
+        ]
+    return []
+
+
+async def commit_final(
+    session: Any, commit: StepCommit, pending: StepCommit | None = None
+) -> dict[str, Any]:
+    """The body of a run's last datasource transaction: a step not yet written (if the
+    run ends before another LLM step wrote it), this step's rows, and the final status."""
+    if pending is not None:
+        await write_step_rows(session, pending)
+    chunks = terminal_chunks(commit)
+    if commit.has_rows:
+        await write_step_rows(session, commit)
+    else:
+        chunks = commit.events + chunks
+    ended = await repo.update_live_run(
+        session,
+        commit.run_id,
+        step_count=commit.step,
+        status=commit.status,
+        output=commit.output,
+        error=commit.error,
+        waiting_for=None,
+        finished=True,
+    )
+    if ended:  # an abort that got there first keeps its status
+        await repo.update_session(
+            session,
+            commit.session_id,
+            status=commit.status,
+            output=commit.output,
+            error=commit.error,
+        )
+    await repo.insert_chunks(
+        session,
+        commit.session_id,
+        commit.run_id,
+        commit.agent_name,
+        commit.step,
+        chunks,
+    )
+    await repo.notify_run_end(session, commit.run_id)
+    return {"ended": ended}
