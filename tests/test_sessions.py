@@ -342,3 +342,32 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
     assert failures == [1]
     assert result.status == "completed" and result.output == "made it"
     assert [m.role for m in await helix.get_messages(result.session_id)] == ["user", "assistant"]
+
+
+async def test_the_model_sees_exactly_the_stored_transcript_at_every_step(
+    helix, make_agent, mock_llm
+):
+    """Each LLM step writes the previous step and takes it into its cached transcript
+    without reading it back: what the model is sent must equal what a fresh read gives."""
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text.upper()
+
+    agent = make_agent(tools=[echo])
+    mock_llm.add_responses(
+        calls(("e1", "echo", {"text": "one"})),
+        calls(("e2", "echo", {"text": "two"}), ("e3", "echo", {"text": "three"})),
+        {"type": "text", "content": "echoed"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "echo things")).result()
+    assert result.status == "completed", result.error
+    sent = [m for m in mock_llm.get_last_input().messages if m.role != "system"]
+    stored = await helix.get_messages(result.session_id)
+    assert len(sent) == len(stored) - 1 == 6  # the final reply is stored, not sent
+    for got, want in zip(sent, stored, strict=False):
+        assert got.model_dump(exclude={"id", "created_at"}) == want.model_dump(
+            exclude={"id", "created_at"}
+        )

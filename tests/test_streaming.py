@@ -133,6 +133,7 @@ async def test_live_reader_is_woken_by_notify_not_by_polling(helix, make_agent, 
     release.set()
     await asyncio.wait_for(reader, timeout=20)
     assert [t for _, t in received][-1] == "run_completed"
+    assert [t for _, t in received].count("tool_start") == 1, "live once, not repeated"
     tool_end_at = next(at for at, t in received if t == "tool_end")
     assert tool_end_at - released_at < 10, "the reader was woken by the notification"
 

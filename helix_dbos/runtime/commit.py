@@ -40,8 +40,9 @@ class StepCommit:
         return bool(self.messages or self.usage or self.state is not None)
 
 
-async def write_step_rows(conn: Any, commit: StepCommit, *, durable: bool = True) -> bool:
-    """The step's rows in one keyed statement; False when they were already written.
+async def write_step_rows(conn: Any, commit: StepCommit, *, durable: bool = True) -> int | None:
+    """The step's rows in one keyed statement: the seq of its first message, or `None`
+    when they were already written.
 
     The next LLM step writes them with `durable=False`: its own checkpoint, committed
     afterwards to the same database, flushes the WAL up to and past these rows, so

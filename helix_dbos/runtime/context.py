@@ -39,8 +39,20 @@ class HistoryCache:
         self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self._max = max_sessions
 
-    async def read(self, conn: Any, session_id: str) -> tuple[list[Message], int]:
+    async def read(
+        self,
+        conn: Any,
+        session_id: str,
+        written: tuple[int, list[Message]] | None = None,
+    ) -> tuple[list[Message], int]:
+        """The transcript; `written` = (first seq, messages) this process just appended,
+        taken without a query when they directly follow what the cache holds."""
         last_seq, messages = self._entries.pop(session_id, (0, []))
+        if written is not None and last_seq > 0 and written[0] == last_seq + 1:
+            messages = messages + written[1]
+            last_seq += len(written[1])
+            self._entries[session_id] = (last_seq, messages)
+            return messages, last_seq + 1
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         if rows:
             messages = messages + [m for _, m in rows]

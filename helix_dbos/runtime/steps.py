@@ -6,6 +6,7 @@ from the messages table, never carried in a checkpoint.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -132,12 +133,15 @@ async def llm_step(
     agent = rt.agent(agent_name)
     async with rt.engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        written = None
         if previous is not None:
-            await step_commit.write_step_rows(conn, previous, durable=False)
+            first_seq = await step_commit.write_step_rows(conn, previous, durable=False)
+            if first_seq is not None and previous.messages:
+                written = (first_seq, previous.messages)
         interrupted, state = await interrupt_and_state(conn, DBOS.workflow_id, session_id)
         if interrupted:
             return {"interrupted": True}
-        history, _ = await rt.history.read(conn, session_id)
+        history, _ = await rt.history.read(conn, session_id, written)
     mode = agent.completion_for(run_terminating(agent, options))
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     request = LLMRequest(
@@ -161,27 +165,51 @@ async def llm_step(
     except Exception as exc:  # a broken adapter fails the run, not the process
         result = ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
     await write_chunks(
-        rt, session_id, run_id, agent_name, step, _reply_chunks(run_id, step, result)
+        rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
     )
     return {"result": result.model_dump(mode="json"), "state": state}
 
 
-def _reply_chunks(run_id: str, step: int, result: Any) -> list[tuple[str, str, Any]]:
+def _reply_chunks(agent: Agent, run_id: str, step: int, result: Any) -> list[tuple[str, str, Any]]:
+    """Chunks to write as soon as the model replied: thinking, and the start of every
+    tool call that waits (for a human, a client, or in workflow code)."""
     chunks: list[tuple[str, str, Any]] = [
         (f"{run_id}:{step}:thinking:{i}", "thinking", {"text": block.text})
         for i, block in enumerate(getattr(result, "thinking", []) or [])
         if not block.redacted
     ]
     for call in getattr(result, "tool_calls", []) or []:
-        if call.name != FINISH_TOOL_NAME:
-            chunks.append(
-                (
-                    f"{run_id}:{step}:{call.id}:start",
-                    "tool_start",
-                    {"tool_call_id": call.id, "tool_name": call.name, "arguments": call.arguments},
-                )
-            )
+        if call.name != FINISH_TOOL_NAME and not runs_at_once(agent, call):
+            chunks.append(tool_start_chunk(run_id, step, call))
     return chunks
+
+
+def runs_at_once(agent: Agent, call: ToolCall) -> bool:
+    """A call that runs in its own tool step without waiting for anyone.
+
+    Its `tool_start` chunk is written with the step's rows, just before its
+    `tool_end`, or live by the tool step once the tool takes longer than
+    `LIVE_TOOL_START_SECONDS`: a fast tool costs no write of its own, a slow one is
+    still seen starting.
+    """
+    tool = agent.tool(call.name)
+    return tool is None or not (
+        tool.execute == "client"
+        or tool.require_approval
+        or tool.human_input
+        or tool.runs_in_workflow
+    )
+
+
+LIVE_TOOL_START_SECONDS = 0.1
+
+
+def tool_start_chunk(run_id: str, step: int, call: ToolCall) -> tuple[str, str, Any]:
+    return (
+        f"{run_id}:{step}:{call.id}:start",
+        "tool_start",
+        {"tool_call_id": call.id, "tool_name": call.name, "arguments": call.arguments},
+    )
 
 
 async def interrupt_and_state(
@@ -242,7 +270,15 @@ async def tool_step(
     hooks = agent.hooks
     started = time.perf_counter()
     await _safe_fire(hooks.before_tool, ToolEvent(hook_ctx, tool_call))
-    success, result, error = await _execute(agent, tool_call, ctx)
+    execution = asyncio.ensure_future(_execute(agent, tool_call, ctx))
+    try:
+        done, _ = await asyncio.wait({execution}, timeout=LIVE_TOOL_START_SECONDS)
+        if not done:  # a slow tool: show it started
+            await _write_tool_start(rt, session_id, run_id, agent_name, step, tool_call)
+        success, result, error = await execution
+    except BaseException:
+        execution.cancel()
+        raise
     finish_output, transform_error = None, None
     tool = agent.tool(tool_call.name)
     if success and tool is not None and tool.finish_with:
@@ -280,6 +316,18 @@ async def tool_step(
         "finish_output": finish_output,
         "transform_error": transform_error,
     }
+
+
+async def _write_tool_start(
+    rt: Any, session_id: str, run_id: str, agent_name: str, step: int, call: ToolCall
+) -> None:
+    """Best effort: a failed write must not fail the tool, and the step's rows repeat it."""
+    try:
+        await write_chunks(
+            rt, session_id, run_id, agent_name, step, [tool_start_chunk(run_id, step, call)]
+        )
+    except Exception as exc:
+        logger.warning("helix could not write the tool_start chunk of %s: %s", call.id, exc)
 
 
 async def _execute(agent: Agent, call: ToolCall, ctx: ToolContext) -> tuple[bool, Any, str | None]:

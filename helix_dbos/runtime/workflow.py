@@ -56,7 +56,14 @@ from helix_dbos.runtime.hitl import (
     needs_gate_step,
     timeout_message,
 )
-from helix_dbos.runtime.steps import is_retryable_llm_error, llm_step, run_terminating, tool_step
+from helix_dbos.runtime.steps import (
+    is_retryable_llm_error,
+    llm_step,
+    run_terminating,
+    runs_at_once,
+    tool_start_chunk,
+    tool_step,
+)
 from helix_dbos.store.repository import PendingToolCall, UsageRecord
 
 WORKFLOW_NAME = "helix.agent_run"
@@ -316,6 +323,8 @@ class AgentLoop:
                 commit.status, commit.output, commit.error = "completed", out["finish_output"], None
         for call in calls:
             out = outcomes[call.id]
+            if runs_at_once(agent, call):  # a no-op if the tool step already wrote it live
+                commit.events.append(tool_start_chunk(self.run_id, step, call))
             commit.messages.append(
                 create_tool_result_message(
                     call.id,

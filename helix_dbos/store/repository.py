@@ -453,12 +453,13 @@ async def commit_step_rows(
     usage: Sequence[UsageRecord],
     chunks: Sequence[tuple[str, str, Any]],
     durable: bool = True,
-) -> bool:
+) -> int | None:
     """Write one agent step's messages, state, usage and chunks, once: one statement.
 
     `runs.committed_step` is the step's idempotency key: the first writer moves it to
     `step` and writes the rows; a replay (a recovered or retried step) finds it there
-    and writes nothing. Returns whether this call wrote. `durable=False` does not wait
+    and writes nothing. Returns the sequence number of the first message written
+    (`None` when the rows were already there). `durable=False` does not wait
     for the WAL flush: only for a caller whose own checkpoint, committed later in the
     same cluster, flushes it (see `runtime/commit.py`).
     """
@@ -497,8 +498,8 @@ async def commit_step_rows(
                 "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
                 "AS c(ord int, key text, type text, payload jsonb) "
                 "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
-                "SELECT count(*) > 0, CASE WHEN count(*) > 0 AND :nchunk > 0 "
-                "THEN pg_notify('helix_chunks', :sid) END"
+                "SELECT count(*) > 0, (SELECT first_msg FROM s), CASE WHEN count(*) > 0 "
+                "AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -516,7 +517,7 @@ async def commit_step_rows(
             },
         )
     ).first()
-    return bool(claimed and claimed[0])
+    return int(claimed[1]) if claimed and claimed[0] else None
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
