@@ -317,6 +317,7 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
 
     from helix_dbos.runtime import commit as step_commit
     from helix_dbos.runtime import executor, steps, workflow
+    from helix_dbos.store import repository
 
     timers = Timers()
     rt = helix.runtime
@@ -335,7 +336,7 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
         (workflow, "llm_step", "body.llm_step"),
         (workflow, "tool_step", "body.tool_step"),
         (step_commit, "write_step_rows", "llm.write_previous"),
-        (steps, "interrupt_and_state", "llm.interrupt_check"),
+        (repository, "interrupt_and_state", "llm.interrupt_check"),
         (steps, "write_chunks", "llm.write_chunks"),
         (rt.history, "read", "llm.history_read"),
         (mock, "generate_step", "llm.model_call"),
@@ -417,8 +418,8 @@ async def measure_history(bench: Bench, steps: int, repeats: int) -> dict[str, A
 
 BREAKDOWN_ROWS: list[tuple[str, str]] = [
     ("llm", "LLM step (DBOS step)"),
-    ("llm.write_previous", "  body: write previous step (1 statement)"),
-    ("llm.interrupt_check", "  body: interrupt check + state (1 query)"),
+    ("llm.write_previous", "  body: write previous step, read state + interrupt"),
+    ("llm.interrupt_check", "  body: state + interrupt (first step only)"),
     ("llm.history_read", "  body: history read (incremental)"),
     ("llm.model_call", "  body: mock model call"),
     ("llm.write_chunks", "  body: live stream chunks (own tx)"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
-from helix_dbos.store.repository import UsageRecord
+from helix_dbos.store.repository import StepWrite, UsageRecord
 
 
 @dataclass
@@ -40,9 +40,11 @@ class StepCommit:
         return bool(self.messages or self.usage or self.state is not None)
 
 
-async def write_step_rows(conn: Any, commit: StepCommit, *, durable: bool = True) -> int | None:
-    """The step's rows in one keyed statement: the seq of its first message, or `None`
-    when they were already written.
+async def write_step_rows(
+    conn: Any, commit: StepCommit, *, durable: bool = True, workflow_id: str | None = None
+) -> StepWrite:
+    """The step's rows in one keyed statement (`first_seq` is `None` when a replay found
+    them written); with `workflow_id`, also the state and a pending interrupt.
 
     The next LLM step writes them with `durable=False`: its own checkpoint, committed
     afterwards to the same database, flushes the WAL up to and past these rows, so
@@ -60,6 +62,7 @@ async def write_step_rows(conn: Any, commit: StepCommit, *, durable: bool = True
         usage=commit.usage,
         chunks=commit.events,
         durable=durable,
+        workflow_id=workflow_id,
     )
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from dbos import DBOS
 from pydantic_core import to_jsonable_python
-from sqlalchemy import text
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
@@ -134,11 +133,15 @@ async def llm_step(
     async with rt.engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         written = None
-        if previous is not None:
-            first_seq = await step_commit.write_step_rows(conn, previous, durable=False)
-            if first_seq is not None and previous.messages:
-                written = (first_seq, previous.messages)
-        interrupted, state = await interrupt_and_state(conn, DBOS.workflow_id, session_id)
+        if previous is None:
+            interrupted, state = await repo.interrupt_and_state(conn, DBOS.workflow_id, session_id)
+        else:
+            wrote = await step_commit.write_step_rows(
+                conn, previous, durable=False, workflow_id=DBOS.workflow_id
+            )
+            interrupted, state = wrote.interrupted, wrote.state
+            if wrote.first_seq is not None and previous.messages:
+                written = (wrote.first_seq, previous.messages)
         if interrupted:
             return {"interrupted": True}
         history, _ = await rt.history.read(conn, session_id, written)
@@ -210,24 +213,6 @@ def tool_start_chunk(run_id: str, step: int, call: ToolCall) -> tuple[str, str, 
         "tool_start",
         {"tool_call_id": call.id, "tool_name": call.name, "arguments": call.arguments},
     )
-
-
-async def interrupt_and_state(
-    conn: Any, workflow_id: str | None, session_id: str
-) -> tuple[bool, dict[str, Any]]:
-    """One round trip: is a soft interrupt pending (an unconsumed `helix.interrupt`
-    message for this run), and the session's state."""
-    row = (
-        await conn.execute(
-            text(
-                "SELECT EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
-                "AND topic = 'helix.interrupt' AND NOT consumed), "
-                "(SELECT state FROM helix.sessions WHERE session_id = :sid)"
-            ),
-            {"wid": workflow_id, "sid": session_id},
-        )
-    ).one()
-    return bool(row[0]), dict(row[1] or {})
 
 
 def run_terminating(agent: Agent, options: dict[str, Any] | None) -> TerminatingConfig | None:

@@ -453,13 +453,14 @@ async def commit_step_rows(
     usage: Sequence[UsageRecord],
     chunks: Sequence[tuple[str, str, Any]],
     durable: bool = True,
-) -> int | None:
+    workflow_id: str | None = None,
+) -> StepWrite:
     """Write one agent step's messages, state, usage and chunks, once: one statement.
 
     `runs.committed_step` is the step's idempotency key: the first writer moves it to
     `step` and writes the rows; a replay (a recovered or retried step) finds it there
-    and writes nothing. Returns the sequence number of the first message written
-    (`None` when the rows were already there). `durable=False` does not wait
+    and writes nothing. With `workflow_id`, the same round trip also answers
+    `interrupt_and_state` for the LLM step that writes. `durable=False` does not wait
     for the WAL flush: only for a caller whose own checkpoint, committed later in the
     same cluster, flushes it (see `runtime/commit.py`).
     """
@@ -468,7 +469,7 @@ async def commit_step_rows(
         {"ord": i + 1, "key": key, "type": kind, "payload": payload}
         for i, (key, kind, payload) in enumerate(chunks)
     ]
-    claimed = (
+    row = (
         await conn.execute(
             text(
                 "WITH claim AS (UPDATE helix.runs SET committed_step = :step, step_count = "
@@ -480,7 +481,8 @@ async def commit_step_rows(
                 "chunk_seq = chunk_seq + :nchunk, "
                 "state = COALESCE(CAST(:state AS jsonb), state), updated_at = now() "
                 "WHERE session_id = :sid AND EXISTS (SELECT 1 FROM claim) "
-                "RETURNING message_seq - :nmsg + 1 AS first_msg, chunk_seq - :nchunk AS chunk_base), "
+                "RETURNING message_seq - :nmsg + 1 AS first_msg, chunk_seq - :nchunk AS chunk_base, "
+                "state), "
                 "msg AS (INSERT INTO helix.messages "
                 "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
                 f"thinking, is_error) SELECT :sid, s.first_msg + m.ord, :rid, {_MESSAGE_FIELDS} "
@@ -498,8 +500,11 @@ async def commit_step_rows(
                 "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
                 "AS c(ord int, key text, type text, payload jsonb) "
                 "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
-                "SELECT count(*) > 0, (SELECT first_msg FROM s), CASE WHEN count(*) > 0 "
-                "AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END"
+                "SELECT count(*) > 0, (SELECT first_msg FROM s), "
+                "COALESCE((SELECT state FROM s), "
+                "(SELECT state FROM helix.sessions WHERE session_id = :sid)), "
+                f"{_INTERRUPT_PENDING}, "
+                "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -514,10 +519,49 @@ async def commit_step_rows(
                 "usage": _json([usage_record(r, agent_name) for r in usage]),
                 "nchunk": len(chunk_rows),
                 "chunks": _json(chunk_rows),
+                "wid": workflow_id,
             },
         )
-    ).first()
-    return int(claimed[1]) if claimed and claimed[0] else None
+    ).one()
+    wrote = bool(row[0])
+    return StepWrite(
+        first_seq=int(row[1]) if wrote else None,
+        state=dict(row[2] or {}),
+        interrupted=bool(row[3]),
+    )
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """What writing a step's rows found: where its messages start (`None` when a
+    replay found them written), the session's state, a pending soft interrupt."""
+
+    first_seq: int | None
+    state: dict[str, Any]
+    interrupted: bool
+
+
+# A `helix.interrupt` message sent to the run's workflow and not yet received.
+_INTERRUPT_PENDING = (
+    "EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
+    "AND topic = 'helix.interrupt' AND NOT consumed)"
+)
+
+
+async def interrupt_and_state(
+    conn: Executor, workflow_id: str | None, session_id: str
+) -> tuple[bool, dict[str, Any]]:
+    """One round trip: is a soft interrupt pending for the run, and the session's state."""
+    row = (
+        await conn.execute(
+            text(
+                f"SELECT {_INTERRUPT_PENDING}, "
+                "(SELECT state FROM helix.sessions WHERE session_id = :sid)"
+            ),
+            {"wid": workflow_id, "sid": session_id},
+        )
+    ).one()
+    return bool(row[0]), dict(row[1] or {})
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
