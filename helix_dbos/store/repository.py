@@ -7,19 +7,27 @@ a plain one for API calls.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
 
 
 class Executor(Protocol):
     async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+
+@functools.lru_cache(maxsize=512)
+def _sql(statement: str) -> TextClause:
+    """A parsed `text()` clause, built once per statement: parsing its bind parameters
+    costs more Python time than the round trip of a short query."""
+    return text(statement)
 
 
 def _json(value: Any) -> str | None:
@@ -88,7 +96,7 @@ async def get_session(
     lock = " FOR UPDATE" if for_update else ""
     row = (
         await conn.execute(
-            text(f"SELECT {_SESSION_COLUMNS} FROM helix.sessions WHERE session_id = :sid{lock}"),
+            _sql(f"SELECT {_SESSION_COLUMNS} FROM helix.sessions WHERE session_id = :sid{lock}"),
             {"sid": session_id},
         )
     ).first()
@@ -104,7 +112,7 @@ async def insert_session(
 ) -> bool:
     """Create a session; False when it already exists."""
     result = await conn.execute(
-        text(
+        _sql(
             "INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id) "
             "VALUES (:sid, :agent, CAST(:state AS jsonb), :parent) ON CONFLICT DO NOTHING"
         ),
@@ -129,7 +137,7 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
             params[name] = value
     sets.append("updated_at = now()")
     await conn.execute(
-        text(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params
+        _sql(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params
     )
 
 
@@ -139,7 +147,7 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
 async def get_run(conn: Executor, run_id: str) -> RunRow | None:
     row = (
         await conn.execute(
-            text(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id}
+            _sql(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id}
         )
     ).first()
     return RunRow(*row) if row else None
@@ -148,7 +156,7 @@ async def get_run(conn: Executor, run_id: str) -> RunRow | None:
 async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
     row = (
         await conn.execute(
-            text(
+            _sql(
                 f"SELECT {_RUN_COLUMNS} FROM helix.runs "
                 "WHERE session_id = :sid AND status IN ('running', 'waiting', 'paused')"
             ),
@@ -160,7 +168,7 @@ async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
 
 async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
     rows = await conn.execute(
-        text(
+        _sql(
             f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid ORDER BY turn, started_at"
         ),
         {"sid": session_id},
@@ -180,7 +188,7 @@ async def insert_run(
     options: dict[str, Any] | None = None,
 ) -> None:
     await conn.execute(
-        text(
+        _sql(
             "INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, max_steps, options, start_sequence) "
             "VALUES (:rid, :sid, :wid, :agent, :turn, :max_steps, CAST(:options AS jsonb), "
             " (SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid))"
@@ -209,7 +217,7 @@ async def allocate_message_seqs(conn: Executor, session_id: str, count: int) -> 
     """
     first = (
         await conn.execute(
-            text(
+            _sql(
                 "UPDATE helix.sessions SET message_seq = GREATEST(message_seq, "
                 "(SELECT COALESCE(max(seq), 0) FROM helix.messages WHERE session_id = :sid)) + :n "
                 "WHERE session_id = :sid RETURNING message_seq - :n + 1"
@@ -241,7 +249,7 @@ async def insert_messages(
         return first_seq
     rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
     await conn.execute(
-        text(
+        _sql(
             "INSERT INTO helix.messages "
             "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error) "
             f"SELECT :sid, :first + m.ord, :rid, {_MESSAGE_FIELDS} FROM {_MESSAGE_RECORDSET}"
@@ -278,7 +286,7 @@ async def load_messages(
     conn: Executor, session_id: str, *, after_seq: int = 0
 ) -> list[tuple[int, Message]]:
     rows = await conn.execute(
-        text(
+        _sql(
             "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
             "FROM helix.messages WHERE session_id = :sid AND seq > :after ORDER BY seq"
         ),
@@ -331,7 +339,7 @@ async def usage_summary(
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     row = (
         await conn.execute(
-            text(
+            _sql(
                 "SELECT count(*) FILTER (WHERE kind = 'llm'), count(*) FILTER (WHERE kind = 'tool'), "
                 "COALESCE(sum(input_tokens), 0), COALESCE(sum(output_tokens), 0), "
                 "COALESCE(sum(cache_read_tokens), 0), COALESCE(sum(cache_write_tokens), 0), "
@@ -380,7 +388,7 @@ async def insert_chunks(
         for i, (key, kind, payload) in enumerate(chunks)
     ]
     await conn.execute(
-        text(
+        _sql(
             "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :n WHERE session_id = :sid "
             "RETURNING chunk_seq - :n AS base), "
             "c AS (SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
@@ -405,7 +413,7 @@ async def insert_chunks(
 
 async def notify_run_end(conn: Executor, run_id: str) -> None:
     """Wake the callers waiting for this run's result, when the transaction commits."""
-    await conn.execute(text("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
+    await conn.execute(_sql("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
 
 
 async def load_chunks(
@@ -418,7 +426,7 @@ async def load_chunks(
 ) -> list[tuple[Any, ...]]:
     run_filter = " AND run_id = :rid" if run_id else ""
     rows = await conn.execute(
-        text(
+        _sql(
             "SELECT seq, session_id, run_id, agent_name, step, type, payload, created_at FROM helix.stream_chunks "
             f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit"
         ),
@@ -471,7 +479,7 @@ async def commit_step_rows(
     ]
     row = (
         await conn.execute(
-            text(
+            _sql(
                 "WITH claim AS (UPDATE helix.runs SET committed_step = :step, step_count = "
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_step < :step RETURNING 1), "
@@ -554,7 +562,7 @@ async def interrupt_and_state(
     """One round trip: is a soft interrupt pending for the run, and the session's state."""
     row = (
         await conn.execute(
-            text(
+            _sql(
                 f"SELECT {_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid)"
             ),
@@ -581,7 +589,7 @@ async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
             sets.append(f"{name} = :{name}")
             params[name] = value
     result = await conn.execute(
-        text(
+        _sql(
             f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid AND status IN ('running', 'waiting', 'paused')"
         ),
         params,
@@ -627,7 +635,7 @@ async def insert_pending_tool_calls(
     for call in calls:
         row = (
             await conn.execute(
-                text(
+                _sql(
                     "INSERT INTO helix.tool_calls (session_id, tool_call_id, run_id, workflow_id, tool_name, kind, input, deadline_at) "
                     "VALUES (:sid, :tcid, :rid, :wid, :name, :kind, CAST(:input AS jsonb), now() + make_interval(secs => :timeout)) "
                     "ON CONFLICT (run_id, tool_call_id) DO UPDATE SET tool_name = EXCLUDED.tool_name "
@@ -660,7 +668,7 @@ async def resolve_tool_call(
     reason: str | None = None,
 ) -> None:
     await conn.execute(
-        text(
+        _sql(
             "UPDATE helix.tool_calls SET status = :status, result = CAST(:result AS jsonb), error = :error, "
             "reason = :reason, resolved_at = now() WHERE run_id = :rid AND tool_call_id = :tcid AND status = 'pending'"
         ),
@@ -682,7 +690,7 @@ async def find_tool_call(
     lock = " FOR UPDATE" if for_update else ""
     row = (
         await conn.execute(
-            text(
+            _sql(
                 f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND tool_call_id = :tcid "
                 f"ORDER BY created_at DESC LIMIT 1{lock}"
             ),
@@ -694,7 +702,7 @@ async def find_tool_call(
 
 async def mark_answered(conn: Executor, run_id: str, tool_call_id: str) -> None:
     await conn.execute(
-        text(
+        _sql(
             "UPDATE helix.tool_calls SET answered_at = now() WHERE run_id = :rid AND tool_call_id = :tcid"
         ),
         {"rid": run_id, "tcid": tool_call_id},
@@ -703,7 +711,7 @@ async def mark_answered(conn: Executor, run_id: str, tool_call_id: str) -> None:
 
 async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRow]:
     rows = await conn.execute(
-        text(
+        _sql(
             f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND status = 'pending' ORDER BY created_at"
         ),
         {"sid": session_id},
@@ -713,7 +721,7 @@ async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRo
 
 async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> None:
     await conn.execute(
-        text(
+        _sql(
             "UPDATE helix.tool_calls SET status = 'aborted', reason = :reason, resolved_at = now() "
             "WHERE run_id = :rid AND status = 'pending'"
         ),
@@ -723,7 +731,7 @@ async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> 
 
 async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
     rows = await conn.execute(
-        text("SELECT seq FROM helix.messages WHERE run_id = :rid"), {"rid": run_id}
+        _sql("SELECT seq FROM helix.messages WHERE run_id = :rid"), {"rid": run_id}
     )
     return {r[0] for r in rows}
 
@@ -731,7 +739,7 @@ async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
 async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]:
     """`__finish__` calls with no tool result (left by older code), found in SQL."""
     rows = await conn.execute(
-        text(
+        _sql(
             "SELECT c->>'id' FROM helix.messages m, jsonb_array_elements(m.tool_calls) c "
             "WHERE m.session_id = :sid AND m.role = 'assistant' AND c->>'name' = '__finish__' "
             "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
