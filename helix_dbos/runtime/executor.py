@@ -47,7 +47,9 @@ from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
 
-DEFAULT_APP_VERSION = "helix-1"
+# Changes only when the step sequence of `helix.agent_run` changes, so a recovering
+# process never replays a run recorded with another shape.
+DEFAULT_APP_VERSION = "helix-2"
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 
