@@ -393,6 +393,11 @@ async def measure_ratio(bench: Bench, steps: int, repeats: int) -> dict[str, Any
         "ratio_steady": steady_ms / bare_ms,
         "ratio_caller": caller_ms / bare_ms,
         "result_wait_ms": median([(r.caller_s - r.workflow_s) * 1000 for r in runs]),
+        # Per run, not per step: execute() -> first model call, last model call -> SUCCESS.
+        "run_start_ms": median([r.first_call_s * 1000 for r in runs]),
+        "run_end_ms": median(
+            [(r.workflow_s - r.first_call_s - sum(r.intervals_s)) * 1000 for r in runs]
+        ),
     }
 
 
@@ -564,6 +569,11 @@ def print_report(
         ("   ratio agent / bare", f"{ratio['ratio']:.2f}", verdict(ratio["ratio"], RATIO_TARGET)),
         ("   ratio steady / bare", f"{ratio['ratio_steady']:.2f}", ""),
         ("   ratio caller-seen / bare", f"{ratio['ratio_caller']:.2f}", ""),
+        (
+            "   per run: start / end",
+            f"{ratio['run_start_ms']:.0f} / {ratio['run_end_ms']:.0f} ms",
+            "execute() -> 1st model call / last -> done",
+        ),
         (
             "   handle.result() lag after the end",
             f"{ratio['result_wait_ms']:.0f} ms",

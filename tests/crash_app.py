@@ -105,7 +105,7 @@ def respond(request: LLMRequest) -> dict:
         plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "approval":
         plan = [[("g1", "guarded_delete", {"path": "/data/old"})]]
-    else:  # commit, written
+    else:  # commit, written, final
         plan = [[("t1", "record_a", {"value": "one"})]]
     step = len([m for m in request.messages if m.role == "assistant"])
     if step < len(plan):
@@ -128,6 +128,19 @@ if scenario == "commit" and first_life():
         return await original_write(conn, commit, **options)
 
     step_commit.write_step_rows = crashing_write  # type: ignore[assignment]
+
+if scenario == "final" and first_life():
+    from helix_dbos.runtime import workflow
+
+    original_final = workflow._final_step
+
+    async def crash_after_final(commit, pending):  # type: ignore[no-untyped-def]
+        out = await original_final(commit, pending)
+        mark("crashed_after_final_commit")  # committed, not yet checkpointed
+        os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    workflow._final_step = crash_after_final  # type: ignore[assignment]
 
 if os.environ.get("HELIX_CODE_EDIT"):
     # A code edit between the crash and the relaunch: with DBOS's default (a hash of the

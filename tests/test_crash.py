@@ -172,6 +172,34 @@ def test_kill_after_a_step_was_written_but_before_the_next_llm_step_was_checkpoi
     ) == [(1, 1)]
 
 
+def test_kill_after_the_final_commit_before_its_checkpoint(database_url, tmp_path):
+    """The final step's transaction committed, its checkpoint did not: the replayed step
+    finds the rows written and the run ended, and changes nothing."""
+    proc, executor, run_id, session_id = start_run(database_url, "final", tmp_path)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "crashed_after_final_commit").exists()
+    assert sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id) == [
+        ("completed",)
+    ]
+
+    outcome = relaunch(database_url, executor, "final", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    assert outcome["output"] == {"summary": "1 results"}
+    assert lines(tmp_path, "record_a.log") == ["one"]
+    assert len(lines(tmp_path, "llm.log")) == 2, "both LLM steps were checkpointed"
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
+    assert sql(
+        database_url,
+        "SELECT type, count(*) FROM helix.stream_chunks WHERE run_id = %s "
+        "AND type IN ('output', 'run_completed', 'tool_end') GROUP BY type ORDER BY type",
+        run_id,
+    ) == [("output", 1), ("run_completed", 1), ("tool_end", 1)]
+
+
 def test_kill_between_the_llm_step_and_the_commit(database_url, tmp_path):
     proc, executor, run_id, session_id = start_run(database_url, "commit", tmp_path)
     proc.wait(timeout=60)

@@ -1,11 +1,11 @@
-"""What one agent step writes, and the two ways it is written exactly once.
+"""What one agent step writes, and how it is written exactly once.
 
 A step's messages, state, usage and chunks are derived only from checkpointed step
 outputs, so a replay rebuilds the very same rows. They are written by the next LLM
-step, in the transaction that reads the transcript for the model (keyed by
-`runs.committed_step`, so a recovered or retried step writes nothing twice), and a
-run's last step is written by a DBOS datasource transaction together with the run's
-final status.
+step before it reads the transcript for the model, in one statement keyed by
+`runs.committed_step` (the key commits atomically with the rows, so a recovered or
+retried step writes nothing twice). A run's last step is written the same way by the
+`helix.commit_final` step, with the final status, which only a live run takes.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:
 async def commit_final(
     session: Any, commit: StepCommit, pending: StepCommit | None = None
 ) -> dict[str, Any]:
-    """The body of a run's last datasource transaction: a step not yet written (if the
-    run ends before another LLM step wrote it), this step's rows, and the final status."""
+    """The run's last transaction: a step not yet written (if the run ends before
+    another LLM step wrote it), this step's rows, and the final status."""
     if pending is not None:
         await write_step_rows(session, pending)
     chunks = terminal_chunks(commit)

@@ -47,7 +47,7 @@ from helix_dbos.orchestration.types import (
     ToolCallsStepResult,
 )
 from helix_dbos.runtime.commit import StepCommit, commit_final
-from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import (
     HumanWait,
     client_outcome_step,
@@ -74,6 +74,14 @@ LLM_STEP_OPTIONS = {
     "interval_seconds": 1.0,
     "backoff_rate": 2.0,
     "should_retry": is_retryable_llm_error,
+}
+FINAL_STEP_OPTIONS = {
+    "name": "helix.commit_final",
+    "retries_allowed": True,
+    "max_attempts": 6,
+    "interval_seconds": 0.5,
+    "backoff_rate": 2.0,
+    "should_retry": is_transient_db_error,
 }
 
 
@@ -191,7 +199,7 @@ class AgentLoop:
 
     async def _commit_final(self, commit: StepCommit) -> None:
         """The run's last write: any step still unwritten, this one, the final status."""
-        await self.rt.transaction("helix.commit_final", commit_final, commit, self._pending)
+        await DBOS.run_step_async(FINAL_STEP_OPTIONS, _final_step, commit, self._pending)
         self._pending = None
 
     def _apply_finish(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
@@ -576,6 +584,13 @@ class AgentLoop:
                 else {}
             ),
         }
+
+
+async def _final_step(commit: StepCommit, pending: StepCommit | None) -> dict[str, Any]:
+    """One transaction; its writes are keyed or guarded by the run's status, so a step
+    replayed after a crash before its checkpoint changes nothing."""
+    async with current_runtime().engine.begin() as conn:
+        return await commit_final(conn, commit, pending)
 
 
 async def _fire_hook(hook: Any, event: RunEvent) -> None:
