@@ -10,6 +10,7 @@ retried step writes nothing twice). A run's last step is written the same way by
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,48 @@ async def write_step_rows(
         durable=durable,
         workflow_id=workflow_id,
     )
+
+
+async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
+    """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
+    session's state and pending interrupt in the same round trip."""
+    from helix_dbos.runtime.context import current_runtime
+
+    async with current_runtime().engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
+
+
+class WriteAhead:
+    """A step's rows, being written while DBOS checks and starts the next LLM step.
+
+    The workflow starts it as soon as the step's tools are done; the LLM step waits for
+    it before reading the transcript, so the rows are written before its checkpoint.
+    Writes of one run stay in order (each waits for the one before), and every write is
+    keyed, so one started again on replay is a no-op.
+    """
+
+    def __init__(
+        self, commit: StepCommit, workflow_id: str | None, after: WriteAhead | None
+    ) -> None:
+        self.commit = commit
+        self._workflow_id = workflow_id
+        self._task = asyncio.get_running_loop().create_task(self._write(after))
+
+    async def _write(self, after: WriteAhead | None) -> StepWrite:
+        if after is not None:
+            await after.settled()
+        return await write_now(self.commit, self._workflow_id)
+
+    async def result(self) -> StepWrite:
+        """The write's outcome; a failed write (a lost connection, say) is tried again."""
+        try:
+            return await asyncio.shield(self._task)
+        except Exception:
+            return await write_now(self.commit, self._workflow_id)
+
+    async def settled(self) -> None:
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 def terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:

@@ -47,12 +47,10 @@ class HistoryCache:
     ) -> tuple[list[Message], int]:
         """The transcript; `written` = (first seq, messages) this process just appended,
         taken without a query when they directly follow what the cache holds."""
+        cached = self.take(session_id, written)
+        if cached is not None:
+            return cached
         last_seq, messages = self._entries.pop(session_id, (0, []))
-        if written is not None and last_seq > 0 and written[0] == last_seq + 1:
-            messages = messages + written[1]
-            last_seq += len(written[1])
-            self._entries[session_id] = (last_seq, messages)
-            return messages, last_seq + 1
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         if rows:
             messages = messages + [m for _, m in rows]
@@ -60,6 +58,19 @@ class HistoryCache:
         self._entries[session_id] = (last_seq, messages)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
+        return messages, last_seq + 1
+
+    def take(
+        self, session_id: str, written: tuple[int, list[Message]] | None
+    ) -> tuple[list[Message], int] | None:
+        """The transcript without a query, if `written` directly follows the cache."""
+        entry = self._entries.get(session_id)
+        if written is None or entry is None or written[0] != entry[0] + 1:
+            return None
+        last_seq = entry[0] + len(written[1])
+        messages = entry[1] + written[1]
+        self._entries.pop(session_id)
+        self._entries[session_id] = (last_seq, messages)
         return messages, last_seq + 1
 
     def forget(self, session_id: str) -> None:

@@ -35,7 +35,7 @@ from helix_dbos.orchestration.types import (
     ToolSpec,
 )
 from helix_dbos.runtime import commit as step_commit
-from helix_dbos.runtime.commit import StepCommit
+from helix_dbos.runtime.commit import StepCommit, WriteAhead
 from helix_dbos.runtime.context import current_runtime, is_transient_db_error, logger
 from helix_dbos.store import repository as repo
 
@@ -119,32 +119,42 @@ async def llm_step(
     run_id: str = "",
     step: int = 0,
     options: dict[str, Any] | None = None,
-    previous: StepCommit | None = None,
+    previous: StepCommit | WriteAhead | None = None,
 ) -> dict[str, Any]:
     """Write the previous step's rows, read the transcript, ask the model; return the
     parsed step result and the state.
 
-    The previous step's rows are written first (one statement), so the model always
-    sees them, and a step costs no durable operation of its own beyond its LLM and
-    tool steps.
+    The previous step's rows are written first (one statement, usually started by the
+    workflow while DBOS checks this step: a `WriteAhead`), so the model always sees
+    them, and a step costs no durable operation of its own beyond its LLM and tool
+    steps.
     """
     rt = current_runtime()
     agent = rt.agent(agent_name)
-    async with rt.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        written = None
-        if previous is None:
+    cached = None
+    if previous is None:
+        async with rt.engine.connect() as conn:
             interrupted, state = await repo.interrupt_and_state(conn, DBOS.workflow_id, session_id)
+            if interrupted:
+                return {"interrupted": True}
+            history, _ = await rt.history.read(conn, session_id)
+    else:
+        if isinstance(previous, WriteAhead):
+            wrote = await previous.result()
+            messages = previous.commit.messages
         else:
-            wrote = await step_commit.write_step_rows(
-                conn, previous, durable=False, workflow_id=DBOS.workflow_id
-            )
-            interrupted, state = wrote.interrupted, wrote.state
-            if wrote.first_seq is not None and previous.messages:
-                written = (wrote.first_seq, previous.messages)
-        if interrupted:
+            wrote = await step_commit.write_now(previous, DBOS.workflow_id)
+            messages = previous.messages
+        if wrote.interrupted:
             return {"interrupted": True}
-        history, _ = await rt.history.read(conn, session_id, written)
+        state = wrote.state
+        if wrote.first_seq is not None and messages:
+            cached = rt.history.take(session_id, (wrote.first_seq, messages))
+        if cached is not None:
+            history = cached[0]
+        else:
+            async with rt.engine.connect() as conn:
+                history, _ = await rt.history.read(conn, session_id)
     mode = agent.completion_for(run_terminating(agent, options))
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     request = LLMRequest(

@@ -46,7 +46,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
-from helix_dbos.runtime.commit import StepCommit, commit_final
+from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import (
     HumanWait,
@@ -111,6 +111,7 @@ class AgentLoop:
         self.output_retries = 0
         self.max_tokens_fixes = 0
         self._pending: StepCommit | None = None  # written by the next LLM step
+        self._ahead: WriteAhead | None = None
 
     async def run(self) -> dict[str, Any]:
         step = 0
@@ -124,6 +125,10 @@ class AgentLoop:
                     else MAX_STEPS_ERROR.format(max_steps=self.max_steps)
                 )
                 return await self._finish_without_step(step - 1, "failed", error=error)
+            previous: WriteAhead | None = None
+            if self._pending is not None:
+                # Started now, it overlaps DBOS's own bookkeeping for the LLM step.
+                previous = self._ahead = WriteAhead(self._pending, DBOS.workflow_id, self._ahead)
             try:
                 llm = await DBOS.run_step_async(
                     LLM_STEP_OPTIONS,
@@ -133,7 +138,7 @@ class AgentLoop:
                     self.run_id,
                     step,  # type: ignore[arg-type]
                     self.options,
-                    self._pending,
+                    previous,
                 )
             except Exception as exc:
                 return await self._finish_without_step(
@@ -199,6 +204,8 @@ class AgentLoop:
 
     async def _commit_final(self, commit: StepCommit) -> None:
         """The run's last write: any step still unwritten, this one, the final status."""
+        if self._ahead is not None:
+            await self._ahead.settled()
         await DBOS.run_step_async(FINAL_STEP_OPTIONS, _final_step, commit, self._pending)
         self._pending = None
 
