@@ -2,9 +2,9 @@
 
 Per agent step: one LLM step and one step per tool call (parallel calls run
 concurrently at step ids reserved in call order). The step's messages, state,
-usage and chunks are written exactly once by the next LLM step, before it reads
-the transcript; the last step is written with the run's final status in one
-exactly-once datasource transaction (see `runtime/commit.py`).
+usage and chunks are written exactly once, by a keyed statement that the next
+LLM step waits for before it reads the transcript; the last step is written with
+the run's final status by the `helix.commit_final` step (see `runtime/commit.py`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """SQL over the `helix` schema. Every write is keyed, so a replay is a no-op.
 
 Functions take an open SQLAlchemy async connection or session, so the caller
-decides the transaction: the runtime's exactly-once datasource transaction, or
-a plain one for API calls.
+decides the transaction: a DBOS datasource transaction, a step's own transaction
+(its writes keyed or guarded, so a replayed step changes nothing), or a plain one
+for API calls.
 """
 
 from __future__ import annotations
