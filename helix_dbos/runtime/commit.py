@@ -47,10 +47,11 @@ async def write_step_rows(
     """The step's rows in one keyed statement (`first_seq` is `None` when a replay found
     them written); with `workflow_id`, also the state and a pending interrupt.
 
-    The next LLM step writes them with `durable=False`: its own checkpoint, committed
-    afterwards to the same database, flushes the WAL up to and past these rows, so
-    they are on disk before anything depends on them. A database crash in between
-    loses both, and the replayed LLM step writes them again.
+    Between steps they are written with `durable=False`: the next LLM step waits for
+    the write, and its checkpoint, committed afterwards to the same database, flushes
+    the WAL up to and past these rows, so they are on disk before anything depends on
+    them. A database crash in between loses both, and the replayed step writes them
+    again.
     """
     return await repo.commit_step_rows(
         conn,
