@@ -140,6 +140,11 @@ class Tool:
             return await result
         return result
 
+    @property
+    def waits_for_answer(self) -> bool:
+        """A call may wait for someone: an approval, a client's result, a human's input."""
+        return self.execute == "client" or bool(self.require_approval) or self.human_input
+
     async def needs_approval(self, arguments: Any, ctx: ToolContext) -> bool:
         """Evaluate `require_approval`; an exception means approval is required (fail closed)."""
         if not callable(self.require_approval):

@@ -39,17 +39,7 @@ class HistoryCache:
         self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self._max = max_sessions
 
-    async def read(
-        self,
-        conn: Any,
-        session_id: str,
-        written: tuple[int, list[Message]] | None = None,
-    ) -> tuple[list[Message], int]:
-        """The transcript; `written` = (first seq, messages) this process just appended,
-        taken without a query when they directly follow what the cache holds."""
-        cached = self.take(session_id, written)
-        if cached is not None:
-            return cached
+    async def read(self, conn: Any, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         if rows:
@@ -61,11 +51,12 @@ class HistoryCache:
         return messages, last_seq + 1
 
     def take(
-        self, session_id: str, written: tuple[int, list[Message]] | None
+        self, session_id: str, written: tuple[int, list[Message]]
     ) -> tuple[list[Message], int] | None:
-        """The transcript without a query, if `written` directly follows the cache."""
+        """The transcript without a query, if `written` (first seq, messages this process
+        just appended) directly follows what the cache holds; else None."""
         entry = self._entries.get(session_id)
-        if written is None or entry is None or written[0] != entry[0] + 1:
+        if entry is None or written[0] != entry[0] + 1:
             return None
         last_seq = entry[0] + len(written[1])
         messages = entry[1] + written[1]

@@ -131,9 +131,7 @@ async def evaluate_gates(
 def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
     for call in calls:
         tool = agent.tool(call.name)
-        if tool is not None and (
-            tool.execute == "client" or tool.require_approval or tool.human_input
-        ):
+        if tool is not None and tool.waits_for_answer:
             return True
     return False
 

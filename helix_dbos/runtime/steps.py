@@ -34,8 +34,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolSpec,
 )
-from helix_dbos.runtime import commit as step_commit
-from helix_dbos.runtime.commit import StepCommit, WriteAhead
+from helix_dbos.runtime.commit import WriteAhead
 from helix_dbos.runtime.context import current_runtime, is_transient_db_error, logger
 from helix_dbos.store import repository as repo
 
@@ -119,15 +118,14 @@ async def llm_step(
     run_id: str = "",
     step: int = 0,
     options: dict[str, Any] | None = None,
-    previous: StepCommit | WriteAhead | None = None,
+    previous: WriteAhead | None = None,
 ) -> dict[str, Any]:
     """Write the previous step's rows, read the transcript, ask the model; return the
     parsed step result and the state.
 
-    The previous step's rows are written first (one statement, usually started by the
-    workflow while DBOS checks this step: a `WriteAhead`), so the model always sees
-    them, and a step costs no durable operation of its own beyond its LLM and tool
-    steps.
+    The previous step's rows are written first (one statement, started by the workflow
+    while DBOS checks this step: a `WriteAhead`), so the model always sees them, and a
+    step costs no durable operation of its own beyond its LLM and tool steps.
     """
     rt = current_runtime()
     agent = rt.agent(agent_name)
@@ -139,12 +137,8 @@ async def llm_step(
                 return {"interrupted": True}
             history, _ = await rt.history.read(conn, session_id)
     else:
-        if isinstance(previous, WriteAhead):
-            wrote = await previous.result()
-            messages = previous.commit.messages
-        else:
-            wrote = await step_commit.write_now(previous, DBOS.workflow_id)
-            messages = previous.messages
+        wrote = await previous.result()
+        messages = previous.commit.messages
         if wrote.interrupted:
             return {"interrupted": True}
         state = wrote.state
@@ -206,12 +200,7 @@ def runs_at_once(agent: Agent, call: ToolCall) -> bool:
     still seen starting.
     """
     tool = agent.tool(call.name)
-    return tool is None or not (
-        tool.execute == "client"
-        or tool.require_approval
-        or tool.human_input
-        or tool.runs_in_workflow
-    )
+    return tool is None or not (tool.waits_for_answer or tool.runs_in_workflow)
 
 
 LIVE_TOOL_START_SECONDS = 0.1

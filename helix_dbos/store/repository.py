@@ -384,32 +384,43 @@ async def insert_chunks(
     """
     if not chunks:
         return
-    rows = [
-        {"ord": i + 1, "key": key, "type": kind, "payload": payload}
-        for i, (key, kind, payload) in enumerate(chunks)
-    ]
     await conn.execute(
         _sql(
-            "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :n WHERE session_id = :sid "
-            "RETURNING chunk_seq - :n AS base), "
-            "c AS (SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
-            "AS x(ord int, key text, type text, payload jsonb)), "
-            "ins AS (INSERT INTO helix.stream_chunks "
-            "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-            "SELECT :sid, s.base + c.ord, c.key, :rid, :agent, :step, c.type, "
-            "COALESCE(c.payload, '{}'::jsonb) FROM s, c ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+            "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk "
+            "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
+            f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
             "SELECT pg_notify('helix_chunks', :sid)"
             + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
         ),
         {
             "sid": session_id,
-            "n": len(rows),
-            "rows": _json(rows),
+            "nchunk": len(chunks),
+            "chunks": _chunk_records(chunks),
             "rid": run_id,
             "agent": agent_name,
             "step": step,
         },
     )
+
+
+def _chunk_records(chunks: Sequence[tuple[str, str, Any]]) -> str | None:
+    """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1."""
+    return _json(
+        [
+            {"ord": i + 1, "key": key, "type": kind, "payload": payload}
+            for i, (key, kind, payload) in enumerate(chunks)
+        ]
+    )
+
+
+# Inserts :chunks after `s.chunk_base`, the session's chunk counter before this batch.
+_INSERT_CHUNKS = (
+    "INSERT INTO helix.stream_chunks "
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
+    "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
+)
 
 
 async def notify_run_end(conn: Executor, run_id: str) -> None:
@@ -474,10 +485,6 @@ async def commit_step_rows(
     same cluster, flushes it (see `runtime/commit.py`).
     """
     message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
-    chunk_rows = [
-        {"ord": i + 1, "key": key, "type": kind, "payload": payload}
-        for i, (key, kind, payload) in enumerate(chunks)
-    ]
     row = (
         await conn.execute(
             _sql(
@@ -503,12 +510,7 @@ async def commit_step_rows(
                 "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
                 f"x.duration_ms, x.success FROM claim, {_USAGE_RECORDSET} "
                 "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
-                "c AS (INSERT INTO helix.stream_chunks "
-                "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-                "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
-                "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
-                "AS c(ord int, key text, type text, payload jsonb) "
-                "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+                f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
                 "SELECT count(*) > 0, (SELECT first_msg FROM s), "
                 "COALESCE((SELECT state FROM s), "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid)), "
@@ -526,8 +528,8 @@ async def commit_step_rows(
                 "nmsg": len(message_rows),
                 "rows": _json(message_rows),
                 "usage": _json([usage_record(r, agent_name) for r in usage]),
-                "nchunk": len(chunk_rows),
-                "chunks": _json(chunk_rows),
+                "nchunk": len(chunks),
+                "chunks": _chunk_records(chunks),
                 "wid": workflow_id,
             },
         )
