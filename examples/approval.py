@@ -81,7 +81,7 @@ async def recover(helix: HelixDBOS) -> None:
 async def waiting_runs(helix: HelixDBOS) -> list[str]:
     from sqlalchemy import text
 
-    from helix_dbos.runtime.loop import on_target_loop
+    from helix_dbos.runtime.event_loop import on_target_loop
 
     async def query() -> list[str]:
         async with helix.runtime.engine.connect() as conn:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.tool import Tool
 from helix_dbos.errors import StateUpdateError, ToolDefinitionError
 from helix_dbos.runtime.context import current_runtime
+from helix_dbos.runtime.dbos_internals import registered_workflow
 
 DEFAULT_RESULT_KEY = "@agentResult"
 WORKFLOW_POLL_SECONDS = 0.5
@@ -191,15 +193,12 @@ def run_workflow_tool(workflows: dict[str, Callable[..., Any] | str] | None = No
 def _resolve_workflow(
     catalogue: dict[str, Any], workflow_id: str | None, workflow_name: str | None
 ) -> Callable[..., Any]:
-    from dbos._dbos import _get_dbos_instance
-
-    registry = _get_dbos_instance()._registry.workflow_info_map
     for key in (workflow_id, workflow_name):
         if key is None:
             continue
-        target = catalogue.get(key, key if key in registry else None)
+        target = catalogue.get(key, key)
         if isinstance(target, str):
-            target = registry.get(target)
+            target = registered_workflow(target)
         if target is not None:
             return target
     raise LookupError(f"Unknown workflow '{workflow_id or workflow_name}'")
@@ -327,8 +326,6 @@ def log_progress_tool() -> Tool:
 
 
 def _json(value: Any) -> str | None:
-    import json
-
     return None if value is None else json.dumps(value, default=str)
 
 

@@ -23,7 +23,7 @@ from helix_dbos.builtins import (
     get_builtin,
     run_workflow_tool,
 )
-from helix_dbos.runtime.loop import on_target_loop
+from helix_dbos.runtime.event_loop import on_target_loop
 
 _names = itertools.count()
 

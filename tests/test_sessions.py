@@ -194,7 +194,7 @@ async def test_agent_runs_as_a_child_workflow_of_a_user_workflow(
         return result.output
 
     wf = DBOS.workflow(name=f"user_parent_{agent.name}")(parent)
-    from helix_dbos.runtime.loop import on_target_loop
+    from helix_dbos.runtime.event_loop import on_target_loop
 
     async def start():
         return await DBOS.start_workflow_async(wf, "hello")

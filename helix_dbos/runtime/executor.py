@@ -32,7 +32,7 @@ from helix_dbos.orchestration.messages import (
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
 from helix_dbos.runtime.handle import RunHandle
-from helix_dbos.runtime.loop import on_target_loop, run_sync
+from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
 from helix_dbos.runtime.workflow import agent_run_workflow
 from helix_dbos.store import repository as repo

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from dbos import DBOS
 
 from helix_dbos.orchestration.terminating import generated_messages
-from helix_dbos.runtime.loop import run_sync
+from helix_dbos.runtime.event_loop import run_sync
 from helix_dbos.runtime.results import AgentResult
 
 FINISHING_POLL_SECONDS = 0.01

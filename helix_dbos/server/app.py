@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.server import chat, inbox, reads, routes
 from helix_dbos.server.auth import Authenticate, auth_dependency, check_auth_config
@@ -28,9 +29,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 def dbos_launched() -> bool:
-    from dbos._dbos import _dbos_global_instance
-
-    return _dbos_global_instance is not None and bool(_dbos_global_instance._launched)
+    return dbos_internals.is_launched()
 
 
 def create_app(

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from helix_dbos.runtime.loop import on_target_loop
+from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import queries
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow

@@ -15,13 +15,13 @@ import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from helix_dbos.runtime import dbos_internals
+
 T = TypeVar("T")
 
 
 def target_loop() -> asyncio.AbstractEventLoop:
-    from dbos._dbos import _get_dbos_instance
-
-    loop = _get_dbos_instance()._background_event_loop.target_loop()
+    loop = dbos_internals.target_loop()
     if loop is None:
         raise RuntimeError("DBOS is not launched: call helix.launch() (or DBOS.launch()) first")
     return loop
@@ -34,13 +34,14 @@ def _submit(
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def start() -> None:
-        task = loop.create_task(factory(), context=ctx)
+        # Python 3.10's create_task has no `context=`; a task copies the context it is created in.
+        task = ctx.run(loop.create_task, factory())
 
         def done(t: asyncio.Task[T]) -> None:
             if t.cancelled():
                 future.cancel()
-            elif t.exception() is not None:
-                future.set_exception(t.exception())  # type: ignore[arg-type]
+            elif (error := t.exception()) is not None:
+                future.set_exception(error)
             else:
                 future.set_result(t.result())
 

@@ -1,0 +1,46 @@
+"""The one module that reads DBOS's private state.
+
+DBOS 3.4 has no public API for these few facts; each function says what it
+needs and why. Ruff's banned-API rule (TID251) forbids `dbos._*` imports
+everywhere else, so an upgrade of DBOS has one file to check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import dbos._dbos as _dbos_module
+
+
+def is_configured() -> bool:
+    """`DBOS(config=...)` was called in this process (by helix or by the application)."""
+    return _dbos_module._dbos_global_instance is not None
+
+
+def is_launched() -> bool:
+    """`DBOS.launch()` has run: workflows can start and recovered runs execute."""
+    instance = _dbos_module._dbos_global_instance
+    return instance is not None and bool(instance._launched)
+
+
+def target_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop DBOS runs recovered async workflows on.
+
+    Helix does all its database work there, since SQLAlchemy's async pool must
+    not be shared between event loops.
+    """
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
+        return None
+    return instance._background_event_loop.target_loop()
+
+
+def registered_workflow(name: str) -> Callable[..., Any] | None:
+    """A workflow function registered under `name` (`__run_workflow__` starts any
+    registered workflow by name, as seed 003's catalogue does)."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
+        return None
+    return instance._registry.workflow_info_map.get(name)
