@@ -1,5 +1,7 @@
 """Durable LLM agents on DBOS Transact and PostgreSQL."""
 
+# Imported for its effect too: it registers seed 003's built-ins by name.
+from helix_dbos.builtins import builtin_tools
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import AgentHooks
@@ -37,6 +39,7 @@ __all__ = [
     "SessionInfo",
     "SessionNotFoundError",
     "TerminatingConfig",
+    "builtin_tools",
     "Tool",
     "ToolCall",
     "ToolContext",

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 
 from helix_dbos.definitions.context import ToolContext
-from helix_dbos.definitions.tool import Tool
-from helix_dbos.errors import StateUpdateError, ToolDefinitionError
+from helix_dbos.definitions.tool import Tool, named_tool, register_named_tool
+from helix_dbos.errors import StateUpdateError
 from helix_dbos.runtime.context import current_runtime
 from helix_dbos.runtime.dbos_internals import registered_workflow
 
@@ -196,9 +196,8 @@ def _resolve_workflow(
     for key in (workflow_id, workflow_name):
         if key is None:
             continue
-        target = catalogue.get(key, key)
-        if isinstance(target, str):
-            target = registered_workflow(target)
+        named = catalogue.get(key, key)
+        target = registered_workflow(named) if isinstance(named, str) else named
         if target is not None:
             return target
     raise LookupError(f"Unknown workflow '{workflow_id or workflow_name}'")
@@ -339,14 +338,15 @@ BUILTINS: dict[str, Callable[[], Tool]] = {
 }
 
 
+for _name, _factory in BUILTINS.items():
+    register_named_tool(_name, _factory)
+
+
 def get_builtin(name: str) -> Tool:
     """A built-in tool by name, as an agent's `tools=["__complete__", ...]` uses it."""
-    try:
-        return BUILTINS[name]()
-    except KeyError:
-        raise ToolDefinitionError(
-            f"Unknown built-in tool '{name}'. Built-ins: {', '.join(BUILTINS)}"
-        ) from None
+    if name not in BUILTINS:
+        return named_tool(name)  # raises, naming the built-ins
+    return BUILTINS[name]()
 
 
 def builtin_tools(*names: str) -> list[Tool]:

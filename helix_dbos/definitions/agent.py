@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from helix_dbos.definitions.hooks import AgentHooks
-from helix_dbos.definitions.tool import Tool
+from helix_dbos.definitions.tool import Tool, named_tool
 from helix_dbos.errors import AgentDefinitionError
 from helix_dbos.orchestration.completion import (
     DEFAULT_MAX_TOKENS_CORRECTION,
@@ -74,11 +74,7 @@ class TerminatingConfig:
 
 def _resolve_tool(item: Tool | str) -> Tool:
     """Tools are objects; built-ins may also be named (`"__complete__"`)."""
-    if isinstance(item, str):
-        from helix_dbos.builtins import get_builtin
-
-        return get_builtin(item)
-    return item
+    return named_tool(item) if isinstance(item, str) else item
 
 
 class Agent:
@@ -109,7 +105,7 @@ class Agent:
             raise AgentDefinitionError(f"Agent '{name}': nudge and retry counts cannot be negative")
         self.name = name
         self.system_prompt = system_prompt
-        self.tools: list[Tool] = list(tools or [])  # type: ignore[arg-type]
+        self.tools: list[Tool] = [_resolve_tool(t) for t in tools or []]
         self.output_schema = output_schema
         self.state_schema = state_schema
         self.llm = llm or LLMConfig()
@@ -120,7 +116,6 @@ class Agent:
         self.max_output_retries = max_output_retries
         self.max_tokens_correction = max_tokens_correction
         self.terminating = terminating
-        self.tools = [_resolve_tool(t) for t in self.tools]
         self._check_tools()
         if terminating is not None:
             self.check_terminating(terminating)

@@ -8,6 +8,7 @@ so a completed step never fires them again after a crash.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from helix_dbos.orchestration.types import Message, ToolCall
 
 Hook = Callable[[Any], None | Awaitable[None]]
+logger = logging.getLogger("helix_dbos")
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,11 @@ async def fire(hook: Hook | None, event: Any) -> None:
     outcome = hook(event)
     if inspect.isawaitable(outcome):
         await outcome
+
+
+async def fire_safely(hook: Hook | None, event: Any) -> None:
+    """Hooks observe; a failing hook is logged and never breaks the run."""
+    try:
+        await fire(hook, event)
+    except Exception:
+        logger.exception("helix hook %s raised", getattr(hook, "__name__", hook))

@@ -158,6 +158,25 @@ class Tool:
             return True
 
 
+# Tools an agent may name instead of passing the object (`tools=["__complete__"]`);
+# `helix_dbos.builtins` registers seed 003's built-ins here when it is imported.
+_NAMED_TOOLS: dict[str, Callable[[], Tool]] = {}
+
+
+def register_named_tool(name: str, factory: Callable[[], Tool]) -> None:
+    _NAMED_TOOLS[name] = factory
+
+
+def named_tool(name: str) -> Tool:
+    """A fresh instance of the tool registered under `name`."""
+    try:
+        return _NAMED_TOOLS[name]()
+    except KeyError:
+        raise ToolDefinitionError(
+            f"Unknown built-in tool '{name}'. Built-ins: {', '.join(_NAMED_TOOLS)}"
+        ) from None
+
+
 def _check_definition(
     name: str,
     function: Callable[..., Any] | None,
@@ -239,9 +258,7 @@ def _model_from_signature(
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    model = create_model(  # type: ignore[call-overload]
-        f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    model = create_model(f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields)
     return model, ctx_param, None
 
 

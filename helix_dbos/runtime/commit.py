@@ -14,7 +14,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from helix_dbos.orchestration.types import Message
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.runtime.context import current_runtime
+from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
 
@@ -30,10 +36,51 @@ class StepCommit:
     messages: list[Message] = field(default_factory=list)
     state: dict[str, Any] | None = None
     usage: list[UsageRecord] = field(default_factory=list)
-    events: list[tuple[str, str, Any]] = field(default_factory=list)
-    status: str | None = None
+    events: list[ChunkRecord] = field(default_factory=list)
+    status: FinalStatus | None = None
     output: Any = None
     error: str | None = None
+
+    def end(self, status: FinalStatus, *, output: Any = None, error: str | None = None) -> None:
+        """This step ends the run; its rows are written with the final status."""
+        self.status, self.output, self.error = status, output, error
+
+    def add_tool_outcome(self, call: ToolCall, outcome: ToolOutcome, *, start_chunk: bool) -> None:
+        """The call's result message, usage row and chunks (`tool_start` too when
+        `start_chunk`: a call that ran at once has no live one unless it ran long,
+        and the keyed insert makes that repeat a no-op)."""
+        prefix = f"{self.run_id}:{self.step}"
+        if start_chunk:
+            self.events.append(tool_start_chunk(self.run_id, self.step, call))
+        self.messages.append(
+            create_tool_result_message(
+                call.id,
+                call.name,
+                result=outcome.content,
+                success=outcome.success,
+                error=outcome.error,
+            )
+        )
+        if outcome.duration_ms is not None:
+            self.usage.append(
+                UsageRecord(
+                    f"{prefix}:tool:{call.id}",
+                    outcome.usage_kind,
+                    self.step,
+                    tool_name=call.name,
+                    duration_ms=outcome.duration_ms,
+                    success=outcome.success,
+                )
+            )
+        for i, event in enumerate(outcome.events):
+            self.events.append(ChunkRecord(f"{prefix}:{call.id}:{i}", "custom", event))
+        end: dict[str, Any] = {
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+            "success": outcome.success,
+        }
+        end.update({"result": outcome.content} if outcome.success else {"error": outcome.error})
+        self.events.append(ChunkRecord(f"{prefix}:{call.id}:end", "tool_end", end))
 
     @property
     def has_rows(self) -> bool:
@@ -42,7 +89,11 @@ class StepCommit:
 
 
 async def write_step_rows(
-    conn: Any, commit: StepCommit, *, durable: bool = True, workflow_id: str | None = None
+    conn: AsyncConnection,
+    commit: StepCommit,
+    *,
+    durable: bool = True,
+    workflow_id: str | None = None,
 ) -> StepWrite:
     """The step's rows in one keyed statement (`first_seq` is `None` when a replay found
     them written); with `workflow_id`, also the state and a pending interrupt.
@@ -71,8 +122,6 @@ async def write_step_rows(
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
     """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
     session's state and pending interrupt in the same round trip."""
-    from helix_dbos.runtime.context import current_runtime
-
     async with current_runtime().engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
@@ -110,26 +159,27 @@ class WriteAhead:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-def terminal_chunks(commit: StepCommit) -> list[tuple[str, str, Any]]:
+def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
     key = f"{commit.run_id}:end"
     if commit.status == "completed":
         return [
-            (f"{key}:output", "output", {"output": commit.output}),
-            (f"{key}:completed", "run_completed", {"output": commit.output}),
+            ChunkRecord(f"{key}:output", "output", {"output": commit.output}),
+            ChunkRecord(f"{key}:completed", "run_completed", {"output": commit.output}),
         ]
     if commit.status == "failed":
         return [
-            (f"{key}:error", "error", {"error": commit.error}),
-            (f"{key}:failed", "run_failed", {"error": commit.error}),
+            ChunkRecord(f"{key}:error", "error", {"error": commit.error}),
+            ChunkRecord(f"{key}:failed", "run_failed", {"error": commit.error}),
         ]
     return []
 
 
 async def commit_final(
-    session: Any, commit: StepCommit, pending: StepCommit | None = None
-) -> dict[str, Any]:
+    session: AsyncConnection, commit: StepCommit, pending: StepCommit | None = None
+) -> bool:
     """The run's last transaction: a step not yet written (if the run ends before
-    another LLM step wrote it), this step's rows, and the final status."""
+    another LLM step wrote it), this step's rows, and the final status. Returns whether
+    this call ended the run (an abort that got there first keeps its status)."""
     if pending is not None:
         await write_step_rows(session, pending)
     chunks = terminal_chunks(commit)
@@ -164,4 +214,4 @@ async def commit_final(
         chunks,
     )
     await repo.notify_run_end(session, commit.run_id)
-    return {"ended": ended}
+    return ended

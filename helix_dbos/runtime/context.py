@@ -11,11 +11,12 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from dbos import AsyncSQLAlchemyDatasource
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError
@@ -24,6 +25,7 @@ from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
 
 T = TypeVar("T")
+P = ParamSpec("P")
 logger = logging.getLogger("helix_dbos")
 
 
@@ -39,7 +41,7 @@ class HistoryCache:
         self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self._max = max_sessions
 
-    async def read(self, conn: Any, session_id: str) -> tuple[list[Message], int]:
+    async def read(self, conn: AsyncConnection, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         if rows:
@@ -74,7 +76,7 @@ class Runtime:
         *,
         agents: dict[str, Agent],
         engine: AsyncEngine,
-        datasource: Any,
+        datasource: AsyncSQLAlchemyDatasource,
         llm: LLMAdapter | None,
         adapter_factory: Callable[[Agent], LLMAdapter],
         approval_timeout_seconds: float = 7 * 24 * 3600,
@@ -107,21 +109,26 @@ class Runtime:
         return self._adapter_factory(agent)
 
     async def transaction(
-        self, name: str, func: Callable[..., Coroutine[Any, Any, T]], *args: Any
+        self,
+        name: str,
+        func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         """An exactly-once datasource transaction inside a workflow, a plain one outside.
 
         `func` receives the open session as its first argument.
         """
+        datasource = self.datasource
 
-        async def body(*inner: Any) -> T:
-            return await func(self.datasource.sql_session(), *inner)
+        async def body(*inner: P.args, **inner_kw: P.kwargs) -> T:
+            return await func(datasource.sql_session(), *inner, **inner_kw)
 
         body.__qualname__ = name
         for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
             try:
-                return await self.datasource.run_tx_step_async(
-                    {"name": name, "isolation_level": "READ COMMITTED"}, body, *args
+                return await datasource.run_tx_step_async(
+                    {"name": name, "isolation_level": "READ COMMITTED"}, body, *args, **kwargs
                 )
             except Exception as exc:
                 # Each attempt is its own checkpointed step, so a replay retries the same way.
@@ -133,10 +140,15 @@ class Runtime:
                 await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
         raise AssertionError("unreachable")
 
-    async def read(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    async def read(
+        self,
+        func: Callable[Concatenate[AsyncConnection, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
         """A read-only query on a pooled connection."""
         async with self.engine.connect() as conn:
-            return await func(conn, *args)
+            return await func(conn, *args, **kwargs)
 
 
 TRANSIENT_ATTEMPTS = 5

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, SetWorkflowID
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.errors import (
@@ -19,22 +22,27 @@ from helix_dbos.errors import (
     AgentNotRegisteredError,
     InvalidAnswerError,
     RunNotActiveError,
+    RunNotFoundError,
     SessionAgentMismatchError,
     SessionNotFoundError,
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
 )
 from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.orchestration.messages import (
     pair_dangling_tool_calls,
     synthesize_finish_tool_result,
 )
 from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime import dbos_internals
+from helix_dbos.runtime.agent_loop import agent_run_workflow
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
-from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
+from helix_dbos.runtime.handle import RunHandle
+from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
 from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
-from helix_dbos.runtime.workflow import agent_run_workflow
+from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import (
     ensure_database_exists,
@@ -47,10 +55,15 @@ from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
 
-# Changes only when the step sequence of `helix.agent_run` changes, so a recovering
-# process never replays a run recorded with another shape.
-DEFAULT_APP_VERSION = "helix-2"
+# Changes only when the step sequence or the checkpointed step outputs of
+# `helix.agent_run` change, so a recovering process never replays a run recorded
+# with another shape (helix-3: typed step outputs).
+DEFAULT_APP_VERSION = "helix-3"
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def new_id(prefix: str) -> str:
@@ -101,7 +114,7 @@ class HelixDBOS:
         self.runtime = Runtime(
             agents=self.agents,
             engine=engine,
-            datasource=_make_datasource(self.database_url, engine),
+            datasource=_create_datasource(sqlalchemy_url(self.database_url), engine),
             llm=llm,
             adapter_factory=_provider_adapter,
             approval_timeout_seconds=approval_timeout_seconds,
@@ -120,11 +133,9 @@ class HelixDBOS:
         self.agents[agent.name] = agent
 
     def _configure_dbos(self, app_name: str, executor_id: str | None) -> None:
-        from dbos._dbos import _dbos_global_instance
-
-        if _dbos_global_instance is not None:
+        if dbos_internals.is_configured():
             return  # the application configured DBOS itself
-        config: dict[str, Any] = {
+        config: DBOSConfig = {
             "name": app_name,
             "system_database_url": libpq_url(self.database_url),
             "application_version": self.application_version,
@@ -133,7 +144,7 @@ class HelixDBOS:
         executor = executor_id or os.environ.get("HELIX_EXECUTOR_ID")
         if executor:
             config["executor_id"] = executor
-        DBOS(config=config)  # type: ignore[arg-type]
+        DBOS(config=config)
 
     def launch(self) -> None:
         """Launch DBOS; pending runs of this executor and version resume by themselves."""
@@ -174,7 +185,7 @@ class HelixDBOS:
         messages = [Message(role="user", content=input)] if input is not None else []
         if terminating is not None:
             definition.check_terminating(terminating)
-        options = {"terminating": terminating.to_dict()} if terminating is not None else {}
+        options = RunOptions(terminating=terminating)
         return await self._open_and_start(definition, session_id, messages, initial_state, options)
 
     async def _open_and_start(
@@ -183,17 +194,17 @@ class HelixDBOS:
         session_id: str | None,
         messages: list[Message],
         state: dict[str, Any] | None,
-        options: dict[str, Any] | None = None,
+        options: RunOptions | None = None,
     ) -> RunHandle:
-        request = {
-            "options": options or {},
-            "agent_name": agent.name,
-            "session_id": session_id,
-            "messages": messages,
-            "state": state,
-            "default_state": agent.initial_state(None),
-            "max_steps": agent.max_steps,
-        }
+        request = OpenRunRequest(
+            options=options or RunOptions(),
+            agent_name=agent.name,
+            session_id=session_id,
+            messages=messages,
+            state=state,
+            default_state=agent.initial_state(None),
+            max_steps=agent.max_steps,
+        )
         try:
             opened = await on_target_loop(
                 lambda: self.runtime.transaction("helix.open_run", _open_run, request)
@@ -206,17 +217,17 @@ class HelixDBOS:
             )
 
         async def start() -> None:
-            with SetWorkflowID(opened["workflow_id"]):
+            with SetWorkflowID(opened.workflow_id):
                 await DBOS.start_workflow_async(
                     agent_run_workflow,
-                    opened["run_id"],
-                    opened["session_id"],
+                    opened.run_id,
+                    opened.session_id,
                     agent.name,
-                    request["options"],
+                    request.options,
                 )
 
         await on_target_loop(start)
-        return RunHandle(self, opened["session_id"], opened["run_id"], opened["workflow_id"])
+        return RunHandle(self, opened.session_id, opened.run_id, opened.workflow_id)
 
     async def _heal_stale_run(self, exc: AgentAlreadyRunningError) -> bool:
         """A live run row whose workflow never started or already ended is closed, not obeyed."""
@@ -297,11 +308,9 @@ class HelixDBOS:
         await self._answer(session_id, tool_call_id, "human_input", payload)
 
     async def _answer(
-        self, session_id: str, tool_call_id: str, kind: str, payload: dict[str, Any]
+        self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
     ) -> None:
         """Check the call is pending and of this kind, then send the answer exactly once."""
-        from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
-
         try:
             ANSWER_MODELS[kind].model_validate(payload)
         except ValidationError as exc:
@@ -450,7 +459,7 @@ class HelixDBOS:
         while True:
             seen = notifier.version(session_id)
             rows = await on_target_loop(
-                lambda last=last: self._chunk_reads.load(session_id, last, run_id)
+                functools.partial(self._chunk_reads.load, session_id, last, run_id)
             )
             ended = False
             for chunk in rows:
@@ -471,7 +480,7 @@ class HelixDBOS:
                 ):
                     return
                 continue
-            await on_target_loop(lambda seen=seen: notifier.wait(session_id, seen, poll_seconds))
+            await on_target_loop(functools.partial(notifier.wait, session_id, seen, poll_seconds))
 
     async def wait_for_run_end(
         self, session_id: str, run_id: str, *, poll_seconds: float = 5.0
@@ -491,7 +500,7 @@ class HelixDBOS:
             status = await DBOS.get_workflow_status_async(run.workflow_id)
             if status is not None and status.status in _DBOS_TERMINAL:
                 return run  # the workflow ended without closing its row (it crashed)
-            await on_target_loop(lambda seen=seen: notifier.wait(key, seen, poll_seconds))
+            await on_target_loop(functools.partial(notifier.wait, key, seen, poll_seconds))
 
     async def _load_chunks(
         self, session_id: str, after_seq: int, run_id: str | None
@@ -514,10 +523,13 @@ class HelixDBOS:
 
     # --- reads --------------------------------------------------------------
 
-    async def _read(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-        return await on_target_loop(
-            lambda: self.runtime.read(functools.partial(func, **kwargs), *args)
-        )
+    async def _read(
+        self,
+        func: Callable[Concatenate[AsyncConnection, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        return await on_target_loop(lambda: self.runtime.read(func, *args, **kwargs))
 
     async def get_session(self, session_id: str) -> SessionInfo:
         row = await self._read(repo.get_session, session_id)
@@ -547,8 +559,6 @@ class HelixDBOS:
         return [m for seq, m in rows if seq in ids]
 
     async def get_run(self, run_id: str) -> RunInfo:
-        from helix_dbos.errors import RunNotFoundError
-
         row = await self._read(repo.get_run, run_id)
         if row is None:
             raise RunNotFoundError(run_id)
@@ -567,10 +577,7 @@ class HelixDBOS:
     async def get_usage(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> dict[str, int]:
-        async def query(conn: Any) -> dict[str, int]:
-            return await repo.usage_summary(conn, session_id=session_id, run_id=run_id)
-
-        return await self._read(query)
+        return await self._read(repo.usage_summary, session_id=session_id, run_id=run_id)
 
     def get_session_sync(self, session_id: str) -> SessionInfo:
         return run_sync(lambda: self.get_session(session_id))
@@ -588,14 +595,35 @@ class HelixDBOS:
 # --- transactions -----------------------------------------------------------
 
 
-async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class OpenRunRequest:
+    """What `execute`, `resume` and `retry` ask of the open-run transaction."""
+
+    agent_name: str
+    session_id: str | None
+    messages: list[Message]
+    state: dict[str, Any] | None  # the caller's state, if any
+    default_state: dict[str, Any]  # a new session's state otherwise
+    max_steps: int
+    options: RunOptions
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    session_id: str
+    run_id: str
+    workflow_id: str
+    turn: int
+
+
+async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRun:
     """Create or reopen the session, refuse a second live run, add the input, insert the run."""
-    agent_name = request["agent_name"]
-    session_id = request["session_id"] or new_id("ses")
+    agent_name = request.agent_name
+    session_id = request.session_id or new_id("ses")
     row = await repo.get_session(session, session_id, for_update=True)
     if row is None:
         await repo.insert_session(
-            session, session_id, agent_name, request["state"] or request["default_state"]
+            session, session_id, agent_name, request.state or request.default_state
         )
         row = await repo.get_session(session, session_id, for_update=True)
         assert row is not None
@@ -614,12 +642,12 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id=workflow_id,
         agent_name=agent_name,
         turn=turn,
-        max_steps=request["max_steps"],
-        options=request["options"],
+        max_steps=request.max_steps,
+        options=request.options.to_json(),
     )
     unpaired = await repo.unpaired_finish_call_ids(session, session_id)
     heal = [synthesize_finish_tool_result(call_id) for call_id in unpaired]
-    await repo.append_messages(session, session_id, run_id, heal + request["messages"])
+    await repo.append_messages(session, session_id, run_id, heal + request.messages)
     await repo.insert_chunks(
         session,
         session_id,
@@ -629,14 +657,14 @@ async def _open_run(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         [(f"{run_id}:started", "run_started", {"turn": turn})],
     )
     fields: dict[str, Any] = {"status": "running", "turn_count": turn, "error": None}
-    if request["state"] is not None and row.turn_count > 0:
-        fields["state"] = request["state"]
+    if request.state is not None and row.turn_count > 0:
+        fields["state"] = request.state
     await repo.update_session(session, session_id, **fields)
-    return {"session_id": session_id, "run_id": run_id, "workflow_id": workflow_id, "turn": turn}
+    return OpenedRun(session_id, run_id, workflow_id, turn)
 
 
 async def _close_run(
-    session: Any, session_id: str, run_id: str, error: str, status: str = "failed"
+    session: repo.Executor, session_id: str, run_id: str, error: str, status: str = "failed"
 ) -> bool:
     """End a live run from outside its workflow, pairing every dangling tool call."""
     if not await repo.update_live_run(
@@ -661,25 +689,26 @@ async def _close_run(
     return True
 
 
-def _make_datasource(database_url: str, engine: Any) -> Any:
-    """The DBOS async datasource on our engine (its checkpoint table lives in schema `dbos`)."""
-    from dbos._datasource_migration import migrate_datasource_database
-    from dbos._datasource_postgres import PostgresAsyncDatasource
-    from dbos._serialization import DBOSDefaultSerializer
+def _create_datasource(url: str, engine: AsyncEngine) -> AsyncSQLAlchemyDatasource:
+    """DBOS's exactly-once datasource on helix's engine (its checkpoint table in schema
+    `dbos`), created and migrated before launch, as DBOS requires.
 
-    migrate_datasource_database(sqlalchemy_url(database_url), "dbos", None)
-    return PostgresAsyncDatasource(
-        database_url=sqlalchemy_url(database_url),
-        engine_kwargs={},
-        engine=engine,
-        schema="dbos",
-        serializer=DBOSDefaultSerializer,
-    )
+    It runs on a throwaway event loop in a thread of its own, so construction works from
+    sync and async code alike, and it closes the connections it opened there, so none
+    stays bound to that loop.
+    """
+
+    async def create() -> AsyncSQLAlchemyDatasource:
+        try:
+            return await AsyncSQLAlchemyDatasource.create(url, engine=engine, schema="dbos")
+        finally:
+            await engine.dispose()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, create()).result()
 
 
 def _provider_adapter(agent: Agent) -> LLMAdapter:
-    from helix_dbos.llm.providers import resolve_adapter
-
     kwargs: dict[str, Any] = {}
     if agent.llm.base_url:
         kwargs["base_url"] = agent.llm.base_url

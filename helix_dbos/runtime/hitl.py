@@ -18,23 +18,27 @@ from dbos import DBOS
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.definitions.context import ToolContext
-from helix_dbos.definitions.hooks import HookContext, MessageEvent, RunEvent, ToolEvent
+from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.errors import ToolArgumentsError
-from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
+from helix_dbos.runtime.tool_step import tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
 
-Kind = Literal["approval", "client", "human_input"]
-TOPICS: dict[str, str] = {
+TOPICS: dict[GateKind, str] = {
     "approval": "helix.approval",
     "client": "helix.tool_result",
     "human_input": "helix.human_input",
 }
-WAITING_FOR = {"approval": "approval", "client": "client_tool", "human_input": "human_input"}
-CHUNK_TYPES = {
+WAITING_FOR: dict[GateKind, str] = {
+    "approval": "approval",
+    "client": "client_tool",
+    "human_input": "human_input",
+}
+CHUNK_TYPES: dict[GateKind, str] = {
     "approval": "tool_approval_request",
     "client": "client_tool_request",
     "human_input": "human_input_request",
@@ -74,18 +78,48 @@ class HumanInputAnswer(BaseModel):
     approved: bool | None = None
 
 
-ANSWER_MODELS: dict[str, type[BaseModel]] = {
+ANSWER_MODELS: dict[
+    GateKind, type[ApprovalAnswer] | type[ToolResultAnswer] | type[HumanInputAnswer]
+] = {
     "approval": ApprovalAnswer,
     "client": ToolResultAnswer,
     "human_input": HumanInputAnswer,
 }
 
 
-@dataclass
+AnswerPayload = ApprovalAnswer | ToolResultAnswer | HumanInputAnswer
+
+
+@dataclass(frozen=True)
 class Answer:
-    kind: str
-    payload: dict[str, Any] | None  # None: the deadline passed
+    """One pending call's answer as the workflow received it (`None`: the deadline passed)."""
+
+    kind: GateKind
+    payload: AnswerPayload | None
     wait_ms: float
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How a pending `helix.tool_calls` row is closed when the run resumes."""
+
+    tool_call_id: str
+    status: Literal["approved", "denied", "timed_out", "completed", "failed"]
+    result: Any = None
+    error: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, call_id: str, answer: Answer) -> Resolution:
+        p = answer.payload
+        if p is None:
+            return cls(call_id, "timed_out")
+        if isinstance(p, ApprovalAnswer):
+            return cls(call_id, "approved" if p.approved else "denied", reason=p.reason)
+        if isinstance(p, ToolResultAnswer):
+            failed = p.error is not None
+            return cls(call_id, "failed" if failed else "completed", result=p.result, error=p.error)
+        return cls(call_id, "completed", result=p.model_dump())
 
 
 async def evaluate_gates(
@@ -93,14 +127,13 @@ async def evaluate_gates(
     run_id: str,
     agent_name: str,
     step: int,
-    calls: list[dict[str, Any]],
+    calls: list[ToolCall],
     state: dict[str, Any],
-) -> dict[str, str]:
+) -> GateDecision:
     """Which calls need a human: client tools, and approval predicates (fail closed)."""
     agent = current_runtime().agent(agent_name)
-    gated: dict[str, str] = {}
-    for raw in calls:
-        call = ToolCall.model_validate(raw)
+    gated: dict[str, GateKind] = {}
+    for call in calls:
         tool = agent.tool(call.name)
         if tool is None:
             continue
@@ -113,19 +146,10 @@ async def evaluate_gates(
         elif tool.execute == "client":
             gated[call.id] = "client"
         elif tool.require_approval:
-            ctx = ToolContext(
-                session_id=session_id,
-                run_id=run_id,
-                agent_name=agent_name,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                step=step,
-                state=state,
-                state_schema=agent.state_schema,
-            )
+            ctx = tool_context(agent, session_id, run_id, step, call, state)
             if await tool.needs_approval(call.arguments, ctx):
                 gated[call.id] = "approval"
-    return gated
+    return GateDecision(gated)
 
 
 def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
@@ -137,7 +161,7 @@ def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
 
 
 async def _suspend(
-    session: Any,
+    session: repo.Executor,
     session_id: str,
     run_id: str,
     workflow_id: str,
@@ -162,7 +186,7 @@ async def _suspend(
         agent_name,
         step,
         [
-            (
+            ChunkRecord(
                 f"{run_id}:{step}:{p.tool_call_id}:request",
                 CHUNK_TYPES[p.kind],
                 {
@@ -179,24 +203,26 @@ async def _suspend(
 
 
 async def _resume(
-    session: Any, session_id: str, run_id: str, resolutions: list[dict[str, Any]]
+    session: repo.Executor, session_id: str, run_id: str, resolutions: list[Resolution]
 ) -> None:
     for r in resolutions:
         await repo.resolve_tool_call(
             session,
             run_id,
-            r["tool_call_id"],
-            status=r["status"],
-            result=r.get("result"),
-            error=r.get("error"),
-            reason=r.get("reason"),
+            r.tool_call_id,
+            status=r.status,
+            result=r.result,
+            error=r.error,
+            reason=r.reason,
         )
     if await repo.update_live_run(
         session, run_id, status="running", waiting_for=None, waiting_since=None
     ):
         await repo.update_session(session, session_id, status="running")
-        ids = [r["tool_call_id"] for r in resolutions]
-        chunk = (f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
+        ids = [r.tool_call_id for r in resolutions]
+        chunk = ChunkRecord(
+            f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids}
+        )
         await repo.insert_chunks(session, session_id, run_id, None, None, [chunk])
 
 
@@ -238,7 +264,7 @@ class HumanWait:
         for kind in kinds:
             waiting = {p.tool_call_id for p in pending if p.kind == kind}
             await self._collect(kind, waiting, deadlines, started, answers)
-        resolutions = [self._resolution(call_id, answer) for call_id, answer in answers.items()]
+        resolutions = [Resolution.of(call_id, answer) for call_id, answer in answers.items()]
         await self.rt.transaction(
             "helix.resume_wait", _resume, self.session_id, self.run_id, resolutions
         )
@@ -249,7 +275,7 @@ class HumanWait:
 
     async def _collect(
         self,
-        kind: str,
+        kind: GateKind,
         waiting: set[str],
         deadlines: dict[str, float],
         started: float,
@@ -273,7 +299,7 @@ class HumanWait:
                     "Run %s ignored a malformed message on %s: %s", self.run_id, topic, exc
                 )
                 continue
-            call_id = parsed.tool_call_id  # type: ignore[attr-defined]
+            call_id = parsed.tool_call_id
             if call_id not in waiting:
                 logger.warning(
                     "Run %s ignored an answer on %s for %s: no such pending call (duplicate or late)",
@@ -283,38 +309,15 @@ class HumanWait:
                 )
                 continue
             answered = time.time()
-            answers[call_id] = Answer(kind, parsed.model_dump(), (answered - started) * 1000)
+            answers[call_id] = Answer(kind, parsed, (answered - started) * 1000)
             waiting.discard(call_id)
-
-    @staticmethod
-    def _resolution(call_id: str, answer: Answer) -> dict[str, Any]:
-        p = answer.payload
-        if p is None:
-            return {"tool_call_id": call_id, "status": "timed_out"}
-        if answer.kind == "approval":
-            return {
-                "tool_call_id": call_id,
-                "status": "approved" if p["approved"] else "denied",
-                "reason": p.get("reason"),
-            }
-        if answer.kind == "client":
-            failed = p.get("error") is not None
-            return {
-                "tool_call_id": call_id,
-                "status": "failed" if failed else "completed",
-                "result": p.get("result"),
-                "error": p.get("error"),
-            }
-        return {"tool_call_id": call_id, "status": "completed", "result": p}
 
     async def _fire(self, hook_name: str, status: str, details: dict[str, Any]) -> None:
         hook = getattr(self.agent.hooks, hook_name)
         if hook is not None:
-            from helix_dbos.runtime.steps import _safe_fire
-
             await DBOS.run_step_async(
                 {"name": f"helix.hook:{hook_name}"},
-                _safe_fire,
+                fire_safely,
                 hook,
                 RunEvent(self.hook_ctx, status, details=details),
             )
@@ -325,36 +328,33 @@ def denial_message(call_id: str, reason: str | None) -> str:
     return f"{base}: {reason}" if reason else base
 
 
-def timeout_message(call: ToolCall, kind: str, seconds: float) -> str:
+def timeout_message(call: ToolCall, kind: GateKind, seconds: float) -> str:
     what = {"approval": "approval", "client": "the client's result", "human_input": "human input"}[
         kind
     ]
     return f"Tool call {call.id} ({call.name}) timed out after {seconds:g}s waiting for {what}"
 
 
-async def client_outcome_step(
-    session_id: str,
-    run_id: str,
-    agent_name: str,
-    step: int,
-    call: dict[str, Any],
-    content: str | None,
-    error: str | None,
-    wait_ms: float,
-) -> None:
-    """Fire on_message and after_tool for a client tool's answer or timeout, once."""
-    from helix_dbos.runtime.steps import _safe_fire
-
-    agent = current_runtime().agent(agent_name)
-    tool_call = ToolCall.model_validate(call)
-    ctx = HookContext(session_id, run_id, agent_name, step)
-    message = create_tool_result_message(
-        tool_call.id, tool_call.name, result=content, success=error is None, error=error
-    )
-    await _safe_fire(agent.hooks.on_message, MessageEvent(ctx, message))
-    await _safe_fire(
-        agent.hooks.after_tool,
-        ToolEvent(
-            ctx, tool_call, success=error is None, result=content, error=error, duration_ms=wait_ms
-        ),
-    )
+def answer_outcome(
+    call: ToolCall, kind: GateKind, answer: Answer, timeout_seconds: float
+) -> ToolOutcome | None:
+    """What a human's answer makes of a gated call; `None`: approved, so it runs now."""
+    p = answer.payload
+    if kind == "approval":
+        if isinstance(p, ApprovalAnswer) and p.approved:
+            return None
+        reason = p.reason if isinstance(p, ApprovalAnswer) else None
+        if p is None:
+            return ToolOutcome.not_executed(timeout_message(call, kind, timeout_seconds))
+        return ToolOutcome.not_executed(denial_message(call.id, reason))
+    content: str | None = None
+    error: str | None = None
+    if p is None:
+        error = timeout_message(call, kind, timeout_seconds)
+    elif isinstance(p, HumanInputAnswer):
+        content = to_json_text({"human_input": p.human_input, "approved": p.approved})
+    elif isinstance(p, ToolResultAnswer) and p.error is not None:
+        error = p.error
+    elif isinstance(p, ToolResultAnswer):
+        content = to_json_text(p.result)
+    return ToolOutcome.answered(kind, content, error, answer.wait_ms)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 RunStatus = Literal["running", "waiting", "paused", "completed", "failed", "interrupted", "aborted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "interrupted", "aborted"})
@@ -22,6 +22,17 @@ class AgentResult(BaseModel):
     # Terminating runs (seed 004): the terminating tool's output as a string, and the run's messages.
     response: str | None = None
     generated_messages: list[dict[str, Any]] | None = None
+    _terminating: bool = PrivateAttr(default=False)
+
+    @property
+    def terminating(self) -> bool:
+        """The run ran in seed 004's autonomous mode (so the result has `response` and
+        `generated_messages`)."""
+        return self._terminating
+
+    @terminating.setter
+    def terminating(self, value: bool) -> None:
+        self._terminating = value
 
     @property
     def ok(self) -> bool:

@@ -68,7 +68,7 @@ def embedded_database_url(data_dir: str | os.PathLike[str] | None = None) -> str
         with warnings.catch_warnings():
             # platformdirs warns on import when XDG_RUNTIME_DIR is unset (containers, CI).
             warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-            import pgserver
+            import pgserver  # noqa: PLC0415 - lazy: optional extra `embedded`, only without a URL
     except ImportError as exc:
         raise DatabaseConfigError(
             "No database configured and the embedded PostgreSQL is not installed: "
@@ -80,7 +80,7 @@ def embedded_database_url(data_dir: str | os.PathLike[str] | None = None) -> str
         server = _EMBEDDED_SERVERS.get(path)
         if server is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            server = pgserver.get_server(path, cleanup_mode=None)
+            server = pgserver.get_server(path, cleanup_mode=None)  # type: ignore[attr-defined]  # pgserver does not list it in __all__
             _EMBEDDED_SERVERS[path] = server
         elif not server.get_postmaster_info().is_running():
             # Someone stopped it under us (pg_ctl stop, reboot of a long-lived process):
@@ -113,7 +113,8 @@ def libpq_url(url: str) -> str:
 
 def database_name(url: str) -> str | None:
     """The dbname a URL points at (None if it leaves libpq to default it to the user)."""
-    return conninfo_to_dict(libpq_url(url)).get("dbname") or None
+    dbname = conninfo_to_dict(libpq_url(url)).get("dbname")
+    return str(dbname) if dbname else None
 
 
 def with_database(url: str, dbname: str) -> str:

@@ -120,7 +120,7 @@ def apply_migrations(url: str, *, directory: str | Path | None = None) -> list[s
                 if migration.version in recorded:
                     continue
                 with conn.transaction():
-                    conn.execute(migration.sql)  # type: ignore[arg-type]
+                    conn.execute(migration.sql)
                     conn.execute(
                         f"INSERT INTO {TABLE} (version, checksum) VALUES (%s, %s)",
                         (migration.version, migration.checksum),

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import TextClause, text
 
@@ -128,7 +128,8 @@ async def insert_session(
 
 
 async def update_session(conn: Executor, session_id: str, **fields: Any) -> None:
-    sets, params = [], {"sid": session_id}
+    sets: list[str] = []
+    params: dict[str, Any] = {"sid": session_id}
     for name, value in fields.items():
         if name in ("state", "output"):
             sets.append(f"{name} = CAST(:{name} AS jsonb)")
@@ -329,8 +330,9 @@ _USAGE_RECORDSET = (
 
 async def usage_summary(
     conn: Executor, *, session_id: str | None = None, run_id: str | None = None
-) -> dict[str, Any]:
-    where, params = [], {}
+) -> dict[str, int]:
+    where: list[str] = []
+    params: dict[str, str] = {}
     if session_id:
         where.append("session_id = :sid")
         params["sid"] = session_id
@@ -577,7 +579,8 @@ async def interrupt_and_state(
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
     """Update a run only while it is live; False when it already ended (aborted, say)."""
-    sets, params = [], {"rid": run_id}
+    sets: list[str] = []
+    params: dict[str, Any] = {"rid": run_id}
     for name, value in fields.items():
         if name == "output":
             sets.append("output = CAST(:output AS jsonb)")
@@ -603,11 +606,14 @@ async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
 # --- pending tool calls (approvals, client tools, human input) ---------------
 
 
+ToolCallKind = Literal["approval", "client", "human_input"]
+
+
 @dataclass(frozen=True)
 class PendingToolCall:
     tool_call_id: str
     tool_name: str
-    kind: str  # approval | client | human_input
+    kind: ToolCallKind
     input: Any
     timeout_seconds: float
 

@@ -1,0 +1,346 @@
+"""The agent loop: one DBOS workflow, `helix.agent_run`, runs every agent.
+
+One agent step, top to bottom in `AgentLoop.run`:
+1. the previous step's rows start writing (a `WriteAhead`, overlapping DBOS's
+   own bookkeeping for the next step);
+2. the LLM step waits for that write, reads the transcript and asks the model;
+   its checkpoint is only the parsed reply (`ModelReply`);
+3. the reply is planned (pure orchestration, seed 001);
+4. the tools run, each call in its own DBOS step (`ToolBatch`);
+5. the step's rows are either left for the next step's write-ahead, or, when
+   the run ends, written with its final status by the `helix.commit_final` step.
+Every row is derived from checkpointed outputs, so a replay rebuilds the same
+rows, and every write is keyed, so none lands twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbos import DBOS, StepOptions
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.orchestration.completion import (
+    MAX_NUDGES_ERROR,
+    MAX_STEPS_ERROR,
+    completion_nudge,
+    max_tokens_correction,
+)
+from helix_dbos.orchestration.messages import (
+    create_assistant_message,
+    create_tool_result_message,
+    synthesize_finish_tool_result,
+)
+from helix_dbos.orchestration.planning import StepProcessingPlan, plan_step_processing
+from helix_dbos.orchestration.terminating import (
+    MAX_INVOCATIONS_ERROR,
+    response_text,
+    truncate_at_terminating,
+)
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    LLMUsage,
+    Message,
+    StepResult,
+    ToolCall,
+    ToolCallsStepResult,
+)
+from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final
+from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
+from helix_dbos.runtime.live_chunks import runs_at_once
+from helix_dbos.runtime.llm_step import LLM_STEP_OPTIONS, llm_step, run_terminating
+from helix_dbos.runtime.results import AgentResult
+from helix_dbos.runtime.step_types import (
+    ChunkRecord,
+    FinalStatus,
+    InterruptRequested,
+    ModelReply,
+    RunOptions,
+)
+from helix_dbos.runtime.tool_batch import ToolBatch
+from helix_dbos.store.repository import UsageRecord
+
+WORKFLOW_NAME = "helix.agent_run"
+INTERRUPT_TOPIC = "helix.interrupt"
+FINAL_STEP_OPTIONS: StepOptions = {
+    "name": "helix.commit_final",
+    "retries_allowed": True,
+    "max_attempts": 6,
+    "interval_seconds": 0.5,
+    "backoff_rate": 2.0,
+    "should_retry": is_transient_db_error,
+}
+
+
+class AgentLoop:
+    """One run of one agent, as workflow code: deterministic, with every effect in a step."""
+
+    def __init__(
+        self, rt: Runtime, run_id: str, session_id: str, agent: Agent, options: RunOptions
+    ) -> None:
+        self.rt = rt
+        self.run_id = run_id
+        self.session_id = session_id
+        self.agent = agent
+        self.options = options
+        self.terminating = run_terminating(agent, options)
+        self.mode = agent.completion_for(self.terminating)
+        self.max_steps = self.terminating.max_invocations if self.terminating else agent.max_steps
+        self.steps_taken = 0
+        self.nudges = 0
+        self.output_retries = 0
+        self.max_tokens_fixes = 0
+        self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
+        self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
+
+    async def run(self) -> AgentResult:
+        step = 0
+        while True:
+            self.steps_taken, step = step, step + 1
+            if step > self.max_steps:
+                return await self.end_without_step(step - 1, "failed", self._step_cap_error())
+            # 1. The previous step's rows start writing while DBOS checks the LLM step.
+            previous = self._write_ahead()
+            # 2. The LLM step: it waits for that write, reads the transcript, asks the model.
+            try:
+                reply = await DBOS.run_step_async(
+                    LLM_STEP_OPTIONS,
+                    llm_step,
+                    self.session_id,
+                    self.agent.name,
+                    self.run_id,
+                    step,
+                    self.options,
+                    previous,
+                )
+            except Exception as exc:
+                error = f"LLM call failed after retries: {exc}"
+                return await self.end_without_step(step, "failed", error)
+            if isinstance(reply, InterruptRequested):
+                return await self._interrupted(step - 1)
+            # 3.-4. Plan the reply and run its tools: the step's rows, in memory.
+            commit = await self._take_step(step, reply)
+            # 5. Rows: left for the next step's write-ahead, or written with the end.
+            if commit.status is None:
+                self._unwritten = commit
+                continue
+            return await self._end(commit)
+
+    # --- one step -------------------------------------------------------------------------
+
+    async def _take_step(self, step: int, reply: ModelReply) -> StepCommit:
+        """Plan the model's reply (seed 001) and run its tools; returns what the step writes."""
+        result, terminating_call = self._truncate_at_terminating(reply.result)
+        plan = plan_step_processing(
+            result,
+            mode=self.mode,
+            validate_output=self.agent.validate_output if self.agent.output_schema else None,
+        )
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        llm_usage = result.usage or LLMUsage(model=self.agent.llm.model)
+        commit.usage.append(UsageRecord(f"{self.run_id}:{step}:llm", "llm", step, llm=llm_usage))
+        if plan.assistant_message_plan is not None:
+            commit.messages.append(create_assistant_message(plan.assistant_message_plan))
+        if plan.is_terminal and plan.status_update is not None:
+            update = plan.status_update
+            commit.end(update.status, output=update.output, error=update.error)
+        self._apply_finish(plan, commit)
+        if plan.pending_tool_calls:
+            await self._run_tools(plan.pending_tool_calls, reply.state, commit, terminating_call)
+        self._apply_nudges(plan, commit)
+        return commit
+
+    def _truncate_at_terminating(self, result: StepResult) -> tuple[StepResult, ToolCall | None]:
+        """Seed 004: calls after a terminating call are dropped, unexecuted and unstored."""
+        if self.terminating is None or not isinstance(result, ToolCallsStepResult):
+            return result, None
+        kept, terminating_call = truncate_at_terminating(
+            result.tool_calls, self.terminating.tool_ids
+        )
+        return result.model_copy(update={"tool_calls": kept}), terminating_call
+
+    async def _run_tools(
+        self,
+        calls: list[ToolCall],
+        state: dict[str, Any],
+        commit: StepCommit,
+        terminating_call: ToolCall | None,
+    ) -> None:
+        batch = ToolBatch(self.rt, self.agent, self.session_id, self.run_id, commit.step)
+        done = await batch.run(
+            calls,
+            state,
+            in_order=terminating_call is not None,
+            run_failed=commit.status == "failed",
+        )
+        if done.ending is not None:
+            commit.end(done.ending.status, output=done.ending.output, error=done.ending.error)
+        for call in calls:
+            outcome = done.outcomes[call.id]
+            commit.add_tool_outcome(call, outcome, start_chunk=runs_at_once(self.agent, call))
+        if done.state != state:
+            commit.state = done.state
+            patch = _state_patch(state, done.state)
+            commit.events.append(
+                ChunkRecord(f"{self.run_id}:{commit.step}:state", "state_patch", patch)
+            )
+        if terminating_call is not None and commit.status is None:
+            ended = done.outcomes.get(terminating_call.id)
+            if ended is not None and ended.success:
+                commit.end("completed", output=ended.result)
+
+    def _apply_finish(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
+        """`__finish__` is never executed: a valid call is acknowledged, an invalid one
+        goes back to the model with the validation error (bounded retries, seed 000)."""
+        if not plan.finish_call_ids:
+            return
+        if plan.finish_error is None:
+            commit.messages.append(synthesize_finish_tool_result(plan.finish_call_ids[0]))
+            return
+        self.output_retries += 1
+        logger.warning(
+            "Agent '%s' (run %s) called %s with invalid output (attempt %d of %d): %s",
+            self.agent.name,
+            self.run_id,
+            FINISH_TOOL_NAME,
+            self.output_retries,
+            self.agent.max_output_retries + 1,
+            plan.finish_error,
+        )
+        for call_id in plan.finish_call_ids:
+            commit.messages.append(
+                create_tool_result_message(
+                    call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error
+                )
+            )
+        if self.output_retries > self.agent.max_output_retries:
+            error = f"Output validation failed {self.output_retries} times: {plan.finish_error}"
+            commit.end("failed", error=error)
+
+    def _apply_nudges(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
+        """A text reply when a completion tool is required gets a nudge (seeds 000, 004);
+        a reply cut off at max_tokens gets one correction."""
+        limit, custom = self.agent.max_consecutive_nudges, self.agent.nudge_message
+        if self.terminating is not None:
+            limit, custom = self.terminating.consecutive_nudges, self.terminating.nudge_message
+        if plan.needs_completion_nudge:
+            self.nudges += 1
+            if self.nudges > limit:
+                commit.end("failed", error=MAX_NUDGES_ERROR)
+            else:
+                nudge = completion_nudge(self.mode, custom)
+                commit.messages.append(Message(role="user", content=nudge))
+        elif plan.pending_tool_calls or plan.finish_call_ids:
+            self.nudges = 0
+        if plan.needs_max_tokens_correction:
+            self.max_tokens_fixes += 1
+            if self.max_tokens_fixes > 1:
+                commit.end(
+                    "failed",
+                    error="The model stopped at the maximum output length (max_tokens) again after a correction",
+                )
+            else:
+                correction = max_tokens_correction(self.agent.max_tokens_correction, self.mode)
+                commit.messages.append(Message(role="user", content=correction))
+
+    def _step_cap_error(self) -> str:
+        if self.terminating:
+            return MAX_INVOCATIONS_ERROR
+        return MAX_STEPS_ERROR.format(max_steps=self.max_steps)
+
+    # --- writing rows ---------------------------------------------------------------------
+
+    def _write_ahead(self) -> WriteAhead | None:
+        """Start writing the last step's rows; the LLM step that follows waits for them."""
+        if self._unwritten is None:
+            return None
+        self._ahead = WriteAhead(self._unwritten, DBOS.workflow_id, self._ahead)
+        self._unwritten = None
+        return self._ahead
+
+    async def _end(self, commit: StepCommit) -> AgentResult:
+        """The run's last write (any step still unwritten, this one, the final status),
+        then the completion or failure hook."""
+        if self._ahead is not None:
+            await self._ahead.settled()
+        await DBOS.run_step_async(FINAL_STEP_OPTIONS, final_step, commit, self._unwritten)
+        self._unwritten = None
+        assert commit.status is not None
+        await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
+        return self._result(commit)
+
+    async def end_without_step(self, step: int, status: FinalStatus, error: str) -> AgentResult:
+        """End the run where no step of its own was taken (step cap, LLM failure, a bug)."""
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        commit.end(status, error=error)
+        return await self._end(commit)
+
+    async def _interrupted(self, step: int) -> AgentResult:
+        message = await DBOS.recv_async(INTERRUPT_TOPIC, timeout_seconds=0)
+        reason = message.get("reason") if isinstance(message, dict) else None
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        commit.end("interrupted", error=f"Interrupted: {reason}" if reason else "Interrupted")
+        commit.events.append(
+            ChunkRecord(f"{self.run_id}:interrupted", "run_interrupted", {"reason": reason})
+        )
+        return await self._end(commit)
+
+    async def _fire_end_hook(
+        self, step: int, status: FinalStatus, output: Any, error: str | None
+    ) -> None:
+        hooks = self.agent.hooks
+        hook = hooks.on_agent_complete if status == "completed" else hooks.on_agent_failed
+        if hook is not None:
+            context = HookContext(self.session_id, self.run_id, self.agent.name, step)
+            event = RunEvent(context, status, output, error)
+            await DBOS.run_step_async({"name": f"helix.hook:{status}"}, fire_safely, hook, event)
+
+    def _result(self, commit: StepCommit) -> AgentResult:
+        assert commit.status is not None
+        response = None
+        if self.terminating is not None and commit.status == "completed":
+            response = response_text(commit.output)
+        result = AgentResult(
+            status=commit.status,
+            output=commit.output,
+            error=commit.error,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            step_count=commit.step,
+            response=response,
+        )
+        result.terminating = self.terminating is not None
+        return result
+
+
+async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
+    """The body of `helix.commit_final`: one transaction whose writes are keyed or
+    guarded by the run's status, so a step replayed after a crash before its
+    checkpoint changes nothing."""
+    async with current_runtime().engine.begin() as conn:
+        return await commit_final(conn, commit, unwritten)
+
+
+_MISSING = object()
+
+
+def _state_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "set": {k: v for k, v in new.items() if old.get(k, _MISSING) != v},
+        "removed": [k for k in old if k not in new],
+    }
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+async def agent_run_workflow(
+    run_id: str, session_id: str, agent_name: str, options: RunOptions
+) -> AgentResult:
+    rt = current_runtime()
+    loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
+    try:
+        return await loop.run()
+    except Exception as exc:  # a bug must not leave the run `running` forever
+        logger.exception("Agent run %s failed with an unexpected error", run_id)
+        error = f"Internal error: {type(exc).__name__}: {exc}"
+        return await loop.end_without_step(loop.steps_taken, "failed", error)

@@ -1,0 +1,177 @@
+"""The LLM step: write the previous step's rows, read the transcript, ask the model.
+
+Its checkpoint is only the parsed reply and the state (`ModelReply`): history is
+read from `helix.messages` through a per-process cache, never carried in a
+checkpoint, so a step costs the same at message 10 and message 1,000.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbos import DBOS, StepOptions
+
+from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.orchestration.completion import CompletionMode, build_system_prompt
+from helix_dbos.orchestration.messages import build_messages_for_llm
+from helix_dbos.orchestration.types import (
+    FINISH_TOOL_NAME,
+    ErrorStepResult,
+    LLMRequest,
+    Message,
+    StepResult,
+    TextStepResult,
+    ToolCallsStepResult,
+    ToolSpec,
+)
+from helix_dbos.runtime.commit import WriteAhead
+from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
+from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
+from helix_dbos.runtime.step_types import (
+    ChunkRecord,
+    InterruptRequested,
+    LLMStepOutput,
+    ModelReply,
+    RunOptions,
+)
+from helix_dbos.store import repository as repo
+
+
+def is_retryable_llm_error(exc: BaseException) -> bool:
+    """Provider rate limits and 5xx, and a lost database connection or exhausted pool."""
+    if isinstance(exc, LLMProviderError):
+        return exc.retryable
+    return is_transient_db_error(exc)
+
+
+LLM_STEP_OPTIONS: StepOptions = {
+    "name": "helix.llm",
+    "retries_allowed": True,
+    "max_attempts": 6,
+    "interval_seconds": 1.0,
+    "backoff_rate": 2.0,
+    "should_retry": is_retryable_llm_error,
+}
+
+
+def run_terminating(agent: Agent, options: RunOptions) -> TerminatingConfig | None:
+    """The run's terminating config (a run option wins over the agent's)."""
+    return options.terminating or agent.terminating
+
+
+def offered_tools(agent: Agent, mode: CompletionMode) -> list[ToolSpec]:
+    specs = [t.spec() for t in agent.tools]
+    if mode.inject_finish:
+        specs.append(
+            ToolSpec(
+                name=FINISH_TOOL_NAME,
+                description="Complete the task and return the final structured output.",
+                parameters=agent.finish_parameters(),
+                strict=agent.llm.strict_output,
+            )
+        )
+    return specs
+
+
+async def llm_step(
+    session_id: str,
+    agent_name: str,
+    run_id: str,
+    step: int,
+    options: RunOptions,
+    previous: WriteAhead | None,
+) -> LLMStepOutput:
+    """Write the previous step's rows (`previous`, started by the workflow while DBOS
+    checks this step), read the transcript, ask the model.
+
+    The rows are written first, so the model always sees them, and a step costs no
+    durable operation of its own beyond its LLM and tool steps.
+    """
+    rt = current_runtime()
+    agent = rt.agent(agent_name)
+    seen = await _transcript(rt, session_id, previous)
+    if seen is None:
+        return InterruptRequested()
+    history, state = seen
+    mode = agent.completion_for(run_terminating(agent, options))
+    system = build_system_prompt(agent.resolve_system_prompt(state), mode)
+    request = LLMRequest(
+        agent_name=agent.name,
+        model=agent.llm.model,
+        messages=build_messages_for_llm(history, system, state),
+        tools=offered_tools(agent, mode),
+        temperature=agent.llm.temperature,
+        max_tokens=agent.llm.max_tokens,
+        strict_output=agent.llm.strict_output,
+        provider_options=dict(agent.llm.provider_options),
+    )
+    result = await _generate(rt, agent, request, session_id, run_id, step)
+    await write_chunks(
+        rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
+    )
+    return ModelReply(result=result, state=state)
+
+
+async def _transcript(
+    rt: Runtime, session_id: str, previous: WriteAhead | None
+) -> tuple[list[Message], dict[str, Any]] | None:
+    """The history and state the model is asked with; `None` if an interrupt waits.
+
+    After a write-ahead, the rows this process just wrote top up its cached
+    transcript without a query.
+    """
+    if previous is None:
+        async with rt.engine.connect() as conn:
+            interrupted, state = await repo.interrupt_and_state(conn, DBOS.workflow_id, session_id)
+            if interrupted:
+                return None
+            history, _ = await rt.history.read(conn, session_id)
+        return history, state
+    wrote = await previous.result()
+    if wrote.interrupted:
+        return None
+    messages = previous.commit.messages
+    if wrote.first_seq is not None and messages:
+        cached = rt.history.take(session_id, (wrote.first_seq, messages))
+        if cached is not None:
+            return cached[0], wrote.state
+    async with rt.engine.connect() as conn:
+        history, _ = await rt.history.read(conn, session_id)
+    return history, wrote.state
+
+
+async def _generate(
+    rt: Runtime, agent: Agent, request: LLMRequest, session_id: str, run_id: str, step: int
+) -> StepResult:
+    """One model call, streaming text deltas live; a non-retryable failure becomes an
+    `ErrorStepResult` (the run fails with the provider's message)."""
+    deltas = DeltaWriter(rt, session_id, run_id, agent.name, step)
+    try:
+        result = await rt.adapter_for(agent).generate_step(request, on_text_delta=deltas)
+        await deltas.flush()
+    except LLMProviderError as exc:
+        if exc.retryable:
+            raise  # DBOS retries the step with backoff
+        return ErrorStepResult(error=str(exc))
+    except Exception as exc:  # a broken adapter fails the run, not the process
+        return ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
+    return result
+
+
+def _reply_chunks(agent: Agent, run_id: str, step: int, result: StepResult) -> list[ChunkRecord]:
+    """Chunks to write as soon as the model replied: thinking, and the start of every
+    tool call that waits (for a human, a client, or in workflow code)."""
+    thinking = result.thinking if isinstance(result, TextStepResult | ToolCallsStepResult) else []
+    chunks = [
+        ChunkRecord(f"{run_id}:{step}:thinking:{i}", "thinking", {"text": block.text})
+        for i, block in enumerate(thinking)
+        if not block.redacted
+    ]
+    if isinstance(result, ToolCallsStepResult):
+        chunks += [
+            tool_start_chunk(run_id, step, call)
+            for call in result.tool_calls
+            if call.name != FINISH_TOOL_NAME and not runs_at_once(agent, call)
+        ]
+    return chunks

@@ -1,0 +1,143 @@
+"""The typed values that pass between the agent loop and its durable steps.
+
+DBOS checkpoints (pickles) every step's output, and replays it on recovery, so
+each value here stays small: no history, no agent definition, only what the
+loop needs to decide the next move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from helix_dbos.definitions.agent import TerminatingConfig
+from helix_dbos.orchestration.messages import to_json_text
+from helix_dbos.orchestration.types import StepResult, ToolCall
+from helix_dbos.store.repository import ToolCallKind
+
+GateKind = ToolCallKind
+UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms"]
+FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Per-run settings, a workflow input: a run's terminating config (seed 004)
+    overrides the agent's."""
+
+    terminating: TerminatingConfig | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape stored in `helix.runs.options`."""
+        return {"terminating": self.terminating.to_dict()} if self.terminating else {}
+
+
+# --- the LLM step ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """The LLM step's output: the model's parsed step, and the session state it saw."""
+
+    result: StepResult
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InterruptRequested:
+    """The LLM step found an interrupt waiting and did not call the model."""
+
+
+LLMStepOutput = ModelReply | InterruptRequested
+
+
+# --- gates and tool outcomes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The `helix.gate` step's output: which calls of a batch wait for a human, and why."""
+
+    kinds: dict[str, GateKind] = field(default_factory=dict)
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id in self.kinds
+
+    def __bool__(self) -> bool:
+        return bool(self.kinds)
+
+    def kind_of(self, call: ToolCall) -> GateKind:
+        return self.kinds[call.id]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call came to; a tool step's checkpointed output.
+
+    `content` is the tool message's text (JSON for values); `result` is the
+    JSON-ready value (a terminating tool's output). `duration_ms` is `None` for a
+    call that never ran, which then records no usage row.
+    """
+
+    success: bool
+    content: str | None
+    result: Any = None
+    error: str | None = None
+    state: dict[str, Any] | None = None  # the session state after the tool, if it changed
+    events: tuple[dict[str, Any], ...] = ()  # custom events the tool emitted
+    duration_ms: float | None = None
+    usage_kind: UsageKind = "tool"
+    finish_output: Any = None  # a finish_with tool's (transformed) output
+    transform_error: str | None = None  # its transform raised: the run fails
+
+    @classmethod
+    def executed(
+        cls,
+        *,
+        result: Any,
+        error: str | None,
+        state: dict[str, Any] | None,
+        events: list[dict[str, Any]],
+        duration_ms: float,
+        finish_output: Any = None,
+        transform_error: str | None = None,
+    ) -> ToolOutcome:
+        """A call that ran: `result` is its JSON-ready value, `error` why it failed."""
+        return cls(
+            success=error is None,
+            content=to_json_text(result) if error is None else None,
+            result=result,
+            error=error,
+            state=state,
+            events=tuple(events),
+            duration_ms=duration_ms,
+            finish_output=finish_output,
+            transform_error=transform_error,
+        )
+
+    @classmethod
+    def not_executed(cls, reason: str) -> ToolOutcome:
+        """A call that did not run (denied, timed out, after a winning finish_with tool)."""
+        return cls(success=False, content=None, error=reason)
+
+    @classmethod
+    def answered(
+        cls, kind: GateKind, content: str | None, error: str | None, wait_ms: float
+    ) -> ToolOutcome:
+        """A client tool's result or a human's input, handed in from outside."""
+        return cls(
+            success=error is None,
+            content=content,
+            result=content,
+            error=error,
+            duration_ms=wait_ms,
+            usage_kind="client_tool_wait_ms" if kind == "client" else "human_input_wait_ms",
+        )
+
+
+class ChunkRecord(NamedTuple):
+    """One `helix.stream_chunks` row before insert; `key` makes a replay a no-op."""
+
+    key: str
+    type: str
+    data: Any

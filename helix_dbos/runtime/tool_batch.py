@@ -1,0 +1,253 @@
+"""The tool calls of one agent step, scheduled by kind.
+
+Plain calls run concurrently, each in its own DBOS step at a step id reserved
+in call order (so a replay finds the same ids); workflow-level tools run next,
+one by one, in workflow code; gated calls run after their human answers; then
+finish_with tools run one by one, seeing the state, and the first that succeeds
+completes the run. A terminating call in the batch (seed 004) makes every call
+run one by one, in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbos import DBOS
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.context import Runtime
+from helix_dbos.runtime.hitl import HumanWait, answer_outcome, evaluate_gates, needs_gate_step
+from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
+from helix_dbos.runtime.tool_step import (
+    outside_result_hooks,
+    run_workflow_tool,
+    tool_step,
+    tool_step_options,
+)
+from helix_dbos.store.repository import PendingToolCall
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A finish_with tool ended the run: completed with its output, or failed in its
+    transform."""
+
+    status: FinalStatus
+    output: Any = None
+    error: str | None = None
+
+
+@dataclass
+class BatchResult:
+    outcomes: dict[str, ToolOutcome] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    ending: Ending | None = None
+
+
+class ToolBatch:
+    """Runs one step's tool calls; `outcomes` holds each call's `ToolOutcome`."""
+
+    def __init__(self, rt: Runtime, agent: Agent, session_id: str, run_id: str, step: int):
+        self.rt = rt
+        self.agent = agent
+        self.session_id = session_id
+        self.run_id = run_id
+        self.step = step
+        self.outcomes: dict[str, ToolOutcome] = {}
+
+    async def run(
+        self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
+    ) -> BatchResult:
+        finishers = [c for c in calls if self._is_finisher(c)]
+        regular = [c for c in calls if not self._is_finisher(c)]
+        gates = await self._gates(regular, state)
+        if in_order:
+            state = await self._one_by_one(regular, gates, state)
+        else:
+            state = await self._concurrently(regular, gates, state)
+        ending, state = await self._finishers(finishers, state, run_failed=run_failed)
+        return BatchResult(self.outcomes, state, ending)
+
+    # --- scheduling modes -------------------------------------------------------------
+
+    async def _concurrently(
+        self, calls: list[ToolCall], gates: GateDecision, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Plain calls at once; workflow-level calls next, one by one; then gated calls,
+        once every human answer is in."""
+        plain = [c for c in calls if c.id not in gates and not self._in_workflow(c)]
+        state = await self._parallel(plain, state)
+        for call in calls:
+            if self._in_workflow(call):
+                state = await self._in_workflow_code(call, state)
+        gated = [c for c in calls if c.id in gates]
+        if gated:
+            state = await self._gated(gated, gates, state)
+        return state
+
+    async def _one_by_one(
+        self, calls: list[ToolCall], gates: GateDecision, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A terminating call in the batch: every call, whatever its kind, in call order."""
+        for call in calls:
+            if call.id in gates:
+                state = await self._gated([call], gates, state)
+            elif self._in_workflow(call):
+                state = await self._in_workflow_code(call, state)
+            else:
+                state = await self._parallel([call], state)
+        return state
+
+    async def _parallel(self, calls: list[ToolCall], state: dict[str, Any]) -> dict[str, Any]:
+        """Tool steps at once, at step ids reserved in call order; their state changes are
+        merged in call order."""
+        if not calls:
+            return state
+        reservations = [DBOS.reserve_step() for _ in calls]
+        results = await asyncio.gather(
+            *(
+                r.run_async(
+                    tool_step_options(c),
+                    tool_step,
+                    self.session_id,
+                    self.run_id,
+                    self.agent.name,
+                    self.step,
+                    c,
+                    state,
+                )
+                for r, c in zip(reservations, calls, strict=True)
+            )
+        )
+        merged = state
+        for call, outcome in zip(calls, results, strict=True):
+            self.outcomes[call.id] = outcome
+            merged = merge_state(merged, state, outcome.state)
+        return merged
+
+    async def _in_workflow_code(self, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
+        outcome = await run_workflow_tool(
+            self.agent, self.session_id, self.run_id, self.step, call, state
+        )
+        self.outcomes[call.id] = outcome
+        return outcome.state if outcome.state is not None else state
+
+    async def _gated(
+        self, calls: list[ToolCall], gates: GateDecision, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Wait for every human answer together, then run what was approved."""
+        timeouts = {c.id: self._timeout(c, gates.kind_of(c)) for c in calls}
+        pending = [
+            PendingToolCall(c.id, c.name, gates.kind_of(c), c.arguments, timeouts[c.id])
+            for c in calls
+        ]
+        wait = HumanWait(self.rt, self.session_id, self.run_id, self.agent, self.step)
+        answers = await wait.wait(pending)
+        approved: list[ToolCall] = []
+        for call in calls:
+            kind = gates.kind_of(call)
+            outcome = answer_outcome(call, kind, answers[call.id], timeouts[call.id])
+            if outcome is None:
+                approved.append(call)
+                continue
+            if kind != "approval":  # a client's result or a human's input: its hooks, once
+                await DBOS.run_step_async(
+                    {"name": f"helix.client_result:{call.name}"},
+                    outside_result_hooks,
+                    self.session_id,
+                    self.run_id,
+                    self.agent.name,
+                    self.step,
+                    call,
+                    outcome,
+                )
+            self.outcomes[call.id] = outcome
+        return await self._parallel(approved, state)
+
+    async def _finishers(
+        self, calls: list[ToolCall], state: dict[str, Any], *, run_failed: bool
+    ) -> tuple[Ending | None, dict[str, Any]]:
+        """finish_with tools one by one, seeing the state; the first that succeeds (in
+        call order) completes the run, and the rest are not executed."""
+        ending: Ending | None = None
+        winner: str | None = None
+        failed = run_failed
+        for call in calls:
+            if winner is not None or failed:
+                done = winner if winner is not None else "a failed run"
+                self.outcomes[call.id] = ToolOutcome.not_executed(
+                    f"Not executed: the run already completed via '{done}'"
+                )
+                continue
+            outcome = await DBOS.run_step_async(
+                tool_step_options(call),
+                tool_step,
+                self.session_id,
+                self.run_id,
+                self.agent.name,
+                self.step,
+                call,
+                state,
+            )
+            self.outcomes[call.id] = outcome
+            if outcome.state is not None:
+                state = outcome.state
+            if outcome.transform_error:
+                ending, failed = Ending("failed", error=outcome.transform_error), True
+            elif outcome.success:
+                ending, winner = Ending("completed", output=outcome.finish_output), call.name
+        return ending, state
+
+    # --- what kind of call ------------------------------------------------------------
+
+    async def _gates(self, calls: list[ToolCall], state: dict[str, Any]) -> GateDecision:
+        if not needs_gate_step(self.agent, calls):
+            return GateDecision()
+        return await DBOS.run_step_async(
+            {"name": "helix.gate"},
+            evaluate_gates,
+            self.session_id,
+            self.run_id,
+            self.agent.name,
+            self.step,
+            calls,
+            state,
+        )
+
+    def _is_finisher(self, call: ToolCall) -> bool:
+        tool = self.agent.tool(call.name)
+        return tool is not None and tool.finish_with
+
+    def _in_workflow(self, call: ToolCall) -> bool:
+        tool = self.agent.tool(call.name)
+        return tool is not None and tool.runs_in_workflow
+
+    def _timeout(self, call: ToolCall, kind: GateKind) -> float:
+        tool = self.agent.tool(call.name)
+        if kind != "approval" and tool is not None and tool.client_timeout_seconds is not None:
+            return tool.client_timeout_seconds
+        if kind == "client":
+            return self.rt.client_tool_timeout_seconds
+        return self.rt.approval_timeout_seconds
+
+
+_MISSING = object()
+
+
+def merge_state(
+    current: dict[str, Any], base: dict[str, Any], changed: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Apply one parallel tool's top-level changes (against the shared base) in call order."""
+    if changed is None:
+        return current
+    merged = dict(current)
+    for key, value in changed.items():
+        if base.get(key, _MISSING) != value:
+            merged[key] = value
+    for key in base:
+        if key not in changed:
+            merged.pop(key, None)
+    return merged

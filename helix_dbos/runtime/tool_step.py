@@ -1,0 +1,201 @@
+"""One tool call, with its hooks in canonical order
+(before_tool -> execute -> on_state_change -> on_message -> after_tool).
+
+A server tool runs in its own DBOS step, so a completed call is never run again
+after a crash: DBOS replays its checkpointed `ToolOutcome`. A workflow-level tool
+(`runs_in_workflow`) runs in workflow code, where it may start child workflows,
+and its hooks fire in a step of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from dbos import DBOS, StepOptions
+from pydantic_core import to_jsonable_python
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.hooks import (
+    HookContext,
+    MessageEvent,
+    StateChangeEvent,
+    ToolEvent,
+    fire_safely,
+)
+from helix_dbos.definitions.tool import Tool
+from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
+from helix_dbos.runtime.step_types import ToolOutcome
+
+
+def tool_step_options(call: ToolCall) -> StepOptions:
+    return {"name": f"helix.tool:{call.name}"}
+
+
+def tool_context(
+    agent: Agent, session_id: str, run_id: str, step: int, call: ToolCall, state: dict[str, Any]
+) -> ToolContext:
+    return ToolContext(
+        session_id=session_id,
+        run_id=run_id,
+        agent_name=agent.name,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        step=step,
+        state=state,
+        state_schema=agent.state_schema,
+    )
+
+
+async def tool_step(
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    call: ToolCall,
+    state: dict[str, Any],
+) -> ToolOutcome:
+    """Run one tool call with its hooks (the body of a `helix.tool:<name>` step)."""
+    rt = current_runtime()
+    agent = rt.agent(agent_name)
+    hook_ctx = HookContext(session_id, run_id, agent_name, step)
+    ctx = tool_context(agent, session_id, run_id, step, call, state)
+    started = time.perf_counter()
+    await fire_safely(agent.hooks.before_tool, ToolEvent(hook_ctx, call))
+    execution = asyncio.ensure_future(_execute(agent, call, ctx))
+    try:
+        done, _ = await asyncio.wait({execution}, timeout=LIVE_TOOL_START_SECONDS)
+        if not done:  # a slow tool: show it started
+            await _write_tool_start(rt, session_id, run_id, agent_name, step, call)
+        result, error = await execution
+    except BaseException:
+        execution.cancel()
+        raise
+    finish_output, transform_error = None, None
+    tool = agent.tool(call.name)
+    if error is None and tool is not None and tool.finish_with:
+        finish_output, transform_error = _transform(tool, result)
+    duration_ms = (time.perf_counter() - started) * 1000
+    new_state = ctx.state_dict
+    if new_state != state:
+        await fire_safely(
+            agent.hooks.on_state_change, StateChangeEvent(hook_ctx, state, new_state, call.name)
+        )
+    await _fire_result_hooks(agent, hook_ctx, call, result, error, duration_ms)
+    return ToolOutcome.executed(
+        result=result,
+        error=error,
+        state=new_state if new_state != state else None,
+        events=to_jsonable_python(ctx.events, fallback=str),
+        duration_ms=duration_ms,
+        finish_output=finish_output,
+        transform_error=transform_error,
+    )
+
+
+async def run_workflow_tool(
+    agent: Agent, session_id: str, run_id: str, step: int, call: ToolCall, state: dict[str, Any]
+) -> ToolOutcome:
+    """Run a workflow-level tool in workflow code (it may start child workflows)."""
+    ctx = tool_context(agent, session_id, run_id, step, call, state)
+    started = time.perf_counter()
+    result, error = await _execute(agent, call, ctx)
+    duration_ms = (time.perf_counter() - started) * 1000
+    outcome = ToolOutcome.executed(
+        result=result,
+        error=error,
+        state=ctx.state_dict if ctx.state_dict != state else None,
+        events=to_jsonable_python(ctx.events, fallback=str),
+        duration_ms=duration_ms,
+    )
+    await DBOS.run_step_async(
+        {"name": f"helix.tool_hooks:{call.name}"},
+        outside_result_hooks,
+        session_id,
+        run_id,
+        agent.name,
+        step,
+        call,
+        outcome,
+    )
+    return outcome
+
+
+async def outside_result_hooks(
+    session_id: str, run_id: str, agent_name: str, step: int, call: ToolCall, outcome: ToolOutcome
+) -> None:
+    """on_message and after_tool, once, for a call whose result came from outside a
+    tool step (a client, a human, or workflow code)."""
+    agent = current_runtime().agent(agent_name)
+    hook_ctx = HookContext(session_id, run_id, agent_name, step)
+    await _fire_result_hooks(
+        agent, hook_ctx, call, outcome.content, outcome.error, outcome.duration_ms
+    )
+
+
+async def _fire_result_hooks(
+    agent: Agent,
+    hook_ctx: HookContext,
+    call: ToolCall,
+    result: Any,
+    error: str | None,
+    duration_ms: float | None,
+) -> None:
+    message = create_tool_result_message(
+        call.id, call.name, result=result, success=error is None, error=error
+    )
+    await fire_safely(agent.hooks.on_message, MessageEvent(hook_ctx, message))
+    await fire_safely(
+        agent.hooks.after_tool,
+        ToolEvent(
+            hook_ctx,
+            call,
+            success=error is None,
+            result=result,
+            error=error,
+            duration_ms=duration_ms,
+        ),
+    )
+
+
+async def _write_tool_start(
+    rt: Runtime, session_id: str, run_id: str, agent_name: str, step: int, call: ToolCall
+) -> None:
+    """Best effort: a failed write must not fail the tool, and the step's rows repeat it."""
+    try:
+        await write_chunks(
+            rt, session_id, run_id, agent_name, step, [tool_start_chunk(run_id, step, call)]
+        )
+    except Exception as exc:
+        logger.warning("helix could not write the tool_start chunk of %s: %s", call.id, exc)
+
+
+async def _execute(agent: Agent, call: ToolCall, ctx: ToolContext) -> tuple[Any, str | None]:
+    """The tool's JSON-ready result, or why it failed (an error the model can act on)."""
+    tool = agent.tool(call.name)
+    if tool is None:
+        available = ", ".join(t.name for t in agent.tools) or "none"
+        return None, f"Unknown tool '{call.name}'. Available tools: {available}"
+    try:
+        arguments = tool.validate_arguments(call.arguments)
+        value = await tool.call(arguments, ctx)
+        return to_jsonable_python(value, fallback=str), None
+    except ToolArgumentsError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, f"Tool '{call.name}' failed: {exc}"
+
+
+def _transform(tool: Tool, result: Any) -> tuple[Any, str | None]:
+    if tool.finish_with_transform is None:
+        return result, None
+    try:
+        return to_jsonable_python(tool.finish_with_transform(result), fallback=str), None
+    except Exception as exc:
+        return None, f"finish_with_transform of '{tool.name}' failed: {exc}"
