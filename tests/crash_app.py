@@ -130,9 +130,9 @@ if scenario == "commit" and first_life():
     step_commit.write_step_rows = crashing_write  # type: ignore[assignment]
 
 if scenario == "final" and first_life():
-    from helix_dbos.runtime import workflow
+    from helix_dbos.runtime import agent_loop
 
-    original_final = workflow._final_step
+    original_final = agent_loop.final_step
 
     async def crash_after_final(commit, pending):  # type: ignore[no-untyped-def]
         out = await original_final(commit, pending)
@@ -140,7 +140,7 @@ if scenario == "final" and first_life():
         os.kill(os.getpid(), signal.SIGKILL)
         return out
 
-    workflow._final_step = crash_after_final  # type: ignore[assignment]
+    agent_loop.final_step = crash_after_final  # type: ignore[assignment]
 
 if os.environ.get("HELIX_CODE_EDIT"):
     # A code edit between the crash and the relaunch: with DBOS's default (a hash of the

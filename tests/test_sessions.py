@@ -294,12 +294,12 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
 async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    from helix_dbos.runtime.workflow import AgentLoop
+    from helix_dbos.runtime.agent_loop import AgentLoop
 
-    async def broken(self, step, llm):
+    async def broken(self, step, reply):
         raise RuntimeError("a bug in the loop")
 
-    monkeypatch.setattr(AgentLoop, "_process", broken)
+    monkeypatch.setattr(AgentLoop, "_take_step", broken)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never seen"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)
@@ -315,7 +315,7 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
 ):
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-    from helix_dbos.runtime import workflow
+    from helix_dbos.runtime import agent_loop
     from helix_dbos.runtime.context import is_transient_db_error
 
     assert is_transient_db_error(PoolTimeout("QueuePool limit of size 10 overflow 10 reached"))
@@ -324,7 +324,7 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
     )
     assert not is_transient_db_error(ValueError("bad input"))
 
-    real_commit = workflow.commit_final
+    real_commit = agent_loop.commit_final
     failures = []
 
     async def flaky_commit(session, commit, pending=None):
@@ -335,7 +335,7 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
             )
         return await real_commit(session, commit, pending)
 
-    monkeypatch.setattr(workflow, "commit_final", flaky_commit)
+    monkeypatch.setattr(agent_loop, "commit_final", flaky_commit)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "made it"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)
