@@ -18,14 +18,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import anthropic
 import httpx2
+from anthropic.types import (
+    ContentBlockParam,
+    MessageParam,
+    RedactedThinkingBlockParam,
+    TextBlockParam,
+    ThinkingBlockParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+)
 
 from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
 from helix_dbos.llm.capabilities import (
     ModelCapabilities,
+    StrictSchemas,
     anthropic_capabilities,
     describe_strict_rejection,
     is_retryable_status,
@@ -65,6 +76,23 @@ STOP_REASONS: dict[str, StopReason] = {
 _RETRYABLE_ERROR_TYPES = frozenset(
     {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 )
+
+_Role = Literal["user", "assistant"]
+
+
+class _RequiredMessagesParams(TypedDict):
+    model: str
+    max_tokens: int
+    messages: list[MessageParam]
+
+
+class MessagesParams(_RequiredMessagesParams, total=False):
+    """The keyword arguments for `messages.create` / `messages.stream` that we send."""
+
+    system: str
+    tools: list[ToolParam]
+    extra_headers: dict[str, str]
+    extra_body: dict[str, Any]
 
 
 class AnthropicAdapter:
@@ -115,16 +143,15 @@ class AnthropicAdapter:
     def _get_client(self) -> anthropic.AsyncAnthropic:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            kwargs: dict[str, Any] = {
-                "api_key": self.api_key or os.environ.get("ANTHROPIC_API_KEY"),
-                "base_url": self.base_url,  # None -> ANTHROPIC_BASE_URL or the default
-                "max_retries": self.max_retries,
-                "http_client": self.http_client,
-                "default_headers": self.default_headers,
-            }
-            if self.timeout is not None:
-                kwargs["timeout"] = self.timeout
-            self._client = anthropic.AsyncAnthropic(**kwargs)
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self.api_key or os.environ.get("ANTHROPIC_API_KEY"),
+                base_url=self.base_url,  # None -> ANTHROPIC_BASE_URL or the default
+                max_retries=self.max_retries,
+                http_client=self.http_client,
+                default_headers=self.default_headers,
+                # `None` would mean "no timeout"; unset keeps the SDK's default.
+                timeout=anthropic.not_given if self.timeout is None else self.timeout,
+            )
             self._client_loop = loop
         return self._client
 
@@ -156,24 +183,19 @@ class AnthropicAdapter:
 
 def build_params(
     request: LLMRequest, model: str, caps: ModelCapabilities
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[MessagesParams, StrictSchemas]:
     """Keyword arguments for `messages.create`, and the strict tools' schemas as sent."""
     system, messages = convert_messages(request.messages)
-    params: dict[str, Any] = {
+    params: MessagesParams = {
         "model": model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
         "messages": messages,
     }
     if system:
         params["system"] = system
-    strict_tools: dict[str, dict[str, Any]] = {}
+    strict_tools: StrictSchemas = {}
     if request.tools:
-        params["tools"] = []
-        for spec in request.tools:
-            tool = convert_tool(spec, strict=caps.strict_tools and _wants_strict(spec, request))
-            if tool.get("strict"):
-                strict_tools[spec.name] = tool["input_schema"]
-            params["tools"].append(tool)
+        params["tools"] = convert_tools(request, caps, strict_tools)
     # anthropic>=2 has no `temperature` kwarg (newer models reject sampling
     # params), so it travels in the body like the provider options.
     options: dict[str, Any] = {}
@@ -192,22 +214,41 @@ def build_params(
     return params, strict_tools
 
 
+def convert_tools(
+    request: LLMRequest, caps: ModelCapabilities, strict_tools: StrictSchemas
+) -> list[ToolParam]:
+    """The request's tools; each strict one's schema is also put in `strict_tools`."""
+    tools: list[ToolParam] = []
+    for spec in request.tools:
+        strict = caps.strict_tools and _wants_strict(spec, request)
+        tool = convert_tool(spec, strict=strict)
+        if strict:
+            strict_tools[spec.name] = _sent_schema(tool)
+        tools.append(tool)
+    return tools
+
+
 def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
     return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
 
 
-def convert_tool(spec: ToolSpec, *, strict: bool) -> dict[str, Any]:
+def convert_tool(spec: ToolSpec, *, strict: bool) -> ToolParam:
     """A `ToolSpec` as an Anthropic tool; strict ones get a closed schema."""
-    tool: dict[str, Any] = {"name": spec.name, "input_schema": spec.parameters}
+    schema = make_anthropic_strict_schema(spec.parameters) if strict else spec.parameters
+    tool: ToolParam = {"name": spec.name, "input_schema": schema}
     if spec.description:
         tool["description"] = spec.description
     if strict:
-        tool["input_schema"] = make_anthropic_strict_schema(spec.parameters)
         tool["strict"] = True
     return tool
 
 
-def convert_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+def _sent_schema(tool: ToolParam) -> dict[str, Any]:
+    """The tool's `input_schema` as the plain dict `convert_tool` put there."""
+    return dict(tool["input_schema"])
+
+
+def convert_messages(messages: list[Message]) -> tuple[str | None, list[MessageParam]]:
     """Our transcript as (`system`, Anthropic `messages`).
 
     A leading system message becomes the `system` parameter (a later one, which
@@ -218,56 +259,76 @@ def convert_messages(messages: list[Message]) -> tuple[str | None, list[dict[str
     system: str | None = None
     if messages and messages[0].role == "system":
         system, messages = messages[0].content, messages[1:]
-    out: list[dict[str, Any]] = []
+    turns: list[tuple[_Role, list[ContentBlockParam]]] = []
     for message in messages:
-        role = "assistant" if message.role == "assistant" else "user"
+        role: _Role = "assistant" if message.role == "assistant" else "user"
         blocks = _content_blocks(message)
         if not blocks:
             continue  # the API rejects empty turns
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
         else:
-            out.append({"role": role, "content": blocks})
-    return system, out
+            turns.append((role, blocks))
+    return system, [_message_param(role, blocks) for role, blocks in turns]
 
 
-def _content_blocks(message: Message) -> list[dict[str, Any]]:
+def _message_param(role: _Role, content: list[ContentBlockParam]) -> MessageParam:
+    if role == "assistant":
+        return {"role": "assistant", "content": content}
+    return {"role": "user", "content": content}
+
+
+def _content_blocks(message: Message) -> list[ContentBlockParam]:
     if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-        if message.content:
-            block["content"] = message.content
-        if message.is_error:
-            block["is_error"] = True
-        return [block]
-    blocks: list[dict[str, Any]] = []
+        return [_tool_result_block(message)]
+    blocks: list[ContentBlockParam] = []
     if message.role == "assistant":
-        # Unsigned thinking (e.g. from another provider) cannot be replayed.
-        blocks += [_thinking_block(t) for t in message.thinking if t.redacted or t.signature]
+        blocks += [b for t in message.thinking if (b := _thinking_block(t)) is not None]
     if message.content:
-        blocks.append({"type": "text", "text": message.content})
+        text: TextBlockParam = {"type": "text", "text": message.content}
+        blocks.append(text)
     if message.role == "assistant":
-        blocks += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c)}
-            for c in message.tool_calls
-        ]
+        blocks += [_tool_use_block(c) for c in message.tool_calls]
     return blocks
 
 
-def _thinking_block(thinking: ThinkingBlock) -> dict[str, Any]:
+def _tool_result_block(message: Message) -> ToolResultBlockParam:
+    # Typed Any on purpose: a tool message without an id (the runtime always
+    # sets one) is sent as null, as before, and the provider's 400 names it.
+    tool_use_id: Any = message.tool_call_id
+    block: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": tool_use_id}
+    if message.content:
+        block["content"] = message.content
+    if message.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _thinking_block(
+    thinking: ThinkingBlock,
+) -> ThinkingBlockParam | RedactedThinkingBlockParam | None:
+    """The block to replay, or None for unsigned thinking (e.g. from another provider)."""
     if thinking.redacted:
         return {"type": "redacted_thinking", "data": thinking.text}
-    return {"type": "thinking", "thinking": thinking.text, "signature": thinking.signature}
+    if thinking.signature:
+        return {"type": "thinking", "thinking": thinking.text, "signature": thinking.signature}
+    return None
+
+
+def _tool_use_block(call: ToolCall) -> ToolUseBlockParam:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
 
 
 def _tool_input(call: ToolCall) -> dict[str, Any]:
-    return call.arguments if isinstance(call.arguments, dict) else {"value": call.arguments}
+    arguments = call.arguments
+    return arguments if isinstance(arguments, dict) else {"value": arguments}
 
 
 # --- Response ----------------------------------------------------------------
 
 
 async def _stream_message(
-    client: anthropic.AsyncAnthropic, params: dict[str, Any], on_text_delta: TextDeltaCallback
+    client: anthropic.AsyncAnthropic, params: MessagesParams, on_text_delta: TextDeltaCallback
 ) -> anthropic.types.Message:
     """Stream, forwarding text deltas; the SDK assembles the final message."""
     forward: TextDeltaCallback | None = on_text_delta
@@ -339,13 +400,11 @@ def parse_usage(message: anthropic.types.Message) -> LLMUsage:
 # --- Errors ------------------------------------------------------------------
 
 
-def _status_error(
-    exc: anthropic.APIStatusError, strict_tools: dict[str, dict[str, Any]]
-) -> ErrorStepResult:
+def _status_error(exc: anthropic.APIStatusError, strict_tools: StrictSchemas) -> ErrorStepResult:
     """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
     status = exc.status_code
-    error_type = getattr(exc, "type", None) or _body_error(exc.body, "type")
-    message = getattr(exc, "api_message", None) or _body_error(exc.body, "message") or str(exc)
+    error_type: str | None = exc.type or _body_error(exc.body, "type")
+    message = exc.api_message or _body_error(exc.body, "message") or str(exc)
     # Errors sent inside an SSE stream arrive with the stream's 200 status.
     in_stream = status < 400
     retryable = is_retryable_status(status) or (in_stream and error_type in _RETRYABLE_ERROR_TYPES)
@@ -363,8 +422,6 @@ def _status_error(
 
 
 def _body_error(body: object, key: str) -> str | None:
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and isinstance(error.get(key), str):
-            return error[key]
-    return None
+    error = body.get("error", body) if isinstance(body, dict) else None
+    value = error.get(key) if isinstance(error, dict) else None
+    return value if isinstance(value, str) else None

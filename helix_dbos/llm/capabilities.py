@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 StrictDialect = Literal["openai", "anthropic"]
+#: Body fields that carry the output-token limit (OpenAI-compatible servers use the first).
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+MAX_TOKENS_FIELDS: tuple[MaxTokensField, ...] = ("max_tokens", "max_completion_tokens")
+#: Tool name -> the JSON schema sent for it with `strict: true`.
+StrictSchemas = dict[str, dict[str, Any]]
 
 # --- Retry policy ------------------------------------------------------------
 
@@ -46,7 +51,7 @@ class ModelCapabilities:
     """Tools may carry `strict: true` (schema-constrained arguments)."""
     beta_headers: tuple[str, ...] = ()
     """`anthropic-beta` values to send when strict tools are used."""
-    max_tokens_field: str = "max_tokens"
+    max_tokens_field: MaxTokensField = "max_tokens"
     """Body field carrying the output-token limit."""
 
 
@@ -135,14 +140,18 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     return outer
 
 
-def _map_children(node: dict[str, Any], fn: Any) -> None:
-    """Apply `fn` to every sub-schema of `node` in place."""
+def _map_children(node: dict[str, Any], fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Apply `fn` to every sub-schema of `node` in place; non-objects (`false`) stay."""
+
+    def apply(sub: Any) -> Any:
+        return fn(sub) if isinstance(sub, dict) else sub
+
     for key in ("properties", "$defs", "definitions", "patternProperties"):
         if isinstance(node.get(key), dict):
-            node[key] = {name: fn(sub) for name, sub in node[key].items()}
+            node[key] = {name: apply(sub) for name, sub in node[key].items()}
     for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
         if isinstance(node.get(key), list):
-            node[key] = [fn(sub) for sub in node[key]]
+            node[key] = [apply(sub) for sub in node[key]]
     for key in ("items", "additionalProperties", "not", "if", "then", "else"):
         if isinstance(node.get(key), dict):
             node[key] = fn(node[key])
@@ -159,28 +168,26 @@ def make_openai_strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     provider's 400 can be explained by `strict_schema_issues`. The input is
     not modified.
     """
+    return _openai_strict_node(copy.deepcopy(schema))
 
-    def fix(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        node = copy.copy(node)
-        node.pop("default", None)
-        if "oneOf" in node and "anyOf" not in node:
-            node["anyOf"] = node.pop("oneOf")
-        _map_children(node, fix)
-        if "$ref" in node and len(node) > 1:
-            node["anyOf"] = [{"$ref": node.pop("$ref")}, *node.get("anyOf", [])]
-        if _is_object(node):
-            properties: dict[str, Any] = node.setdefault("properties", {})
-            required = set(node.get("required", []))
-            for name, sub in properties.items():
-                if name not in required and isinstance(sub, dict):
-                    properties[name] = _nullable(sub)
-            node["required"] = list(properties)
-            node.setdefault("additionalProperties", False)
-        return node
 
-    return fix(copy.deepcopy(schema))
+def _openai_strict_node(node: dict[str, Any]) -> dict[str, Any]:
+    node = copy.copy(node)
+    node.pop("default", None)
+    if "oneOf" in node and "anyOf" not in node:
+        node["anyOf"] = node.pop("oneOf")
+    _map_children(node, _openai_strict_node)
+    if "$ref" in node and len(node) > 1:
+        node["anyOf"] = [{"$ref": node.pop("$ref")}, *node.get("anyOf", [])]
+    if _is_object(node):
+        properties: dict[str, Any] = node.setdefault("properties", {})
+        required = set(node.get("required", []))
+        for name, sub in properties.items():
+            if name not in required and isinstance(sub, dict):
+                properties[name] = _nullable(sub)
+        node["required"] = list(properties)
+        node.setdefault("additionalProperties", False)
+    return node
 
 
 def drop_strict_nulls(value: Any, schema: dict[str, Any]) -> Any:
@@ -223,9 +230,9 @@ def drop_strict_nulls(value: Any, schema: dict[str, Any]) -> Any:
         out: dict[str, Any] = {}
         for key, sub in val.items():
             spec = props.get(key)
-            omitted = sub is None and key not in required and isinstance(spec, dict)
-            if omitted and not _may_be_null(resolve(spec)):
-                continue
+            optional = sub is None and key not in required
+            if optional and isinstance(spec, dict) and not _may_be_null(resolve(spec)):
+                continue  # a null the strict rewrite asked for: "not given"
             out[key] = walk(sub, spec, depth + 1)
         return out
 
@@ -245,19 +252,17 @@ def make_anthropic_strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     Anthropic strict mode keeps optional properties optional, so `required`
     is left alone. The input is not modified.
     """
+    return _anthropic_strict_node(copy.deepcopy(schema))
 
-    def fix(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        node = copy.copy(node)
-        if "oneOf" in node and "anyOf" not in node:
-            node["anyOf"] = node.pop("oneOf")
-        _map_children(node, fix)
-        if _is_object(node):
-            node.setdefault("additionalProperties", False)
-        return node
 
-    return fix(copy.deepcopy(schema))
+def _anthropic_strict_node(node: dict[str, Any]) -> dict[str, Any]:
+    node = copy.copy(node)
+    if "oneOf" in node and "anyOf" not in node:
+        node["anyOf"] = node.pop("oneOf")
+    _map_children(node, _anthropic_strict_node)
+    if _is_object(node):
+        node.setdefault("additionalProperties", False)
+    return node
 
 
 # --- Explaining a strict-mode rejection ---------------------------------------
@@ -399,9 +404,7 @@ def _object_issues(
             )
 
 
-def describe_strict_rejection(
-    tools: dict[str, dict[str, Any]], dialect: StrictDialect
-) -> str | None:
+def describe_strict_rejection(tools: StrictSchemas, dialect: StrictDialect) -> str | None:
     """Name the schema features at fault among the strict `tools` (name -> schema sent)."""
     parts = []
     for name, schema in tools.items():

@@ -13,11 +13,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from helix_dbos.llm.base import TextDeltaCallback, step_result_adapter
-from helix_dbos.orchestration.types import LLMRequest, LLMUsage, StepResult
+from helix_dbos.orchestration.types import (
+    LLMRequest,
+    LLMUsage,
+    StepResult,
+    TextStepResult,
+    ToolCallsStepResult,
+)
 
 Responder = Callable[
     [LLMRequest], "StepResult | dict[str, Any] | Awaitable[StepResult | dict[str, Any]]"
 ]
+
+#: The step results whose text is streamed to `on_text_delta`.
+_WITH_CONTENT = (TextStepResult, ToolCallsStepResult)
 
 _CAMEL = {
     "toolCalls": "tool_calls",
@@ -99,8 +108,9 @@ class MockLLM:
             result = result.model_copy(
                 update={"usage": _estimate_usage(request, result, self.model)}
             )
-        if on_text_delta is not None and getattr(result, "content", None):
-            await on_text_delta(result.content)  # type: ignore[union-attr]
+        content = result.content if isinstance(result, _WITH_CONTENT) else None
+        if on_text_delta is not None and content:
+            await on_text_delta(content)
         return result
 
     async def _next(self, request: LLMRequest) -> StepResult:
@@ -113,7 +123,7 @@ class MockLLM:
             produced = self._responder(request)
             if inspect.isawaitable(produced):
                 produced = await produced
-            return parse_step_result(produced)  # type: ignore[arg-type]
+            return parse_step_result(produced)
         raise LookupError(
             f"MockLLM has no scripted response left for agent '{request.agent_name}'; "
             "add_response() more results or pass a responder function"

@@ -22,13 +22,28 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import openai
+from openai.types import CompletionUsage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessageParam,
+    ChatCompletionMessageToolCallParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+    ChatCompletionUserMessageParam,
+)
+from openai.types.shared_params import FunctionDefinition
 
 from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
 from helix_dbos.llm.capabilities import (
+    MAX_TOKENS_FIELDS,
+    MaxTokensField,
     ModelCapabilities,
+    StrictSchemas,
     describe_strict_rejection,
     drop_strict_nulls,
     is_retryable_status,
@@ -72,6 +87,28 @@ FINISH_REASONS: dict[str, StopReason] = {
 }
 
 
+class _RequiredChatCompletionParams(TypedDict):
+    model: str
+    messages: list[ChatCompletionMessageParam]
+
+
+class ChatCompletionParams(_RequiredChatCompletionParams, total=False):
+    """The keyword arguments for `chat.completions.create` that we send."""
+
+    max_tokens: int
+    max_completion_tokens: int
+    temperature: float
+    tools: list[ChatCompletionToolParam]
+    extra_headers: dict[str, str]
+    extra_body: dict[str, Any]
+
+
+class AssistantMessageParam(ChatCompletionAssistantMessageParam, total=False):
+    """An assistant message with the reasoning field vLLM and DeepSeek read back."""
+
+    reasoning_content: str
+
+
 class OpenAIAdapter:
     """`LLMAdapter` for the Chat Completions API through `openai.AsyncOpenAI`.
 
@@ -93,10 +130,15 @@ class OpenAIAdapter:
         timeout: float | None = None,
         default_headers: dict[str, str] | None = None,
         strict_tools: bool | None = None,
-        max_tokens_field: str | None = None,
+        max_tokens_field: MaxTokensField | None = None,
         send_reasoning: bool = False,
         capabilities: ModelCapabilities | None = None,
     ) -> None:
+        if max_tokens_field is not None and max_tokens_field not in MAX_TOKENS_FIELDS:
+            raise ValueError(
+                f"OpenAIAdapter(max_tokens_field={max_tokens_field!r}): "
+                f"expected one of {', '.join(MAX_TOKENS_FIELDS)}"
+            )
         self.model = model.removeprefix(PROVIDER_PREFIX) if model else None
         self.api_key = api_key
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
@@ -144,16 +186,17 @@ class OpenAIAdapter:
             api_key = self.api_key or os.environ.get("OPENAI_API_KEY")
             if api_key is None and self.compatible_server:
                 api_key = _PLACEHOLDER_API_KEY
-            kwargs: dict[str, Any] = {
-                "api_key": api_key,
-                "base_url": self.base_url,
-                "max_retries": self.max_retries,
-                "http_client": self.http_client,
-                "default_headers": self.default_headers,
-            }
-            if self.timeout is not None:
-                kwargs["timeout"] = self.timeout
-            self._client = openai.AsyncOpenAI(**kwargs)
+            self._client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=self.base_url,
+                max_retries=self.max_retries,
+                # The signature names httpx2 only, but the SDK also takes a legacy
+                # httpx.AsyncClient (openai._httpx2.is_legacy_httpx_async_client).
+                http_client=cast("httpx2.AsyncClient | None", self.http_client),
+                default_headers=self.default_headers,
+                # `None` would mean "no timeout"; unset keeps the SDK's default.
+                timeout=openai.not_given if self.timeout is None else self.timeout,
+            )
             self._client_loop = loop
         return self._client
 
@@ -189,25 +232,22 @@ class OpenAIAdapter:
 
 def build_params(
     request: LLMRequest, model: str, caps: ModelCapabilities, *, send_reasoning: bool = False
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[ChatCompletionParams, StrictSchemas]:
     """Keyword arguments for `chat.completions.create`, and the strict tools' schemas."""
-    params: dict[str, Any] = {
+    params: ChatCompletionParams = {
         "model": model,
         "messages": convert_messages(request.messages, send_reasoning=send_reasoning),
     }
     if request.max_tokens is not None:
-        params[caps.max_tokens_field] = request.max_tokens
+        if caps.max_tokens_field == "max_completion_tokens":
+            params["max_completion_tokens"] = request.max_tokens
+        else:
+            params["max_tokens"] = request.max_tokens
     if request.temperature is not None:
         params["temperature"] = request.temperature
-    strict_tools: dict[str, dict[str, Any]] = {}
+    strict_tools: StrictSchemas = {}
     if request.tools:
-        params["tools"] = []
-        for spec in request.tools:
-            tool = convert_tool(spec, strict=caps.strict_tools and _wants_strict(spec, request))
-            function = tool["function"]
-            if function.get("strict"):
-                strict_tools[spec.name] = function["parameters"]
-            params["tools"].append(tool)
+        params["tools"] = convert_tools(request, caps, strict_tools)
     options = dict(request.provider_options)
     if "extra_headers" in options:
         params["extra_headers"] = options.pop("extra_headers")
@@ -216,65 +256,92 @@ def build_params(
     return params, strict_tools
 
 
+def convert_tools(
+    request: LLMRequest, caps: ModelCapabilities, strict_tools: StrictSchemas
+) -> list[ChatCompletionToolParam]:
+    """The request's tools; each strict one's schema is also put in `strict_tools`."""
+    tools: list[ChatCompletionToolParam] = []
+    for spec in request.tools:
+        strict = caps.strict_tools and _wants_strict(spec, request)
+        tool = convert_tool(spec, strict=strict)
+        if strict:
+            strict_tools[spec.name] = dict(tool["function"].get("parameters", {}))
+        tools.append(tool)
+    return tools
+
+
 def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
     return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
 
 
-def convert_tool(spec: ToolSpec, *, strict: bool) -> dict[str, Any]:
+def convert_tool(spec: ToolSpec, *, strict: bool) -> ChatCompletionToolParam:
     """A `ToolSpec` as an OpenAI function tool; strict ones get a strict schema."""
-    function: dict[str, Any] = {"name": spec.name, "parameters": spec.parameters}
+    parameters = make_openai_strict_schema(spec.parameters) if strict else spec.parameters
+    function: FunctionDefinition = {"name": spec.name, "parameters": parameters}
     if spec.description:
         function["description"] = spec.description
     if strict:
-        function["parameters"] = make_openai_strict_schema(spec.parameters)
         function["strict"] = True
     return {"type": "function", "function": function}
 
 
 def convert_messages(
     messages: list[Message], *, send_reasoning: bool = False
-) -> list[dict[str, Any]]:
+) -> list[ChatCompletionMessageParam]:
     """Our transcript as Chat Completions messages (system stays a message)."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatCompletionMessageParam] = []
     for message in messages:
         if message.role == "tool":
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": message.tool_call_id,
-                    "content": message.content or "",
-                }
-            )
+            out.append(_tool_message(message))
         elif message.role == "assistant":
             out.append(_assistant_message(message, send_reasoning=send_reasoning))
+        elif message.role == "system":
+            system: ChatCompletionSystemMessageParam = {
+                "role": "system",
+                "content": message.content or "",
+            }
+            out.append(system)
         else:
-            out.append({"role": message.role, "content": message.content or ""})
+            user: ChatCompletionUserMessageParam = {
+                "role": "user",
+                "content": message.content or "",
+            }
+            out.append(user)
     return out
 
 
-def _assistant_message(message: Message, *, send_reasoning: bool) -> dict[str, Any]:
-    item: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+def _tool_message(message: Message) -> ChatCompletionToolMessageParam:
+    # Typed Any on purpose: a tool message without an id (the runtime always
+    # sets one) is sent as null, as before, and the provider's 400 names it.
+    tool_call_id: Any = message.tool_call_id
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": message.content or ""}
+
+
+def _assistant_message(message: Message, *, send_reasoning: bool) -> AssistantMessageParam:
+    # Content may only be null next to tool calls.
+    content = message.content or (None if message.tool_calls else "")
+    item: AssistantMessageParam = {"role": "assistant", "content": content}
     if message.tool_calls:
-        item["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
-            }
-            for call in message.tool_calls
-        ]
-    elif item["content"] is None:
-        item["content"] = ""
+        item["tool_calls"] = [_tool_call_param(call) for call in message.tool_calls]
     reasoning = "".join(t.text for t in message.thinking if not t.redacted)
     if send_reasoning and reasoning:
         item["reasoning_content"] = reasoning
     return item
 
 
+def _tool_call_param(call: ToolCall) -> ChatCompletionMessageToolCallParam:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+    }
+
+
 def _arguments_json(arguments: Any) -> str:
     """Replay what the model sent: the raw string when it was not valid JSON."""
-    if isinstance(arguments, dict) and isinstance(arguments.get(RAW_ARGUMENTS_KEY), str):
-        return arguments[RAW_ARGUMENTS_KEY]
+    raw = arguments.get(RAW_ARGUMENTS_KEY) if isinstance(arguments, dict) else None
+    if isinstance(raw, str):
+        return raw
     return json.dumps(arguments if arguments is not None else {})
 
 
@@ -311,9 +378,9 @@ class _Draft:
     refusal: str = ""
     finish_reason: str | None = None
     tool_calls: dict[int, _ToolCallDraft] = field(default_factory=dict)
-    usage: Any = None
+    usage: CompletionUsage | None = None
 
-    def to_step_result(self, strict_schemas: dict[str, dict[str, Any]] | None = None) -> StepResult:
+    def to_step_result(self, strict_schemas: StrictSchemas | None = None) -> StepResult:
         """`strict_schemas` (tool name -> schema before the strict rewrite) undo its nulls."""
         strict_schemas = strict_schemas or {}
         calls = []
@@ -348,13 +415,13 @@ class _Draft:
         )
 
 
-def _reasoning_of(obj: Any) -> str | None:
+def _reasoning_of(obj: object) -> str | None:
     """`reasoning_content` (vLLM, DeepSeek) or `reasoning` (Ollama, OpenRouter)."""
     value = getattr(obj, "reasoning_content", None) or getattr(obj, "reasoning", None)
     return value if isinstance(value, str) else None
 
 
-def draft_from_completion(completion: Any) -> _Draft:
+def draft_from_completion(completion: ChatCompletion) -> _Draft:
     draft = _Draft(model=completion.model, usage=completion.usage)
     if not completion.choices:
         return draft
@@ -373,7 +440,7 @@ def draft_from_completion(completion: Any) -> _Draft:
 
 
 async def _stream_draft(
-    client: openai.AsyncOpenAI, params: dict[str, Any], on_text_delta: TextDeltaCallback
+    client: openai.AsyncOpenAI, params: ChatCompletionParams, on_text_delta: TextDeltaCallback
 ) -> _Draft:
     """Stream chunks, forwarding text deltas and assembling the whole reply."""
     draft = _Draft()
@@ -417,9 +484,11 @@ async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCal
     return callback
 
 
-def parse_usage(usage: Any, model: str | None) -> LLMUsage:
+def parse_usage(usage: CompletionUsage | None, model: str | None) -> LLMUsage:
     if usage is None:
         return LLMUsage(model=model)
+    # getattr: compatible servers may send details of another shape, which
+    # the SDK keeps as they are.
     prompt_details = getattr(usage, "prompt_tokens_details", None)
     completion_details = getattr(usage, "completion_tokens_details", None)
     return LLMUsage(
@@ -434,9 +503,7 @@ def parse_usage(usage: Any, model: str | None) -> LLMUsage:
 # --- Errors ------------------------------------------------------------------
 
 
-def _status_error(
-    exc: openai.APIStatusError, strict_tools: dict[str, dict[str, Any]]
-) -> ErrorStepResult:
+def _status_error(exc: openai.APIStatusError, strict_tools: StrictSchemas) -> ErrorStepResult:
     """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
     status = exc.status_code
     text = f"OpenAI API error {status}: {_error_message(exc)}"

@@ -58,6 +58,30 @@ def request(**overrides: Any) -> LLMRequest:
     return LLMRequest(**(fields | overrides))
 
 
+#: System, user, an assistant turn with thinking and two tool calls, two results, user.
+TOOL_TRANSCRIPT = [
+    Message(role="system", content="You are a weather bot."),
+    Message(role="user", content="Weather and time in Paris?"),
+    Message(
+        role="assistant",
+        content="Let me check both.",
+        thinking=[
+            ThinkingBlock(text="Two tools needed.", signature="sig-abc"),
+            ThinkingBlock(text="opaque-data", redacted=True),
+        ],
+        tool_calls=[
+            ToolCall(id="toolu_1", name="get_weather", arguments={"city": "Paris"}),
+            ToolCall(id="toolu_2", name="get_time", arguments={"tz": "CET"}),
+        ],
+    ),
+    Message(role="tool", tool_call_id="toolu_1", tool_name="get_weather", content="18C"),
+    Message(
+        role="tool", tool_call_id="toolu_2", tool_name="get_time", content="boom", is_error=True
+    ),
+    Message(role="user", content="Thanks, and tomorrow?"),
+]
+
+
 def serve(*responses: tuple[int, Any]) -> tuple[AnthropicAdapter, wire.Recorder]:
     recorder = wire.Recorder(httpx2, *responses)
     return AnthropicAdapter(api_key="test-key", http_client=recorder.client()), recorder
@@ -68,29 +92,7 @@ def serve(*responses: tuple[int, Any]) -> tuple[AnthropicAdapter, wire.Recorder]
 
 async def test_sends_system_param_merged_tool_results_and_signed_thinking() -> None:
     adapter, rec = serve((200, wire.ANTHROPIC_TEXT))
-    transcript = [
-        Message(role="system", content="You are a weather bot."),
-        Message(role="user", content="Weather and time in Paris?"),
-        Message(
-            role="assistant",
-            content="Let me check both.",
-            thinking=[
-                ThinkingBlock(text="Two tools needed.", signature="sig-abc"),
-                ThinkingBlock(text="opaque-data", redacted=True),
-            ],
-            tool_calls=[
-                ToolCall(id="toolu_1", name="get_weather", arguments={"city": "Paris"}),
-                ToolCall(id="toolu_2", name="get_time", arguments={"tz": "CET"}),
-            ],
-        ),
-        Message(role="tool", tool_call_id="toolu_1", tool_name="get_weather", content="18C"),
-        Message(
-            role="tool", tool_call_id="toolu_2", tool_name="get_time", content="boom", is_error=True
-        ),
-        Message(role="user", content="Thanks, and tomorrow?"),
-    ]
-
-    await adapter.generate_step(request(messages=transcript, tools=[WEATHER]))
+    await adapter.generate_step(request(messages=TOOL_TRANSCRIPT, tools=[WEATHER]))
 
     body = rec.body
     assert body["system"] == "You are a weather bot."
@@ -118,6 +120,33 @@ async def test_sends_system_param_merged_tool_results_and_signed_thinking() -> N
     ]
     assert "stream" not in body
     assert len(rec.requests) == 1
+
+
+async def test_request_keys_are_sent_in_a_stable_order() -> None:
+    """The raw JSON keeps the builders' key order (json.loads preserves it)."""
+    adapter, rec = serve((200, wire.ANTHROPIC_TEXT))
+    strict_weather = WEATHER.model_copy(update={"strict": True})
+
+    await adapter.generate_step(
+        request(messages=TOOL_TRANSCRIPT, tools=[strict_weather], temperature=0)
+    )
+
+    body = rec.body
+    assert list(body) == ["max_tokens", "messages", "model", "system", "tools", "temperature"]
+    assert [list(m) for m in body["messages"]] == [["role", "content"]] * 3
+    assert [list(b) for b in body["messages"][1]["content"]] == [
+        ["type", "thinking", "signature"],
+        ["type", "data"],
+        ["type", "text"],
+        ["type", "id", "name", "input"],
+        ["type", "id", "name", "input"],
+    ]
+    assert [list(b) for b in body["messages"][2]["content"]] == [
+        ["type", "tool_use_id", "content"],
+        ["type", "tool_use_id", "content", "is_error"],
+        ["type", "text"],
+    ]
+    assert list(body["tools"][0]) == ["name", "input_schema", "description", "strict"]
 
 
 async def test_max_tokens_temperature_and_provider_options_reach_the_body() -> None:

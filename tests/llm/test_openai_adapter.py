@@ -60,6 +60,33 @@ def serve(
     return adapter, recorder
 
 
+#: System, user, an assistant turn with two tool calls (one malformed), two results.
+TOOL_TRANSCRIPT = [
+    Message(role="system", content="You are a weather bot."),
+    Message(role="user", content="Weather and time in Paris?"),
+    Message(
+        role="assistant",
+        thinking=[ThinkingBlock(text="private reasoning")],
+        tool_calls=[
+            ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"}),
+            ToolCall(
+                id="call_2",
+                name="get_time",
+                arguments={RAW_ARGUMENTS_KEY: '{"tz": CET', PARSE_ERROR_KEY: "invalid JSON"},
+            ),
+        ],
+    ),
+    Message(role="tool", tool_call_id="call_1", tool_name="get_weather", content="18C"),
+    Message(
+        role="tool",
+        tool_call_id="call_2",
+        tool_name="get_time",
+        content="bad args",
+        is_error=True,
+    ),
+]
+
+
 @pytest.fixture(autouse=True)
 def _no_base_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -70,32 +97,7 @@ def _no_base_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_sends_system_message_tool_calls_and_tool_results() -> None:
     adapter, rec = serve((200, wire.OPENAI_TEXT))
-    transcript = [
-        Message(role="system", content="You are a weather bot."),
-        Message(role="user", content="Weather and time in Paris?"),
-        Message(
-            role="assistant",
-            thinking=[ThinkingBlock(text="private reasoning")],
-            tool_calls=[
-                ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"}),
-                ToolCall(
-                    id="call_2",
-                    name="get_time",
-                    arguments={RAW_ARGUMENTS_KEY: '{"tz": CET', PARSE_ERROR_KEY: "invalid JSON"},
-                ),
-            ],
-        ),
-        Message(role="tool", tool_call_id="call_1", tool_name="get_weather", content="18C"),
-        Message(
-            role="tool",
-            tool_call_id="call_2",
-            tool_name="get_time",
-            content="bad args",
-            is_error=True,
-        ),
-    ]
-
-    await adapter.generate_step(request(messages=transcript, tools=[WEATHER]))
+    await adapter.generate_step(request(messages=TOOL_TRANSCRIPT, tools=[WEATHER]))
 
     body = rec.body
     assert body["model"] == "gpt-4o"
@@ -134,6 +136,43 @@ async def test_sends_system_message_tool_calls_and_tool_results() -> None:
     ]
     assert "stream" not in body
     assert "max_completion_tokens" not in body and "max_tokens" not in body
+
+
+async def test_request_keys_are_sent_in_a_stable_order() -> None:
+    """The raw JSON keeps the builders' key order (json.loads preserves it)."""
+    adapter, rec = serve((200, wire.OPENAI_TEXT))
+    strict_weather = WEATHER.model_copy(update={"strict": True})
+
+    await adapter.generate_step(
+        request(messages=TOOL_TRANSCRIPT, tools=[strict_weather], max_tokens=10, temperature=0)
+    )
+
+    body = rec.body
+    assert list(body) == ["model", "messages", "max_completion_tokens", "temperature", "tools"]
+    assert [list(m) for m in body["messages"]] == [
+        ["role", "content"],
+        ["role", "content"],
+        ["role", "content", "tool_calls"],
+        ["role", "tool_call_id", "content"],
+        ["role", "tool_call_id", "content"],
+    ]
+    assert list(body["messages"][2]["tool_calls"][0]) == ["id", "type", "function"]
+    assert list(body["tools"][0]) == ["type", "function"]
+    assert list(body["tools"][0]["function"]) == ["name", "parameters", "description", "strict"]
+
+
+async def test_max_tokens_field_override_and_validation() -> None:
+    adapter, rec = serve(
+        (200, wire.OPENAI_TEXT),
+        base_url="http://localhost:8000/v1",
+        max_tokens_field="max_completion_tokens",
+    )
+
+    await adapter.generate_step(request(max_tokens=64))
+
+    assert rec.body["max_completion_tokens"] == 64 and "max_tokens" not in rec.body
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        OpenAIAdapter(max_tokens_field="max_new_tokens")  # type: ignore[arg-type]  # on purpose
 
 
 async def test_reasoning_is_sent_back_only_when_asked() -> None:
