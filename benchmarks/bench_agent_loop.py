@@ -316,7 +316,8 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
     from dbos._dbos import _get_dbos_instance
 
     from helix_dbos.runtime import commit as step_commit
-    from helix_dbos.runtime import executor, steps, workflow
+    from helix_dbos.runtime import agent_loop, executor, tool_batch
+    from helix_dbos.runtime import llm_step as llm_step_module
     from helix_dbos.store import repository
 
     timers = Timers()
@@ -333,12 +334,12 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
         (dbos_module, "run_step_async", step_key),
         (ds, "run_tx_step_async", "tx"),
         (executor, "_open_run", "body.open_run"),
-        (workflow, "llm_step", "body.llm_step"),
-        (workflow, "tool_step", "body.tool_step"),
+        (agent_loop, "llm_step", "body.llm_step"),
+        (tool_batch, "tool_step", "body.tool_step"),
         (step_commit, "write_step_rows", "llm.write_previous"),
         (step_commit.WriteAhead, "result", "llm.wait_write"),
         (repository, "interrupt_and_state", "llm.interrupt_check"),
-        (steps, "write_chunks", "llm.write_chunks"),
+        (llm_step_module, "write_chunks", "llm.write_chunks"),
         (rt.history, "read", "llm.history_read"),
         (mock, "generate_step", "llm.model_call"),
         # DBOS's system-database calls; they run in worker threads (asyncio.to_thread).

@@ -31,6 +31,18 @@ class LLMConfig:
     strict_output: bool = False
     base_url: str | None = None
     provider_options: dict[str, Any] = field(default_factory=dict)
+    # Rate limits, 5xx and lost connections retry the LLM step with backoff (DBOS step
+    # retries): at most `max_attempts` calls, `retry_interval_seconds` apart at first.
+    max_attempts: int = 6
+    retry_interval_seconds: float = 1.0
+    retry_backoff: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.retry_interval_seconds < 0 or self.retry_backoff < 1:
+            raise AgentDefinitionError(
+                "LLMConfig: max_attempts must be >= 1, retry_interval_seconds >= 0 "
+                "and retry_backoff >= 1"
+            )
 
     @property
     def provider(self) -> str:

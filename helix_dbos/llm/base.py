@@ -32,6 +32,17 @@ class LLMProviderError(Exception):
         self.retryable = retryable
         self.status_code = status_code
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # DBOS pickles a step's exception (and a retries-exceeded error carries the
+        # attempts' errors): a recovered workflow must replay it, not a TypeError.
+        return (_rebuild_provider_error, (str(self), self.retryable, self.status_code))
+
+
+def _rebuild_provider_error(
+    message: str, retryable: bool, status_code: int | None
+) -> LLMProviderError:
+    return LLMProviderError(message, retryable=retryable, status_code=status_code)
+
 
 @runtime_checkable
 class LLMAdapter(Protocol):

@@ -49,7 +49,12 @@ from helix_dbos.orchestration.types import (
 from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.live_chunks import runs_at_once
-from helix_dbos.runtime.llm_step import LLM_STEP_OPTIONS, llm_step, run_terminating
+from helix_dbos.runtime.llm_step import (
+    describe_llm_failure,
+    llm_step,
+    llm_step_options,
+    run_terminating,
+)
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
@@ -105,7 +110,7 @@ class AgentLoop:
             # 2. The LLM step: it waits for that write, reads the transcript, asks the model.
             try:
                 reply = await DBOS.run_step_async(
-                    LLM_STEP_OPTIONS,
+                    llm_step_options(self.agent.llm),
                     llm_step,
                     self.session_id,
                     self.agent.name,
@@ -115,7 +120,7 @@ class AgentLoop:
                     previous,
                 )
             except Exception as exc:
-                error = f"LLM call failed after retries: {exc}"
+                error = f"LLM call failed after retries: {describe_llm_failure(exc)}"
                 return await self.end_without_step(step, "failed", error)
             if isinstance(reply, InterruptRequested):
                 return await self._interrupted(step - 1)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from dbos import DBOS, StepOptions
+from dbos import error as dbos_errors
 
-from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.completion import CompletionMode, build_system_prompt
 from helix_dbos.orchestration.messages import build_messages_for_llm
@@ -45,14 +46,23 @@ def is_retryable_llm_error(exc: BaseException) -> bool:
     return is_transient_db_error(exc)
 
 
-LLM_STEP_OPTIONS: StepOptions = {
-    "name": "helix.llm",
-    "retries_allowed": True,
-    "max_attempts": 6,
-    "interval_seconds": 1.0,
-    "backoff_rate": 2.0,
-    "should_retry": is_retryable_llm_error,
-}
+def llm_step_options(llm: LLMConfig) -> StepOptions:
+    return {
+        "name": "helix.llm",
+        "retries_allowed": True,
+        "max_attempts": llm.max_attempts,
+        "interval_seconds": llm.retry_interval_seconds,
+        "backoff_rate": llm.retry_backoff,
+        "should_retry": is_retryable_llm_error,
+    }
+
+
+def describe_llm_failure(exc: Exception) -> str:
+    """Why the LLM step failed for good, with the provider's own last message (DBOS's
+    retries-exceeded error only names the step)."""
+    if isinstance(exc, dbos_errors.DBOSMaxStepRetriesExceeded) and exc.errors:
+        return f"{exc}; last error: {exc.errors[-1]}"
+    return str(exc)
 
 
 def run_terminating(agent: Agent, options: RunOptions) -> TerminatingConfig | None:

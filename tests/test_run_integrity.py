@@ -1,0 +1,67 @@
+"""Run integrity: a run's error keeps its cause, and recorded errors replay as themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from dbos import error as dbos_errors
+
+from helix_dbos import LLMConfig
+from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.orchestration.types import LLMRequest
+
+
+def test_a_provider_error_survives_a_pickle_round_trip_alone_and_inside_dbos_retries():
+    error = LLMProviderError("429 Too Many Requests: slow down", retryable=True, status_code=429)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), str(copy), copy.retryable, copy.status_code) == (
+        LLMProviderError,
+        "429 Too Many Requests: slow down",
+        True,
+        429,
+    )
+    exceeded = dbos_errors.DBOSMaxStepRetriesExceeded("helix.llm", 6, [error])
+    replayed = pickle.loads(pickle.dumps(exceeded))
+    assert isinstance(replayed.errors[-1], LLMProviderError)
+    assert replayed.errors[-1].status_code == 429
+
+
+async def test_when_llm_retries_run_out_the_run_error_names_the_providers_last_message(
+    helix, make_agent, mock_llm
+):
+    agent = make_agent(llm=LLMConfig(max_attempts=2, retry_interval_seconds=0.01))
+    calls: list[str] = []
+
+    def rate_limited(request: LLMRequest) -> None:
+        if request.agent_name != agent.name:
+            raise LookupError("not this test's agent")
+        calls.append(request.agent_name)
+        raise LLMProviderError(
+            f"429 Too Many Requests: Token limit reached (attempt {len(calls)})",
+            retryable=True,
+            status_code=429,
+        )
+
+    mock_llm.set_responder(rate_limited)
+    try:
+        handle = await helix.execute(agent, "hi")
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+    finally:
+        mock_llm.set_responder(None)
+    assert len(calls) == 2
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "exceeded its maximum of 2 retries" in result.error
+    assert "Token limit reached (attempt 2)" in result.error
+    assert (await helix.get_run(result.run_id)).error == result.error
+
+
+def test_llm_retry_settings_are_checked_when_the_agent_is_defined():
+    for bad in ({"max_attempts": 0}, {"retry_interval_seconds": -1}, {"retry_backoff": 0.5}):
+        try:
+            LLMConfig(**bad)  # type: ignore[arg-type]
+        except ValueError as exc:
+            assert "LLMConfig" in str(exc)
+        else:
+            raise AssertionError(f"LLMConfig({bad}) was accepted")
