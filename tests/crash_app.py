@@ -129,6 +129,15 @@ if scenario == "commit" and first_life():
 
     step_commit.write_step_rows = crashing_write  # type: ignore[assignment]
 
+if scenario == "open" and first_life():
+    from dbos import DBOS as _DBOS
+
+    async def crash_before_start(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+        mark("opened", str(args[0]))  # the run's row is committed; its workflow is not started
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _DBOS.start_workflow_async = crash_before_start  # type: ignore[method-assign]
+
 if scenario == "final" and first_life():
     from helix_dbos.runtime import agent_loop
 

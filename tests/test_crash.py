@@ -331,3 +331,34 @@ def test_a_database_restart_mid_run_loses_nothing(tmp_path):
             user=server.system_user,
             timeout=60,
         )
+
+
+def test_kill_between_opening_a_run_and_starting_its_workflow(database_url, tmp_path):
+    """The run's row is committed, its workflow never started: the relaunched process
+    closes it as failed (so `result()` returns), and the session takes a new run."""
+    executor = f"crash-open-{uuid.uuid4().hex[:8]}"
+    proc = spawn("start", database_url, executor, "open", tmp_path)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    run_id = lines(tmp_path, "opened")[0]
+    assert sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id) == [
+        ("running",)
+    ]
+
+    outcome = relaunch(database_url, executor, "open", tmp_path, run_id)
+
+    assert outcome["status"] == "failed", outcome
+    assert outcome["error"] == "Run never started"
+    workflows = sql(
+        database_url,
+        "SELECT count(*) FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        f"helix-{run_id}",
+    )
+    assert workflows == [(0,)]
+    (session_id,) = sql(
+        database_url, "SELECT session_id FROM helix.runs WHERE run_id = %s", run_id
+    )[0]
+    assert sql(
+        database_url, "SELECT status FROM helix.sessions WHERE session_id = %s", session_id
+    ) == [("failed",)]
+    assert lines(tmp_path, "llm.log") == [], "nothing of the run was executed"

@@ -7,7 +7,7 @@ import pickle
 
 from dbos import error as dbos_errors
 
-from helix_dbos import LLMConfig
+from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
 
@@ -65,3 +65,33 @@ def test_llm_retry_settings_are_checked_when_the_agent_is_defined():
             assert "LLMConfig" in str(exc)
         else:
             raise AssertionError(f"LLMConfig({bad}) was accepted")
+
+
+async def test_concurrent_starts_on_an_idle_session_let_exactly_one_run_in(
+    helix, make_agent, mock_llm
+):
+    """Three callers start a run on one completed session at once, twenty times over:
+    each time one wins, the others get AgentAlreadyRunningError and store nothing."""
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "turn 0"}, agent=agent.name)
+    session_id = (await (await helix.execute(agent, "turn 0")).result()).session_id
+    winners: list[str] = []
+    for turn in range(1, 21):
+        mock_llm.add_response({"type": "text", "content": f"turn {turn}"}, agent=agent.name)
+        outcomes = await asyncio.gather(
+            *(
+                helix.execute(agent, f"turn {turn} caller {caller}", session_id=session_id)
+                for caller in range(3)
+            ),
+            return_exceptions=True,
+        )
+        handles = [o for o in outcomes if isinstance(o, RunHandle)]
+        refused = [o for o in outcomes if isinstance(o, AgentAlreadyRunningError)]
+        assert (len(handles), len(refused)) == (1, 2), outcomes
+        result = await asyncio.wait_for(handles[0].result(), timeout=30)
+        assert result.status == "completed" and result.output == f"turn {turn}"
+        winners.append(result.run_id)
+    runs = await helix.list_runs(session_id)
+    assert len(runs) == 21 and {r.status for r in runs} == {"completed"}
+    users = [m.content for m in await helix.get_messages(session_id) if m.role == "user"]
+    assert len(users) == 21 and len(set(users)) == 21, users

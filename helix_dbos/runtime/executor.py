@@ -122,6 +122,7 @@ class HelixDBOS:
         )
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
+        self._sweep: asyncio.Task[list[str]] | None = None
         self._chunk_reads = SharedChunkReads(self._load_chunks)
 
     # --- set-up -------------------------------------------------------------
@@ -147,8 +148,15 @@ class HelixDBOS:
         DBOS(config=config)
 
     def launch(self) -> None:
-        """Launch DBOS; pending runs of this executor and version resume by themselves."""
+        """Launch DBOS; pending runs of this executor and version resume by themselves,
+        and runs whose start was cut short by a crash are closed as failed."""
         DBOS.launch()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            run_sync(self.close_unstarted_runs)
+        else:  # launched from async code: sweep in the background
+            self._sweep = loop.create_task(self.close_unstarted_runs())
 
     def shutdown(self) -> None:
         if self._notifier is not None:
@@ -197,6 +205,7 @@ class HelixDBOS:
         options: RunOptions | None = None,
     ) -> RunHandle:
         request = OpenRunRequest(
+            run_id=new_id("run"),
             options=options or RunOptions(),
             agent_name=agent.name,
             session_id=session_id,
@@ -205,51 +214,76 @@ class HelixDBOS:
             default_state=agent.initial_state(None),
             max_steps=agent.max_steps,
         )
-        try:
-            opened = await on_target_loop(
-                lambda: self.runtime.transaction("helix.open_run", _open_run, request)
-            )
-        except AgentAlreadyRunningError as exc:
-            if not (DBOS.workflow_id is None and await self._heal_stale_run(exc)):
-                raise
-            opened = await on_target_loop(
-                lambda: self.runtime.transaction("helix.open_run", _open_run, request)
-            )
-
-        async def start() -> None:
-            with SetWorkflowID(opened.workflow_id):
-                await DBOS.start_workflow_async(
-                    agent_run_workflow,
-                    opened.run_id,
-                    opened.session_id,
-                    agent.name,
-                    request.options,
-                )
-
-        await on_target_loop(start)
+        opened = await on_target_loop(lambda: self._open_and_start_locked(request))
         return RunHandle(self, opened.session_id, opened.run_id, opened.workflow_id)
 
-    async def _heal_stale_run(self, exc: AgentAlreadyRunningError) -> bool:
-        """A live run row whose workflow never started or already ended is closed, not obeyed."""
-        if exc.run_id is None:
-            return False
-        run = await self.get_run(exc.run_id)
-        status = await DBOS.get_workflow_status_async(run.workflow_id)
-        if status is not None and status.status not in _DBOS_TERMINAL:
-            return False
-        reason = "never started" if status is None else f"ended as {status.status}"
-        logger.warning(
-            "Closing stale run %s of session %s: its workflow %s",
-            run.run_id,
-            run.session_id,
-            reason,
-        )
-        await on_target_loop(
-            lambda: self.runtime.transaction(
-                "helix.close_stale_run", _close_run, run.session_id, run.run_id, f"Run {reason}"
+    async def _open_and_start_locked(self, request: OpenRunRequest) -> OpenedRun:
+        """Open the run and start its workflow under the run's start lock.
+
+        No other process can then take the run for stale between the two (two
+        concurrent starts on one session: exactly one wins). A process killed between
+        them leaves a live row whose lock is free, which `_close_if_stale` closes.
+        """
+        async with self.runtime.engine.connect() as conn:
+            lock = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await repo.lock_run_start(lock, request.run_id)
+            try:
+                opened = await self._open(request)
+                with SetWorkflowID(opened.workflow_id):
+                    await DBOS.start_workflow_async(
+                        agent_run_workflow,
+                        opened.run_id,
+                        opened.session_id,
+                        request.agent_name,
+                        request.options,
+                    )
+            finally:
+                try:
+                    await repo.unlock_run_start(lock, request.run_id)
+                except BaseException:
+                    await lock.invalidate()  # never return a connection that holds the lock
+                    raise
+        return opened
+
+    async def _open(self, request: OpenRunRequest) -> OpenedRun:
+        try:
+            return await self.runtime.transaction("helix.open_run", _open_run, request)
+        except AgentAlreadyRunningError as exc:
+            if DBOS.workflow_id is not None or exc.run_id is None:
+                raise
+            if not await self._close_if_stale(exc.run_id):
+                raise
+            return await self.runtime.transaction("helix.open_run", _open_run, request)
+
+    async def _close_if_stale(self, run_id: str) -> bool:
+        """Close a live run whose workflow never started (and nobody is starting it) or
+        already ended; returns whether it did. Runs on the target loop."""
+        run = await self.get_run(run_id)
+        async with self.runtime.engine.begin() as conn:
+            if not await repo.run_start_settled(conn, run_id):
+                return False  # a process is starting it right now
+            status = await DBOS.get_workflow_status_async(run.workflow_id)
+            if status is not None and status.status not in _DBOS_TERMINAL:
+                return False
+            reason = "never started" if status is None else f"ended as {status.status}"
+            logger.warning(
+                "Closing stale run %s of session %s: its workflow %s",
+                run.run_id,
+                run.session_id,
+                reason,
             )
-        )
-        return True
+            return await _close_run(conn, run.session_id, run.run_id, f"Run {reason}")
+
+    async def close_unstarted_runs(self) -> list[str]:
+        """Close every live run whose workflow never started and that no process is
+        starting (its starter was killed between opening it and starting it); returns
+        their run ids. `launch()` runs it once."""
+        rows = await self._read(repo.live_runs_without_workflow)
+        closed: list[str] = []
+        for _, run_id in rows:
+            if await on_target_loop(functools.partial(self._close_if_stale, run_id)):
+                closed.append(run_id)
+        return closed
 
     def execute_sync(
         self, agent: Agent | str, input: str | None = None, **kwargs: Any
@@ -500,6 +534,8 @@ class HelixDBOS:
             status = await DBOS.get_workflow_status_async(run.workflow_id)
             if status is not None and status.status in _DBOS_TERMINAL:
                 return run  # the workflow ended without closing its row (it crashed)
+            if status is None and await on_target_loop(lambda: self._close_if_stale(run_id)):
+                continue  # its starter died before starting it: now closed
             await on_target_loop(functools.partial(notifier.wait, key, seen, poll_seconds))
 
     async def _load_chunks(
@@ -599,6 +635,7 @@ class HelixDBOS:
 class OpenRunRequest:
     """What `execute`, `resume` and `retry` ask of the open-run transaction."""
 
+    run_id: str  # chosen before the row exists, so its start lock can be taken first
     agent_name: str
     session_id: str | None
     messages: list[Message]
@@ -632,7 +669,7 @@ async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRu
     live = await repo.get_live_run(session, session_id)
     if live is not None:
         raise AgentAlreadyRunningError(session_id, live.run_id)
-    run_id = new_id("run")
+    run_id = request.run_id
     workflow_id = f"helix-{run_id}"
     turn = row.turn_count + 1
     await repo.insert_run(

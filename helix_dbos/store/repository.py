@@ -155,6 +155,42 @@ async def get_run(conn: Executor, run_id: str) -> RunRow | None:
     return RunRow(*row) if row else None
 
 
+# --- starting a run ------------------------------------------------------------------
+# A process holds a session-level advisory lock on the run id from before the run's
+# row exists until its workflow exists: a live row whose workflow is missing is then
+# stale only if nobody holds its lock (the lock dies with the process's connection).
+
+
+async def lock_run_start(conn: Executor, run_id: str) -> None:
+    await conn.execute(_sql("SELECT pg_advisory_lock(hashtextextended(:rid, 0))"), {"rid": run_id})
+
+
+async def unlock_run_start(conn: Executor, run_id: str) -> None:
+    await conn.execute(
+        _sql("SELECT pg_advisory_unlock(hashtextextended(:rid, 0))"), {"rid": run_id}
+    )
+
+
+async def run_start_settled(conn: Executor, run_id: str) -> bool:
+    """Nobody is starting this run; the check holds until the transaction ends."""
+    row = await conn.execute(
+        _sql("SELECT pg_try_advisory_xact_lock(hashtextextended(:rid, 0))"), {"rid": run_id}
+    )
+    return bool(row.scalar())
+
+
+async def live_runs_without_workflow(conn: Executor) -> list[tuple[str, str]]:
+    """(session_id, run_id) of live runs whose DBOS workflow does not exist."""
+    rows = await conn.execute(
+        _sql(
+            "SELECT r.session_id, r.run_id FROM helix.runs r "
+            "WHERE r.status IN ('running', 'waiting', 'paused') AND NOT EXISTS "
+            "(SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)"
+        )
+    )
+    return [(str(session_id), str(run_id)) for session_id, run_id in rows]
+
+
 async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
     row = (
         await conn.execute(
