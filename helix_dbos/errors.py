@@ -108,3 +108,8 @@ class InvalidAnswerError(HelixError, ValueError):
 
 class RunNotActiveError(HelixError):
     """The session has no live run to interrupt or abort, or its last run cannot be retried."""
+
+
+class InvalidInputError(HelixError, ValueError):
+    """Input the database cannot store (a NUL character, a lone surrogate); the message
+    names the field."""

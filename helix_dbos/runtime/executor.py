@@ -51,6 +51,7 @@ from helix_dbos.store.database import (
     sqlalchemy_url,
 )
 from helix_dbos.store.migrations import apply_migrations
+from helix_dbos.store.storable import check_storable
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
@@ -188,8 +189,10 @@ class HelixDBOS:
         `terminating` runs it in seed 004's autonomous mode: the named tools end
         the run, and the result carries `response` and `generated_messages`.
         """
+        check_storable(input=input, session_id=session_id)
         definition = self._agent(agent)
         initial_state = definition.initial_state(state) if state is not None else None
+        check_storable(state=initial_state)
         messages = [Message(role="user", content=input)] if input is not None else []
         if terminating is not None:
             definition.check_terminating(terminating)
@@ -345,6 +348,7 @@ class HelixDBOS:
         self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
     ) -> None:
         """Check the call is pending and of this kind, then send the answer exactly once."""
+        check_storable(session_id=session_id, tool_call_id=tool_call_id, answer=payload)
         try:
             ANSWER_MODELS[kind].model_validate(payload)
         except ValidationError as exc:
@@ -401,6 +405,7 @@ class HelixDBOS:
 
     async def interrupt(self, session_id: str, *, reason: str | None = None) -> None:
         """Ask the live run to stop at its next step boundary (ends `interrupted`)."""
+        check_storable(reason=reason)
         run = await self._live_run(session_id)
         await on_target_loop(
             lambda: DBOS.send_async(
@@ -413,6 +418,7 @@ class HelixDBOS:
 
     async def abort(self, session_id: str, *, reason: str | None = None) -> None:
         """Cancel the live run now; dangling tool calls get error results so the session continues."""
+        check_storable(reason=reason)
         run = await self._live_run(session_id)
         await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
         error = f"Run aborted: {reason}" if reason else "Run aborted"
@@ -425,6 +431,7 @@ class HelixDBOS:
 
     async def resume(self, session_id: str, message: str | None = None) -> RunHandle:
         """Continue an interrupted (or otherwise ended) session in a new run."""
+        check_storable(message=message)
         session = await self.get_session(session_id)
         messages = [Message(role="user", content=message)] if message is not None else []
         return await self._open_and_start(
@@ -568,6 +575,7 @@ class HelixDBOS:
         return await on_target_loop(lambda: self.runtime.read(func, *args, **kwargs))
 
     async def get_session(self, session_id: str) -> SessionInfo:
+        check_storable(session_id=session_id)
         row = await self._read(repo.get_session, session_id)
         if row is None:
             raise SessionNotFoundError(session_id)
@@ -595,6 +603,7 @@ class HelixDBOS:
         return [m for seq, m in rows if seq in ids]
 
     async def get_run(self, run_id: str) -> RunInfo:
+        check_storable(run_id=run_id)
         row = await self._read(repo.get_run, run_id)
         if row is None:
             raise RunNotFoundError(run_id)
@@ -613,6 +622,7 @@ class HelixDBOS:
     async def get_usage(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> dict[str, int]:
+        check_storable(session_id=session_id, run_id=run_id)
         return await self._read(repo.usage_summary, session_id=session_id, run_id=run_id)
 
     def get_session_sync(self, session_id: str) -> SessionInfo:

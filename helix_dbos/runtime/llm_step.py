@@ -37,6 +37,7 @@ from helix_dbos.runtime.step_types import (
     RunOptions,
 )
 from helix_dbos.store import repository as repo
+from helix_dbos.store.storable import storable_model
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
@@ -116,7 +117,8 @@ async def llm_step(
         strict_output=agent.llm.strict_output,
         provider_options=dict(agent.llm.provider_options),
     )
-    result = await _generate(rt, agent, request, session_id, run_id, step)
+    # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
+    result = storable_model(await _generate(rt, agent, request, session_id, run_id, step))
     await write_chunks(
         rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
     )

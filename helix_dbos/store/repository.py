@@ -9,7 +9,6 @@ for API calls.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,7 @@ from typing import Any, Literal, Protocol
 from sqlalchemy import TextClause, text
 
 from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
+from helix_dbos.store.storable import dumps, storable_text
 
 
 class Executor(Protocol):
@@ -32,7 +32,8 @@ def _sql(statement: str) -> TextClause:
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str)
+    """JSON for a `jsonb` parameter; unstorable characters become U+FFFD (see `storable`)."""
+    return None if value is None else dumps(value)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
             params[name] = _json(value)
         else:
             sets.append(f"{name} = :{name}")
-            params[name] = value
+            params[name] = storable_text(value) if isinstance(value, str) else value
     sets.append("updated_at = now()")
     await conn.execute(
         _sql(f"UPDATE helix.sessions SET {', '.join(sets)} WHERE session_id = :sid"), params
@@ -629,7 +630,7 @@ async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
                 sets.append("waiting_since = now()")
         else:
             sets.append(f"{name} = :{name}")
-            params[name] = value
+            params[name] = storable_text(value) if isinstance(value, str) else value
     result = await conn.execute(
         _sql(
             f"UPDATE helix.runs SET {', '.join(sets)} WHERE run_id = :rid AND status IN ('running', 'waiting', 'paused')"
@@ -720,8 +721,8 @@ async def resolve_tool_call(
         {
             "status": status,
             "result": _json(result),
-            "error": error,
-            "reason": reason,
+            "error": None if error is None else storable_text(error),
+            "reason": None if reason is None else storable_text(reason),
             "rid": run_id,
             "tcid": tool_call_id,
         },
