@@ -372,7 +372,14 @@ async def test_abort_pairs_dangling_calls_and_the_session_continues(
         database_url, "SELECT status FROM helix.tool_calls WHERE run_id = %s", handle.run_id
     ) == [("aborted",)]
     messages = await helix.get_messages(handle.session_id)
-    assert [m.role for m in messages] == ["user"], "the aborted step never committed"
+    assert [m.role for m in messages] == ["user", "assistant", "tool"], (
+        "the model's request was stored before the wait; abort paired it"
+    )
+    assert [c.id for c in messages[1].tool_calls] == ["d"]
+    assert messages[2].tool_call_id == "d" and messages[2].is_error
+    assert messages[2].content == "Run aborted: changed my mind"
+    usage = sql(database_url, "SELECT kind FROM helix.usage WHERE run_id = %s", handle.run_id)
+    assert usage == [("llm",)], "the model call's tokens are recorded too"
 
     mock_llm.add_response({"type": "text", "content": "fresh start"}, agent=agent.name)
     again = await (await helix.execute(agent, "hello again", session_id=handle.session_id)).result()
@@ -415,3 +422,40 @@ async def test_suspend_and_resume_hooks(helix, make_agent, mock_llm):
     await helix.approve(handle.session_id, "h")
     await handle.result()
     assert events == ["suspended:approval", "resumed:['h']"]
+
+
+async def test_while_a_run_waits_the_models_request_and_its_tokens_are_in_sql(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    agent = make_agent(tools=[make_deleter(ran)])
+    mock_llm.add_responses(
+        calls(("w1", "delete_file", {"path": "tmp"})),
+        {"type": "text", "content": "deleted"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "clean up")
+    await wait_until_waiting(helix, handle.session_id)
+    waiting = await helix.get_messages(handle.session_id)
+    assert [m.role for m in waiting] == ["user", "assistant"]
+    assert [(c.id, c.name) for c in waiting[1].tool_calls] == [("w1", "delete_file")]
+    assert sql(
+        database_url, "SELECT kind, step FROM helix.usage WHERE run_id = %s", handle.run_id
+    ) == [("llm", 1)]
+    assert (await helix.get_run(handle.run_id)).step_count == 1
+
+    await helix.approve(handle.session_id, "w1")
+    result = await handle.result()
+    assert result.status == "completed" and ran == ["tmp"]
+    rows = sql(
+        database_url,
+        "SELECT seq, role FROM helix.messages WHERE session_id = %s ORDER BY seq",
+        handle.session_id,
+    )
+    assert rows == [(1, "user"), (2, "assistant"), (3, "tool"), (4, "assistant")]
+    usage = sql(
+        database_url,
+        "SELECT kind, count(*) FROM helix.usage WHERE run_id = %s GROUP BY kind ORDER BY kind",
+        handle.run_id,
+    )
+    assert usage == [("llm", 2), ("tool", 1)]

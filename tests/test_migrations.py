@@ -194,10 +194,12 @@ def test_failed_migration_rolls_back_and_is_not_recorded(db_url: str, mig_dir: P
 
 
 def test_step_commit_keys_start_from_the_existing_rows(db_url: str, mig_dir: Path) -> None:
-    """0002 on a database already in use: counters continue from what is there."""
-    keys = mig_dir / "0002_step_commit_keys.sql"
-    later = keys.read_text()
-    keys.unlink()
+    """0002 and 0003 on a database already in use: counters and keys continue from what
+    is there."""
+    later = {path: path.read_text() for path in sorted(mig_dir.glob("000[23]_*.sql"))}
+    assert [p.name for p in later] == ["0002_step_commit_keys.sql", "0003_step_head_key.sql"]
+    for path in later:
+        path.unlink()
     assert apply_migrations(db_url, directory=mig_dir) == [FIRST]
     with connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO helix.sessions (session_id, agent_name) VALUES ('s1', 'a')")
@@ -211,11 +213,17 @@ def test_step_commit_keys_start_from_the_existing_rows(db_url: str, mig_dir: Pat
                 "VALUES ('s1', %s, 'user', 'x')",
                 (seq,),
             )
-    keys.write_text(later)
-    assert apply_migrations(db_url, directory=mig_dir) == ["0002_step_commit_keys"]
+    for path, text in later.items():
+        path.write_text(text)
+    assert apply_migrations(db_url, directory=mig_dir) == [
+        "0002_step_commit_keys",
+        "0003_step_head_key",
+    ]
     with connect(db_url) as conn:
         assert conn.execute("SELECT message_seq FROM helix.sessions").fetchall() == [(3,)]
-        assert conn.execute("SELECT committed_step FROM helix.runs").fetchall() == [(4,)]
+        assert conn.execute("SELECT committed_step, committed_head FROM helix.runs").fetchall() == [
+            (4, 4)
+        ]
 
 
 def test_duplicate_migration_numbers_are_refused(db_url: str, mig_dir: Path) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 
 from dbos import error as dbos_errors
 
-from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle
+from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
 
@@ -95,3 +96,35 @@ async def test_concurrent_starts_on_an_idle_session_let_exactly_one_run_in(
     assert len(runs) == 21 and {r.status for r in runs} == {"completed"}
     users = [m.content for m in await helix.get_messages(session_id) if m.role == "user"]
     assert len(users) == 21 and len(set(users)) == 21, users
+
+
+async def test_while_a_slow_tool_runs_the_models_request_is_already_in_the_transcript(
+    helix, make_agent, mock_llm
+):
+    release = threading.Event()
+
+    @tool
+    def slow() -> str:
+        """Runs until the test lets it finish."""
+        release.wait(30)
+        return "ok"
+
+    agent = make_agent(tools=[slow])
+    mock_llm.add_responses(
+        {"type": "tool_calls", "tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    roles: list[str] = []
+    for _ in range(100):
+        roles = [m.role for m in await helix.get_messages(handle.session_id)]
+        if len(roles) > 1:
+            break
+        await asyncio.sleep(0.05)
+    assert roles == ["user", "assistant"]
+    release.set()
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert result.status == "completed"
+    roles = [m.role for m in await helix.get_messages(handle.session_id)]
+    assert roles == ["user", "assistant", "tool", "assistant"], "the head is not written twice"

@@ -15,6 +15,7 @@ rows, and every write is keyed, so none lands twice.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from dbos import DBOS, StepOptions
@@ -46,9 +47,9 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
-from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final
+from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final, write_head
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
-from helix_dbos.runtime.live_chunks import runs_at_once
+from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
 from helix_dbos.runtime.llm_step import (
     describe_llm_failure,
     llm_step,
@@ -147,6 +148,7 @@ class AgentLoop:
         commit.usage.append(UsageRecord(f"{self.run_id}:{step}:llm", "llm", step, llm=llm_usage))
         if plan.assistant_message_plan is not None:
             commit.messages.append(create_assistant_message(plan.assistant_message_plan))
+            commit.head_messages = len(commit.messages)
         if plan.is_terminal and plan.status_update is not None:
             update = plan.status_update
             commit.end(update.status, output=update.output, error=update.error)
@@ -172,13 +174,18 @@ class AgentLoop:
         commit: StepCommit,
         terminating_call: ToolCall | None,
     ) -> None:
-        batch = ToolBatch(self.rt, self.agent, self.session_id, self.run_id, commit.step)
-        done = await batch.run(
-            calls,
-            state,
-            in_order=terminating_call is not None,
-            run_failed=commit.status == "failed",
-        )
+        batch = ToolBatch(self.rt, self.agent, commit)
+        head = asyncio.get_running_loop().create_task(_write_head_if_slow(self.rt, commit))
+        try:
+            done = await batch.run(
+                calls,
+                state,
+                in_order=terminating_call is not None,
+                run_failed=commit.status == "failed",
+            )
+        finally:
+            head.cancel()
+            await asyncio.gather(head, return_exceptions=True)
         if done.ending is not None:
             commit.end(done.ending.status, output=done.ending.output, error=done.ending.error)
         for call in calls:
@@ -317,6 +324,19 @@ class AgentLoop:
         )
         result.terminating = self.terminating is not None
         return result
+
+
+async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
+    """Once a step's tools have run for `LIVE_TOOL_START_SECONDS`, write its head (the
+    model's message, its LLM usage), so a slow or aborted step still shows what the model
+    asked for. Live and keyed, like a slow tool's `tool_start`: best effort."""
+    await asyncio.sleep(LIVE_TOOL_START_SECONDS)
+    try:
+        async with rt.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await write_head(conn, commit, durable=False)
+    except Exception as exc:
+        logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
 
 
 async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:

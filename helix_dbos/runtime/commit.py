@@ -40,6 +40,13 @@ class StepCommit:
     status: FinalStatus | None = None
     output: Any = None
     error: str | None = None
+    # The step's head: its first `head_messages` messages (the model's message) and its
+    # LLM usage, which may be written before the rest (`write_head`).
+    head_messages: int = 0
+
+    def written_messages(self, wrote: StepWrite) -> list[Message]:
+        """The messages a write of this step inserted (its head may have gone before)."""
+        return self.messages if wrote.with_head else self.messages[self.head_messages :]
 
     def end(self, status: FinalStatus, *, output: Any = None, error: str | None = None) -> None:
         """This step ends the run; its rows are written with the final status."""
@@ -114,8 +121,24 @@ async def write_step_rows(
         state=commit.state,
         usage=commit.usage,
         chunks=commit.events,
+        head_messages=commit.head_messages,
         durable=durable,
         workflow_id=workflow_id,
+    )
+
+
+async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool = True) -> bool:
+    """The step's head (the model's message and its LLM usage) ahead of the rest, so the
+    transcript shows what the model asked for while the step's tools run or wait."""
+    return await repo.commit_step_head(
+        conn,
+        session_id=commit.session_id,
+        run_id=commit.run_id,
+        agent_name=commit.agent_name,
+        step=commit.step,
+        messages=commit.messages[: commit.head_messages],
+        usage=[u for u in commit.usage if u.kind == "llm"],
+        durable=durable,
     )
 
 

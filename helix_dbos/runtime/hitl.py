@@ -22,6 +22,7 @@ from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.commit import StepCommit, write_head
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.tool_step import tool_context
@@ -162,13 +163,14 @@ def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
 
 async def _suspend(
     session: repo.Executor,
-    session_id: str,
-    run_id: str,
     workflow_id: str,
-    agent_name: str,
-    step: int,
+    head: StepCommit,
     pending: list[PendingToolCall],
 ) -> dict[str, float]:
+    """Record the pending calls and their deadlines, mark the run waiting, and write the
+    step's head first, so the transcript shows the model's request while the run waits."""
+    session_id, run_id, agent_name, step = head.session_id, head.run_id, head.agent_name, head.step
+    await write_head(session, head)
     deadlines = await repo.insert_pending_tool_calls(
         session, session_id, run_id, workflow_id, pending
     )
@@ -229,13 +231,14 @@ async def _resume(
 class HumanWait:
     """Suspend a run on some pending calls and collect one answer for each."""
 
-    def __init__(self, rt: Runtime, session_id: str, run_id: str, agent: Agent, step: int) -> None:
+    def __init__(self, rt: Runtime, agent: Agent, head: StepCommit) -> None:
         self.rt = rt
-        self.session_id = session_id
-        self.run_id = run_id
         self.agent = agent
-        self.step = step
-        self.hook_ctx = HookContext(session_id, run_id, agent.name, step)
+        self.head = head  # the step that waits: its head is written when the run suspends
+        self.session_id = head.session_id
+        self.run_id = head.run_id
+        self.step = head.step
+        self.hook_ctx = HookContext(head.session_id, head.run_id, agent.name, head.step)
 
     async def wait(self, pending: list[PendingToolCall]) -> dict[str, Answer]:
         workflow_id = DBOS.workflow_id
@@ -243,11 +246,8 @@ class HumanWait:
         deadlines = await self.rt.transaction(
             "helix.suspend",
             _suspend,
-            self.session_id,
-            self.run_id,
             workflow_id,
-            self.agent.name,
-            self.step,
+            self.head,
             pending,
         )
         kinds = sorted({p.kind for p in pending})

@@ -143,7 +143,7 @@ async def _transcript(
     wrote = await previous.result()
     if wrote.interrupted:
         return None
-    messages = previous.commit.messages
+    messages = previous.commit.written_messages(wrote)
     if wrote.first_seq is not None and messages:
         cached = rt.history.take(session_id, (wrote.first_seq, messages))
         if cached is not None:

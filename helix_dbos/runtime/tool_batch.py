@@ -18,6 +18,7 @@ from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.hitl import HumanWait, answer_outcome, evaluate_gates, needs_gate_step
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
@@ -50,12 +51,13 @@ class BatchResult:
 class ToolBatch:
     """Runs one step's tool calls; `outcomes` holds each call's `ToolOutcome`."""
 
-    def __init__(self, rt: Runtime, agent: Agent, session_id: str, run_id: str, step: int):
+    def __init__(self, rt: Runtime, agent: Agent, commit: StepCommit):
         self.rt = rt
         self.agent = agent
-        self.session_id = session_id
-        self.run_id = run_id
-        self.step = step
+        self.commit = commit  # the step whose calls these are (a wait writes its head)
+        self.session_id = commit.session_id
+        self.run_id = commit.run_id
+        self.step = commit.step
         self.outcomes: dict[str, ToolOutcome] = {}
 
     async def run(
@@ -144,7 +146,7 @@ class ToolBatch:
             PendingToolCall(c.id, c.name, gates.kind_of(c), c.arguments, timeouts[c.id])
             for c in calls
         ]
-        wait = HumanWait(self.rt, self.session_id, self.run_id, self.agent, self.step)
+        wait = HumanWait(self.rt, self.agent, self.commit)
         answers = await wait.wait(pending)
         approved: list[ToolCall] = []
         for call in calls:

@@ -500,6 +500,64 @@ async def append_messages(
     return await insert_messages(conn, session_id, run_id, first_seq, messages)
 
 
+# The rows of one step after `s` (the session's counters) and a `claim` with `with_head`:
+# a head already written (`runs.committed_head`) is skipped, and the rest renumbered.
+_STEP_ROWS = (
+    "msg AS (INSERT INTO helix.messages "
+    "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
+    "thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
+    "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
+    f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
+    "WHERE m.ord >= :nhead OR claim.with_head RETURNING 1), "
+    "u AS (INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
+    "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+    "reasoning_tokens, tool_name, duration_ms, success) SELECT x.usage_id, :sid, :rid, "
+    "x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
+    "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
+    f"x.duration_ms, x.success FROM claim, {_USAGE_RECORDSET} "
+    "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
+    f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
+)
+# The session's counters, moved past the rows a claimed write inserts.
+_STEP_COUNTERS = (
+    "s AS (UPDATE helix.sessions SET "
+    "message_seq = GREATEST(message_seq, (SELECT COALESCE(max(seq), 0) "
+    "FROM helix.messages WHERE session_id = :sid)) + (SELECT n FROM nmsg), "
+    "chunk_seq = chunk_seq + :nchunk, "
+    "state = COALESCE(CAST(:state AS jsonb), state), updated_at = now() "
+    "WHERE session_id = :sid AND EXISTS (SELECT 1 FROM claim) "
+    "RETURNING message_seq - (SELECT n FROM nmsg) + 1 AS first_msg, "
+    "chunk_seq - :nchunk AS chunk_base, state), "
+)
+
+
+def _step_params(
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    messages: Sequence[Message],
+    usage: Sequence[UsageRecord],
+    chunks: Sequence[tuple[str, str, Any]],
+    state: dict[str, Any] | None,
+    head_messages: int,
+) -> dict[str, Any]:
+    message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
+    return {
+        "sid": session_id,
+        "rid": run_id,
+        "agent": agent_name,
+        "step": step,
+        "state": _json(state),
+        "nmsg": len(message_rows),
+        "nhead": head_messages,
+        "rows": _json(message_rows),
+        "usage": _json([usage_record(r, agent_name) for r in usage]),
+        "nchunk": len(chunks),
+        "chunks": _chunk_records(chunks),
+    }
+
+
 async def commit_step_rows(
     conn: Executor,
     *,
@@ -511,6 +569,7 @@ async def commit_step_rows(
     state: dict[str, Any] | None,
     usage: Sequence[UsageRecord],
     chunks: Sequence[tuple[str, str, Any]],
+    head_messages: int = 0,
     durable: bool = True,
     workflow_id: str | None = None,
 ) -> StepWrite:
@@ -518,59 +577,42 @@ async def commit_step_rows(
 
     `runs.committed_step` is the step's idempotency key: the first writer moves it to
     `step` and writes the rows; a replay (a recovered or retried step) finds it there
-    and writes nothing. With `workflow_id`, the same round trip also answers
+    and writes nothing. The first `head_messages` messages are the step's head, skipped
+    when `commit_step_head` wrote them already (usage and chunks are keyed by
+    themselves). With `workflow_id`, the same round trip also answers
     `interrupt_and_state` for the LLM step that writes. `durable=False` does not wait
     for the WAL flush: only for a caller whose own checkpoint, committed later in the
     same cluster, flushes it (see `runtime/commit.py`).
     """
-    message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
+    params = _step_params(
+        session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages
+    )
+    params["wid"] = workflow_id
     row = (
         await conn.execute(
             _sql(
-                "WITH claim AS (UPDATE helix.runs SET committed_step = :step, step_count = "
+                # `prior` locks the run's row and reads its head key before the UPDATE
+                # (an initplan of its WHERE): the UPDATE's RETURNING sees only new values.
+                "WITH prior AS (SELECT committed_head FROM helix.runs WHERE run_id = :rid "
+                "FOR UPDATE), "
+                "claim AS (UPDATE helix.runs SET committed_step = :step, "
+                "committed_head = GREATEST(committed_head, :step), step_count = "
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
-                "WHERE run_id = :rid AND committed_step < :step RETURNING 1), "
-                "s AS (UPDATE helix.sessions SET "
-                "message_seq = GREATEST(message_seq, (SELECT COALESCE(max(seq), 0) "
-                "FROM helix.messages WHERE session_id = :sid)) + :nmsg, "
-                "chunk_seq = chunk_seq + :nchunk, "
-                "state = COALESCE(CAST(:state AS jsonb), state), updated_at = now() "
-                "WHERE session_id = :sid AND EXISTS (SELECT 1 FROM claim) "
-                "RETURNING message_seq - :nmsg + 1 AS first_msg, chunk_seq - :nchunk AS chunk_base, "
-                "state), "
-                "msg AS (INSERT INTO helix.messages "
-                "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
-                f"thinking, is_error) SELECT :sid, s.first_msg + m.ord, :rid, {_MESSAGE_FIELDS} "
-                f"FROM s, {_MESSAGE_RECORDSET} RETURNING 1), "
-                "u AS (INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
-                "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-                "reasoning_tokens, tool_name, duration_ms, success) SELECT x.usage_id, :sid, :rid, "
-                "x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
-                "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
-                f"x.duration_ms, x.success FROM claim, {_USAGE_RECORDSET} "
-                "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
-                f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
+                "WHERE run_id = :rid AND committed_step < :step AND EXISTS (SELECT 1 FROM prior) "
+                "RETURNING (SELECT committed_head FROM prior) < :step AS with_head), "
+                "nmsg AS (SELECT CASE WHEN claim.with_head THEN :nmsg ELSE :nmsg - :nhead END "
+                "AS n FROM claim), "
+                f"{_STEP_COUNTERS}{_STEP_ROWS}"
                 "SELECT count(*) > 0, (SELECT first_msg FROM s), "
                 "COALESCE((SELECT state FROM s), "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid)), "
                 f"{_INTERRUPT_PENDING}, "
-                "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END"
+                "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END, "
+                "bool_or(claim.with_head)"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
-            {
-                "sid": session_id,
-                "rid": run_id,
-                "agent": agent_name,
-                "step": step,
-                "state": _json(state),
-                "nmsg": len(message_rows),
-                "rows": _json(message_rows),
-                "usage": _json([usage_record(r, agent_name) for r in usage]),
-                "nchunk": len(chunks),
-                "chunks": _chunk_records(chunks),
-                "wid": workflow_id,
-            },
+            params,
         )
     ).one()
     wrote = bool(row[0])
@@ -578,7 +620,41 @@ async def commit_step_rows(
         first_seq=int(row[1]) if wrote else None,
         state=dict(row[2] or {}),
         interrupted=bool(row[3]),
+        with_head=bool(row[5]) if wrote else False,
     )
+
+
+async def commit_step_head(
+    conn: Executor,
+    *,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    messages: Sequence[Message],
+    usage: Sequence[UsageRecord],
+    durable: bool = True,
+) -> bool:
+    """Write a step's head (the model's message, its LLM usage) before the rest of the
+    step, once (`runs.committed_head` is its key); False when it was already written."""
+    params = _step_params(session_id, run_id, agent_name, step, messages, usage, [], None, 0)
+    row = (
+        await conn.execute(
+            _sql(
+                "WITH claim AS (UPDATE helix.runs SET committed_head = :step, step_count = "
+                "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
+                "WHERE run_id = :rid AND committed_head < :step AND committed_step < :step "
+                "RETURNING true AS with_head), "
+                "nmsg AS (SELECT :nmsg AS n), "
+                f"{_STEP_COUNTERS}{_STEP_ROWS}"
+                "SELECT count(*) > 0"
+                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+                + " FROM claim"
+            ),
+            params,
+        )
+    ).one()
+    return bool(row[0])
 
 
 @dataclass(frozen=True)
@@ -589,6 +665,7 @@ class StepWrite:
     first_seq: int | None
     state: dict[str, Any]
     interrupted: bool
+    with_head: bool = True  # False: the step's head had been written before these rows
 
 
 # A `helix.interrupt` message sent to the run's workflow and not yet received.
