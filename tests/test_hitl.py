@@ -459,3 +459,68 @@ async def test_while_a_run_waits_the_models_request_and_its_tokens_are_in_sql(
         handle.run_id,
     )
     assert usage == [("llm", 2), ("tool", 1)]
+
+
+async def test_interrupting_a_run_that_waits_for_approval_ends_the_wait_at_once(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    agent = make_agent(tools=[make_deleter(ran)])
+    mock_llm.add_responses(
+        calls(("i1", "delete_file", {"path": "x"}), ("i2", "delete_file", {"path": "y"})),
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "delete both")
+    await wait_until_waiting(helix, handle.session_id, count=2)
+    await helix.approve(handle.session_id, "i1")  # answered, but interrupted before it runs
+    await helix.interrupt(handle.session_id, reason="stop now")
+    result = await asyncio.wait_for(handle.result(), timeout=15)
+    assert result.status == "interrupted" and result.error == "Interrupted: stop now"
+    assert ran == [], "no approved call runs after an interrupt"
+    statuses = sql(
+        database_url,
+        "SELECT tool_call_id, status FROM helix.tool_calls WHERE run_id = %s ORDER BY tool_call_id",
+        handle.run_id,
+    )
+    assert statuses == [("i1", "approved"), ("i2", "interrupted")]
+    messages = await helix.get_messages(handle.session_id)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert {m.content for m in messages[2:]} == {"Interrupted: stop now"}
+    chunks = sql(
+        database_url,
+        "SELECT type FROM helix.stream_chunks WHERE run_id = %s AND type LIKE 'run_%%'",
+        handle.run_id,
+    )
+    assert ("run_interrupted",) in chunks
+
+    mock_llm.add_response({"type": "text", "content": "ok, stopped"}, agent=agent.name)
+    resumed = await (await helix.resume(handle.session_id, "never mind")).result()
+    assert resumed.status == "completed" and resumed.output == "ok, stopped"
+
+
+async def test_an_interrupt_sent_just_before_a_wait_keeps_the_run_from_suspending(
+    helix, make_agent, mock_llm
+):
+    release = threading.Event()
+
+    @tool
+    def prepare() -> str:
+        """Runs before the gated call, in the same step."""
+        release.wait(30)
+        return "ready"
+
+    ran: list[str] = []
+    agent = make_agent(tools=[prepare, make_deleter(ran)])
+    mock_llm.add_responses(
+        calls(("p", "prepare", {}), ("d", "delete_file", {"path": "z"})), agent=agent.name
+    )
+    handle = await helix.execute(agent, "go")
+    for _ in range(100):
+        if len(await helix.get_messages(handle.session_id)) > 1:
+            break
+        await asyncio.sleep(0.05)
+    await helix.interrupt(handle.session_id, reason="changed plans")
+    release.set()  # `prepare` ends; the approval of `delete_file` would wait next
+    result = await asyncio.wait_for(handle.result(), timeout=15)
+    assert result.status == "interrupted" and result.error == "Interrupted: changed plans"
+    assert ran == [] and await helix.pending_tool_calls(handle.session_id) == []

@@ -49,6 +49,7 @@ from helix_dbos.orchestration.types import (
 )
 from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final, write_head
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
+from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
 from helix_dbos.runtime.llm_step import (
     describe_llm_failure,
@@ -68,7 +69,6 @@ from helix_dbos.runtime.tool_batch import ToolBatch
 from helix_dbos.store.repository import UsageRecord
 
 WORKFLOW_NAME = "helix.agent_run"
-INTERRUPT_TOPIC = "helix.interrupt"
 FINAL_STEP_OPTIONS: StepOptions = {
     "name": "helix.commit_final",
     "retries_allowed": True,
@@ -188,6 +188,11 @@ class AgentLoop:
             await asyncio.gather(head, return_exceptions=True)
         if done.ending is not None:
             commit.end(done.ending.status, output=done.ending.output, error=done.ending.error)
+            if done.ending.status == "interrupted":  # a wait for a human was interrupted
+                payload = {"reason": done.ending.reason}
+                commit.events.append(
+                    ChunkRecord(f"{self.run_id}:interrupted", "run_interrupted", payload)
+                )
         for call in calls:
             outcome = done.outcomes[call.id]
             commit.add_tool_outcome(call, outcome, start_chunk=runs_at_once(self.agent, call))

@@ -40,7 +40,7 @@ from helix_dbos.runtime.agent_loop import agent_run_workflow
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
-from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
+from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
 from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.store import repository as repo
@@ -404,17 +404,30 @@ class HelixDBOS:
         ]
 
     async def interrupt(self, session_id: str, *, reason: str | None = None) -> None:
-        """Ask the live run to stop at its next step boundary (ends `interrupted`)."""
+        """Stop the live run (it ends `interrupted`): at its next step boundary, or at
+        once when it waits for a human, whose pending calls get an "Interrupted" result.
+        `resume()` continues the session."""
         check_storable(reason=reason)
         run = await self._live_run(session_id)
-        await on_target_loop(
-            lambda: DBOS.send_async(
+
+        async def send() -> None:
+            await DBOS.send_async(
                 run.workflow_id,
                 {"reason": reason},
-                "helix.interrupt",
+                INTERRUPT_TOPIC,
                 idempotency_key=f"{run.run_id}:interrupt",
             )
-        )
+            # After that send: a run that suspends later sees it; one already waiting
+            # gets a notice on each topic it waits on.
+            for kind in await self.runtime.read(repo.pending_kinds, run.run_id):
+                await DBOS.send_async(
+                    run.workflow_id,
+                    {"interrupt": True, "reason": reason},
+                    TOPICS[kind],
+                    idempotency_key=f"{run.run_id}:interrupt:{kind}",
+                )
+
+        await on_target_loop(send)
 
     async def abort(self, session_id: str, *, reason: str | None = None) -> None:
         """Cancel the live run now; dangling tool calls get error results so the session continues."""

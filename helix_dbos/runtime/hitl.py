@@ -29,6 +29,7 @@ from helix_dbos.runtime.tool_step import tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
 
+INTERRUPT_TOPIC = "helix.interrupt"
 TOPICS: dict[GateKind, str] = {
     "approval": "helix.approval",
     "client": "helix.tool_result",
@@ -88,6 +89,15 @@ ANSWER_MODELS: dict[
 }
 
 
+class InterruptNotice(BaseModel):
+    """`{"interrupt": true, "reason": "..."}` on any answer topic: stop waiting now
+    (`interrupt()` sends it to a waiting run; any DBOS client may too)."""
+
+    model_config = ConfigDict(extra="forbid")
+    interrupt: Literal[True]
+    reason: str | None = None
+
+
 AnswerPayload = ApprovalAnswer | ToolResultAnswer | HumanInputAnswer
 
 
@@ -105,7 +115,7 @@ class Resolution:
     """How a pending `helix.tool_calls` row is closed when the run resumes."""
 
     tool_call_id: str
-    status: Literal["approved", "denied", "timed_out", "completed", "failed"]
+    status: Literal["approved", "denied", "timed_out", "completed", "failed", "interrupted"]
     result: Any = None
     error: str | None = None
     reason: str | None = None
@@ -166,11 +176,13 @@ async def _suspend(
     workflow_id: str,
     head: StepCommit,
     pending: list[PendingToolCall],
-) -> dict[str, float]:
+) -> dict[str, float] | None:
     """Record the pending calls and their deadlines, mark the run waiting, and write the
     step's head first, so the transcript shows the model's request while the run waits."""
     session_id, run_id, agent_name, step = head.session_id, head.run_id, head.agent_name, head.step
     await write_head(session, head)
+    if await repo.interrupt_pending(session, workflow_id):
+        return None  # interrupted before the wait began: the run does not suspend
     deadlines = await repo.insert_pending_tool_calls(
         session, session_id, run_id, workflow_id, pending
     )
@@ -240,7 +252,8 @@ class HumanWait:
         self.step = head.step
         self.hook_ctx = HookContext(head.session_id, head.run_id, agent.name, head.step)
 
-    async def wait(self, pending: list[PendingToolCall]) -> dict[str, Answer]:
+    async def wait(self, pending: list[PendingToolCall]) -> WaitResult:
+        """One answer per pending call, or an interrupt that ends the wait at once."""
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
         deadlines = await self.rt.transaction(
@@ -250,6 +263,10 @@ class HumanWait:
             self.head,
             pending,
         )
+        if deadlines is None:  # an interrupt was already waiting: take it, do not suspend
+            message = await DBOS.recv_async(INTERRUPT_TOPIC, timeout_seconds=0)
+            reason = message.get("reason") if isinstance(message, dict) else None
+            return WaitResult({}, InterruptNotice(interrupt=True, reason=reason))
         kinds = sorted({p.kind for p in pending})
         await self._fire(
             "on_agent_suspended",
@@ -261,17 +278,26 @@ class HumanWait:
         )
         started = time.time()  # only for wait_ms, which feeds a step input, never a checkpoint
         answers: dict[str, Answer] = {}
+        interrupt: InterruptNotice | None = None
         for kind in kinds:
             waiting = {p.tool_call_id for p in pending if p.kind == kind}
-            await self._collect(kind, waiting, deadlines, started, answers)
+            interrupt = await self._collect(kind, waiting, deadlines, started, answers)
+            if interrupt is not None:
+                break
         resolutions = [Resolution.of(call_id, answer) for call_id, answer in answers.items()]
+        resolutions += [
+            Resolution(p.tool_call_id, "interrupted", reason=interrupt.reason)
+            for p in pending
+            if interrupt is not None and p.tool_call_id not in answers
+        ]
         await self.rt.transaction(
             "helix.resume_wait", _resume, self.session_id, self.run_id, resolutions
         )
+        why = "interrupted" if interrupt is not None else "answered"
         await self._fire(
-            "on_agent_resumed", "running", {"reason": "answered", "tool_call_ids": list(answers)}
+            "on_agent_resumed", "running", {"reason": why, "tool_call_ids": list(answers)}
         )
-        return answers
+        return WaitResult(answers, interrupt)
 
     async def _collect(
         self,
@@ -280,7 +306,8 @@ class HumanWait:
         deadlines: dict[str, float],
         started: float,
         answers: dict[str, Answer],
-    ) -> None:
+    ) -> InterruptNotice | None:
+        """Answers of one kind until none is missing; an interrupt notice stops at once."""
         topic = TOPICS[kind]
         model = ANSWER_MODELS[kind]
         while waiting:
@@ -292,6 +319,12 @@ class HumanWait:
                     answers[call_id] = Answer(kind, None, (deadlines[call_id] - started) * 1000)
                     waiting.discard(call_id)
                 continue
+            if isinstance(message, dict) and "interrupt" in message:
+                try:
+                    return InterruptNotice.model_validate(message)
+                except ValidationError as exc:
+                    logger.warning("Run %s ignored a malformed interrupt: %s", self.run_id, exc)
+                    continue
             try:
                 parsed = model.model_validate(message)
             except ValidationError as exc:
@@ -311,6 +344,7 @@ class HumanWait:
             answered = time.time()
             answers[call_id] = Answer(kind, parsed, (answered - started) * 1000)
             waiting.discard(call_id)
+        return None
 
     async def _fire(self, hook_name: str, status: str, details: dict[str, Any]) -> None:
         hook = getattr(self.agent.hooks, hook_name)
@@ -321,6 +355,16 @@ class HumanWait:
                 hook,
                 RunEvent(self.hook_ctx, status, details=details),
             )
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    answers: dict[str, Answer]
+    interrupt: InterruptNotice | None = None  # the wait ended on an interrupt
+
+
+def interrupted_message(reason: str | None) -> str:
+    return f"Interrupted: {reason}" if reason else "Interrupted"
 
 
 def denial_message(call_id: str, reason: str | None) -> str:

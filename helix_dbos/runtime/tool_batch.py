@@ -20,7 +20,14 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime
-from helix_dbos.runtime.hitl import HumanWait, answer_outcome, evaluate_gates, needs_gate_step
+from helix_dbos.runtime.hitl import (
+    HumanWait,
+    InterruptNotice,
+    answer_outcome,
+    evaluate_gates,
+    interrupted_message,
+    needs_gate_step,
+)
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.tool_step import (
     outside_result_hooks,
@@ -33,12 +40,13 @@ from helix_dbos.store.repository import PendingToolCall
 
 @dataclass(frozen=True)
 class Ending:
-    """A finish_with tool ended the run: completed with its output, or failed in its
-    transform."""
+    """The batch ended the run: a finish_with tool completed it (or failed in its
+    transform), or an interrupt ended a wait for a human."""
 
     status: FinalStatus
     output: Any = None
     error: str | None = None
+    reason: str | None = None  # an interrupt's reason
 
 
 @dataclass
@@ -59,6 +67,7 @@ class ToolBatch:
         self.run_id = commit.run_id
         self.step = commit.step
         self.outcomes: dict[str, ToolOutcome] = {}
+        self.interrupt: InterruptNotice | None = None  # a wait for a human was interrupted
 
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
@@ -71,6 +80,9 @@ class ToolBatch:
         else:
             state = await self._concurrently(regular, gates, state)
         ending, state = await self._finishers(finishers, state, run_failed=run_failed)
+        if self.interrupt is not None:
+            reason = self.interrupt.reason
+            ending = Ending("interrupted", error=interrupted_message(reason), reason=reason)
         return BatchResult(self.outcomes, state, ending)
 
     # --- scheduling modes -------------------------------------------------------------
@@ -95,7 +107,9 @@ class ToolBatch:
     ) -> dict[str, Any]:
         """A terminating call in the batch: every call, whatever its kind, in call order."""
         for call in calls:
-            if call.id in gates:
+            if self.interrupt is not None:
+                self.outcomes[call.id] = self._interrupted()
+            elif call.id in gates:
                 state = await self._gated([call], gates, state)
             elif self._in_workflow(call):
                 state = await self._in_workflow_code(call, state)
@@ -146,12 +160,16 @@ class ToolBatch:
             PendingToolCall(c.id, c.name, gates.kind_of(c), c.arguments, timeouts[c.id])
             for c in calls
         ]
-        wait = HumanWait(self.rt, self.agent, self.commit)
-        answers = await wait.wait(pending)
+        waited = await HumanWait(self.rt, self.agent, self.commit).wait(pending)
+        self.interrupt = waited.interrupt
         approved: list[ToolCall] = []
         for call in calls:
             kind = gates.kind_of(call)
-            outcome = answer_outcome(call, kind, answers[call.id], timeouts[call.id])
+            answer = waited.answers.get(call.id)
+            if answer is None or (self.interrupt is not None and kind == "approval"):
+                self.outcomes[call.id] = self._interrupted()  # unanswered, or not to run now
+                continue
+            outcome = answer_outcome(call, kind, answer, timeouts[call.id])
             if outcome is None:
                 approved.append(call)
                 continue
@@ -178,6 +196,9 @@ class ToolBatch:
         winner: str | None = None
         failed = run_failed
         for call in calls:
+            if self.interrupt is not None:
+                self.outcomes[call.id] = self._interrupted()
+                continue
             if winner is not None or failed:
                 done = winner if winner is not None else "a failed run"
                 self.outcomes[call.id] = ToolOutcome.not_executed(
@@ -218,6 +239,10 @@ class ToolBatch:
             calls,
             state,
         )
+
+    def _interrupted(self) -> ToolOutcome:
+        assert self.interrupt is not None
+        return ToolOutcome.not_executed(interrupted_message(self.interrupt.reason))
 
     def _is_finisher(self, call: ToolCall) -> bool:
         tool = self.agent.tool(call.name)

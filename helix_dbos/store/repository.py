@@ -675,6 +675,11 @@ _INTERRUPT_PENDING = (
 )
 
 
+async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:
+    row = await conn.execute(_sql(f"SELECT {_INTERRUPT_PENDING}"), {"wid": workflow_id})
+    return bool(row.scalar())
+
+
 async def interrupt_and_state(
     conn: Executor, workflow_id: str | None, session_id: str
 ) -> tuple[bool, dict[str, Any]]:
@@ -840,6 +845,22 @@ async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRo
         {"sid": session_id},
     )
     return [ToolCallRow(*r) for r in rows]
+
+
+async def pending_kinds(conn: Executor, run_id: str) -> list[ToolCallKind]:
+    """What a run's pending calls wait for (approval, client, human_input)."""
+    rows = await conn.execute(
+        _sql(
+            "SELECT DISTINCT kind FROM helix.tool_calls WHERE run_id = :rid AND status = 'pending' "
+            "ORDER BY kind"
+        ),
+        {"rid": run_id},
+    )
+    kinds: list[ToolCallKind] = []
+    for (kind,) in rows:
+        if kind in ("approval", "client", "human_input"):
+            kinds.append(kind)
+    return kinds
 
 
 async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> None:
