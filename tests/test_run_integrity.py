@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 import threading
+import time
 
 from dbos import error as dbos_errors
 
-from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle, tool
+from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle, ToolContext, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
 
@@ -128,3 +129,57 @@ async def test_while_a_slow_tool_runs_the_models_request_is_already_in_the_trans
     assert result.status == "completed"
     roles = [m.role for m in await helix.get_messages(handle.session_id)]
     assert roles == ["user", "assistant", "tool", "assistant"], "the head is not written twice"
+
+
+async def test_abort_cancels_a_running_async_tool_and_flags_a_sync_one(helix, make_agent, mock_llm):
+    events: list[str] = []
+    started = threading.Event()
+
+    @tool
+    async def crawl() -> str:
+        """A long async tool."""
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            events.append("crawl cancelled")
+            raise
+        return "crawled"
+
+    @tool
+    def compute(ctx: ToolContext) -> str:
+        """A long sync tool that watches ctx.cancelled."""
+        started.set()
+        for _ in range(600):
+            if ctx.cancelled:
+                events.append("compute saw cancelled")
+                return "stopped early"
+            time.sleep(0.05)
+        return "computed"
+
+    agent = make_agent(tools=[crawl, compute])
+    mock_llm.add_responses(
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {"id": "a", "name": "crawl", "arguments": {}},
+                {"id": "b", "name": "compute", "arguments": {}},
+            ],
+        },
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "work")
+    await asyncio.to_thread(started.wait, 10)
+    await asyncio.sleep(0.3)  # both tools past their live start
+    began = time.monotonic()
+    await helix.abort(handle.session_id, reason="enough")
+    result = await asyncio.wait_for(handle.result(), timeout=15)
+    assert result.status == "aborted" and result.error == "Run aborted: enough"
+    for _ in range(100):
+        if len(events) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(events) == ["compute saw cancelled", "crawl cancelled"]
+    assert time.monotonic() - began < 10, "the tools stopped; they did not run to the end"
+    messages = await helix.get_messages(handle.session_id)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert all(m.is_error and m.content == "Run aborted: enough" for m in messages[2:])

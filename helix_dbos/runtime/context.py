@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import AsyncSQLAlchemyDatasource
@@ -23,6 +23,7 @@ from helix_dbos.errors import AgentNotRegisteredError
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
+from helix_dbos.streaming.notifier import ChunkNotifier
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -88,6 +89,9 @@ class Runtime:
         self.llm_override = llm
         self._adapter_factory = adapter_factory
         self.history = HistoryCache()
+        # The process's LISTEN connection (set by HelixDBOS): a slow tool step sleeps on
+        # it to learn that its run was aborted, from this process or another.
+        self.notifier: Callable[[], Awaitable[ChunkNotifier]] | None = None
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
 

@@ -121,6 +121,7 @@ class HelixDBOS:
             approval_timeout_seconds=approval_timeout_seconds,
             client_tool_timeout_seconds=client_tool_timeout_seconds,
         )
+        self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
         self._sweep: asyncio.Task[list[str]] | None = None
@@ -419,28 +420,39 @@ class HelixDBOS:
             )
             # After that send: a run that suspends later sees it; one already waiting
             # gets a notice on each topic it waits on.
-            for kind in await self.runtime.read(repo.pending_kinds, run.run_id):
-                await DBOS.send_async(
-                    run.workflow_id,
-                    {"interrupt": True, "reason": reason},
-                    TOPICS[kind],
-                    idempotency_key=f"{run.run_id}:interrupt:{kind}",
-                )
+            kinds = await self.runtime.read(repo.pending_kinds, run.run_id)
+            await self._notify_waits(run, kinds, reason)
 
         await on_target_loop(send)
 
     async def abort(self, session_id: str, *, reason: str | None = None) -> None:
-        """Cancel the live run now; dangling tool calls get error results so the session continues."""
+        """Cancel the live run now: its workflow is cancelled, running tools are stopped
+        (see `ToolContext.cancelled`), a wait for a human ends, and dangling tool calls
+        get error results so the session continues."""
         check_storable(reason=reason)
         run = await self._live_run(session_id)
         await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
         error = f"Run aborted: {reason}" if reason else "Run aborted"
+        # Read before the close marks them aborted: the topics a waiting run listens on.
+        waits = await self._read(repo.pending_kinds, run.run_id)
         await on_target_loop(
             lambda: self.runtime.transaction(
                 "helix.abort_run", _close_run, session_id, run.run_id, error, "aborted"
             )
         )
         self.runtime.history.forget(session_id)
+        # Wake a wait for a human so the cancelled workflow's coroutine ends now, not at
+        # its deadline (the tool steps stop on the run-end notification of the close).
+        await on_target_loop(lambda: self._notify_waits(run, waits, reason))
+
+    async def _notify_waits(self, run: RunInfo, kinds: list[GateKind], reason: str | None) -> None:
+        for kind in kinds:
+            await DBOS.send_async(
+                run.workflow_id,
+                {"interrupt": True, "reason": reason},
+                TOPICS[kind],
+                idempotency_key=f"{run.run_id}:interrupt:{kind}",
+            )
 
     async def resume(self, session_id: str, message: str | None = None) -> RunHandle:
         """Continue an interrupted (or otherwise ended) session in a new run."""

@@ -32,6 +32,8 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
 from helix_dbos.runtime.step_types import ToolOutcome
+from helix_dbos.store import repository as repo
+from helix_dbos.streaming.notifier import run_end_key
 
 
 def tool_step_options(call: ToolCall) -> StepOptions:
@@ -39,9 +41,16 @@ def tool_step_options(call: ToolCall) -> StepOptions:
 
 
 def tool_context(
-    agent: Agent, session_id: str, run_id: str, step: int, call: ToolCall, state: dict[str, Any]
+    agent: Agent,
+    session_id: str,
+    run_id: str,
+    step: int,
+    call: ToolCall,
+    state: dict[str, Any],
+    cancel: asyncio.Event | None = None,
 ) -> ToolContext:
     return ToolContext(
+        cancel_event=cancel,
         session_id=session_id,
         run_id=run_id,
         agent_name=agent.name,
@@ -65,18 +74,27 @@ async def tool_step(
     rt = current_runtime()
     agent = rt.agent(agent_name)
     hook_ctx = HookContext(session_id, run_id, agent_name, step)
-    ctx = tool_context(agent, session_id, run_id, step, call, state)
+    cancel = asyncio.Event()  # set when the run is aborted: `ctx.cancelled` turns true
+    ctx = tool_context(agent, session_id, run_id, step, call, state, cancel)
     started = time.perf_counter()
     await fire_safely(agent.hooks.before_tool, ToolEvent(hook_ctx, call))
     execution = asyncio.ensure_future(_execute(agent, call, ctx))
+    abort = AbortWatch(rt, run_id, execution, cancel)
     try:
         done, _ = await asyncio.wait({execution}, timeout=LIVE_TOOL_START_SECONDS)
-        if not done:  # a slow tool: show it started
+        if not done:  # a slow tool: show it started, and stop it if the run is aborted
             await _write_tool_start(rt, session_id, run_id, agent_name, step, call)
+            abort.start()
         result, error = await execution
+    except asyncio.CancelledError:
+        if not abort.aborted:
+            raise
+        result, error = None, "Run aborted"
     except BaseException:
         execution.cancel()
         raise
+    finally:
+        abort.stop()
     finish_output, transform_error = None, None
     tool = agent.tool(call.name)
     if error is None and tool is not None and tool.finish_with:
@@ -97,6 +115,49 @@ async def tool_step(
         finish_output=finish_output,
         transform_error=transform_error,
     )
+
+
+class AbortWatch:
+    """Stops a slow tool when its run is aborted (by any process): `ctx.cancelled` turns
+    true for a sync tool, an async tool's task gets `CancelledError`. It sleeps on the
+    run-end notification, so it costs a query only when the run ends."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        run_id: str,
+        execution: asyncio.Future[tuple[Any, str | None]],
+        cancel: asyncio.Event,
+    ) -> None:
+        self._rt, self._run_id, self._execution, self._cancel = rt, run_id, execution, cancel
+        self._task: asyncio.Task[None] | None = None
+        self.aborted = False
+
+    def start(self) -> None:
+        if self._rt.notifier is not None:
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        assert self._rt.notifier is not None
+        notifier = await self._rt.notifier()
+        key = run_end_key(self._run_id)
+        while not self._execution.done():
+            seen = notifier.version(key)
+            run = await self._rt.read(repo.get_run, self._run_id)
+            if run is not None and run.status == "aborted":
+                self.aborted = True
+                self._cancel.set()
+                self._execution.cancel()
+                return
+            await notifier.wait(key, seen, ABORT_POLL_SECONDS)
+
+
+# How often a slow tool re-checks its run when no notification came (a lost listener).
+ABORT_POLL_SECONDS = 5.0
 
 
 async def run_workflow_tool(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import defaultdict
 
 import psycopg
 
-from helix_dbos.runtime.context import logger
+logger = logging.getLogger("helix_dbos")
 
 CHANNEL = "helix_chunks"
 RUN_END_CHANNEL = "helix_run_end"
