@@ -1,4 +1,5 @@
-"""Run integrity: a run's error keeps its cause, and recorded errors replay as themselves."""
+"""Run integrity: every run ends in a status that matches its workflow, keeps the cause of
+its error, and neither races nor aborts leave it stuck, doubled or short of its transcript."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import pickle
 import threading
 import time
 
+from dbos import DBOS
 from dbos import error as dbos_errors
 
 from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle, ToolContext, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.runtime import agent_loop
+from helix_dbos.runtime.event_loop import on_target_loop
 
 
 def test_a_provider_error_survives_a_pickle_round_trip_alone_and_inside_dbos_retries():
@@ -183,3 +187,51 @@ async def test_abort_cancels_a_running_async_tool_and_flags_a_sync_one(helix, ma
     messages = await helix.get_messages(handle.session_id)
     assert [m.role for m in messages] == ["user", "assistant", "tool", "tool"]
     assert all(m.is_error and m.content == "Run aborted: enough" for m in messages[2:])
+
+
+async def test_a_workflow_cancelled_behind_helix_back_closes_its_run_as_aborted(
+    helix, make_agent, mock_llm
+):
+    release = threading.Event()
+
+    @tool
+    def wait_a_bit() -> str:
+        """Blocks until released."""
+        release.wait(30)
+        return "done"
+
+    agent = make_agent(tools=[wait_a_bit])
+    mock_llm.add_responses(
+        {"type": "tool_calls", "tool_calls": [{"id": "w", "name": "wait_a_bit", "arguments": {}}]},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    await on_target_loop(lambda: DBOS.cancel_workflow_async(handle.workflow_id))
+    release.set()
+    assert handle.run_id in await helix.reconcile_runs()
+    run = await helix.get_run(handle.run_id)
+    assert run.status == "aborted" and run.error == "Run aborted: its workflow was cancelled"
+    result = await asyncio.wait_for(handle.result(), timeout=15)
+    assert result.status == "aborted"
+    assert (await helix.get_session(handle.session_id)).status == "aborted"
+    assert handle.run_id not in await helix.reconcile_runs(), "a closed run is left alone"
+
+
+async def test_a_run_whose_last_write_is_rejected_ends_failed_and_result_returns(
+    helix, make_agent, mock_llm, monkeypatch
+):
+    async def rejected(session, commit, pending=None):
+        raise ValueError("the database rejected the final write")
+
+    monkeypatch.setattr(agent_loop, "commit_final", rejected)
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "never recorded"}, agent=agent.name)
+    handle = await helix.execute(agent, "go")
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "ended as ERROR" in result.error and "rejected the final write" in result.error
+    run = await helix.get_run(handle.run_id)
+    assert (run.status, run.error) == (result.status, result.error)
+    status = await on_target_loop(lambda: DBOS.get_workflow_status_async(handle.workflow_id))
+    assert status is not None and status.status == "ERROR"

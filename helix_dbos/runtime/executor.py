@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, SetWorkflowID
+from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, SetWorkflowID, WorkflowStatus
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -92,6 +92,7 @@ class HelixDBOS:
         pool_size: int = 10,
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
+        reconcile_seconds: float = 60,
     ) -> None:
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -124,7 +125,8 @@ class HelixDBOS:
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
-        self._sweep: asyncio.Task[list[str]] | None = None
+        self._sweep: asyncio.Task[None] | None = None
+        self.reconcile_seconds = reconcile_seconds
         self._chunk_reads = SharedChunkReads(self._load_chunks)
 
     # --- set-up -------------------------------------------------------------
@@ -155,12 +157,19 @@ class HelixDBOS:
         DBOS.launch()
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:
-            run_sync(self.close_unstarted_runs)
-        else:  # launched from async code: sweep in the background
-            self._sweep = loop.create_task(self.close_unstarted_runs())
+        except RuntimeError:  # from sync code: start it on the loop DBOS runs workflows on
+            self._sweep = run_sync(self._start_reconciler)
+        else:  # launched from async code, on the loop DBOS adopted
+            self._sweep = loop.create_task(self._reconcile_forever())
+
+    async def _start_reconciler(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._reconcile_forever())
 
     def shutdown(self) -> None:
+        if self._sweep is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                self._sweep.get_loop().call_soon_threadsafe(self._sweep.cancel)
+            self._sweep = None
         if self._notifier is not None:
             with contextlib.suppress(RuntimeError):
                 run_sync(self._notifier.stop)
@@ -269,25 +278,39 @@ class HelixDBOS:
             status = await DBOS.get_workflow_status_async(run.workflow_id)
             if status is not None and status.status not in _DBOS_TERMINAL:
                 return False
-            reason = "never started" if status is None else f"ended as {status.status}"
+            ended_as: str = "aborted" if status and status.status == "CANCELLED" else "failed"
+            error = _stale_reason(status)
             logger.warning(
-                "Closing stale run %s of session %s: its workflow %s",
+                "Closing run %s of session %s as %s: %s",
                 run.run_id,
                 run.session_id,
-                reason,
+                ended_as,
+                error,
             )
-            return await _close_run(conn, run.session_id, run.run_id, f"Run {reason}")
+            return await _close_run(conn, run.session_id, run.run_id, error, ended_as)
 
-    async def close_unstarted_runs(self) -> list[str]:
-        """Close every live run whose workflow never started and that no process is
-        starting (its starter was killed between opening it and starting it); returns
-        their run ids. `launch()` runs it once."""
-        rows = await self._read(repo.live_runs_without_workflow)
+    async def reconcile_runs(self) -> list[str]:
+        """Close every live run whose workflow ended without closing it (cancelled from
+        outside, failed in a way the run could not record) or never started (its starter
+        was killed between opening and starting it): `failed`, or `aborted` for a
+        cancelled workflow, with a readable error. Returns the closed run ids.
+
+        `launch()` runs it once and then every `reconcile_seconds`; a caller waiting for
+        a result runs it for its own run."""
+        rows = await self._read(repo.live_runs_with_ended_workflow)
         closed: list[str] = []
-        for _, run_id in rows:
+        for run_id in rows:
             if await on_target_loop(functools.partial(self._close_if_stale, run_id)):
                 closed.append(run_id)
         return closed
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            try:
+                await self.reconcile_runs()
+            except Exception as exc:  # a database outage: try again next time
+                logger.warning("helix could not reconcile runs: %s", exc)
+            await asyncio.sleep(self.reconcile_seconds)
 
     def execute_sync(
         self, agent: Agent | str, input: str | None = None, **kwargs: Any
@@ -564,10 +587,9 @@ class HelixDBOS:
             if run.status in TERMINAL_STATUSES:
                 return run
             status = await DBOS.get_workflow_status_async(run.workflow_id)
-            if status is not None and status.status in _DBOS_TERMINAL:
-                return run  # the workflow ended without closing its row (it crashed)
-            if status is None and await on_target_loop(lambda: self._close_if_stale(run_id)):
-                continue  # its starter died before starting it: now closed
+            ended = status is None or status.status in _DBOS_TERMINAL
+            if ended and await on_target_loop(lambda: self._close_if_stale(run_id)):
+                continue  # its workflow ended (or never started) without closing it: now closed
             await on_target_loop(functools.partial(notifier.wait, key, seen, poll_seconds))
 
     async def _load_chunks(
@@ -759,6 +781,17 @@ async def _close_run(
         [(f"{run_id}:{status}", f"run_{status}", {"error": error})],
     )
     return True
+
+
+def _stale_reason(status: WorkflowStatus | None) -> str:
+    """Why a live run's row is being closed from outside its workflow."""
+    if status is None:
+        return "Run never started"
+    if status.status == "CANCELLED":
+        return "Run aborted: its workflow was cancelled"
+    if status.error is not None:
+        return f"Run failed: its workflow ended as {status.status}: {status.error}"
+    return f"Run failed: its workflow ended as {status.status} without recording its end"
 
 
 def _create_datasource(url: str, engine: AsyncEngine) -> AsyncSQLAlchemyDatasource:

@@ -180,16 +180,17 @@ async def run_start_settled(conn: Executor, run_id: str) -> bool:
     return bool(row.scalar())
 
 
-async def live_runs_without_workflow(conn: Executor) -> list[tuple[str, str]]:
-    """(session_id, run_id) of live runs whose DBOS workflow does not exist."""
+async def live_runs_with_ended_workflow(conn: Executor) -> list[str]:
+    """Live runs whose DBOS workflow does not exist or has ended (DBOS's own table)."""
     rows = await conn.execute(
         _sql(
-            "SELECT r.session_id, r.run_id FROM helix.runs r "
-            "WHERE r.status IN ('running', 'waiting', 'paused') AND NOT EXISTS "
-            "(SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)"
+            "SELECT r.run_id FROM helix.runs r LEFT JOIN dbos.workflow_status w "
+            "ON w.workflow_uuid = r.workflow_id "
+            "WHERE r.status IN ('running', 'waiting', 'paused') AND (w.workflow_uuid IS NULL "
+            "OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))"
         )
     )
-    return [(str(session_id), str(run_id)) for session_id, run_id in rows]
+    return [str(run_id) for (run_id,) in rows]
 
 
 async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
