@@ -26,10 +26,25 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from helix_dbos.runtime.executor import HelixDBOS
+import psycopg
+import uvicorn
+
+from helix_dbos import demo
+from helix_dbos.errors import SessionNotFoundError
+from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.runtime.results import TERMINAL_STATUSES
+from helix_dbos.server import bearer_token, create_app, queries
+from helix_dbos.server.remote import RemoteControl
+from helix_dbos.store.database import (
+    DATABASE_URL_ENV,
+    connect,
+    ensure_database_exists,
+    redact_url,
+    resolve_database_url,
+)
+from helix_dbos.store.migrations import apply_migrations
 
 Handler = Callable[[argparse.Namespace], int]
 Subparsers = Any  # argparse's _SubParsersAction is private; this is what add_* receives.
@@ -153,8 +168,6 @@ def print_table(
 
 def resolve_url(args: argparse.Namespace) -> str:
     """The database URL; starting the embedded PostgreSQL can take a few seconds."""
-    from helix_dbos.store.database import DATABASE_URL_ENV, resolve_database_url
-
     if args.database_url or os.environ.get(DATABASE_URL_ENV):
         return resolve_database_url(args.database_url)
     with progress("starting the embedded PostgreSQL"):
@@ -164,10 +177,6 @@ def resolve_url(args: argparse.Namespace) -> str:
 @contextmanager
 def read_connection(args: argparse.Namespace) -> Iterator[Any]:
     """A read-only psycopg connection; a database without the helix schema says so."""
-    import psycopg
-
-    from helix_dbos.store.database import connect, redact_url
-
     url = resolve_url(args)
     with connect(url, autocommit=True) as conn:
         try:
@@ -179,17 +188,12 @@ def read_connection(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def require_session(conn: Any, session_id: str) -> None:
-    from helix_dbos.errors import SessionNotFoundError
-    from helix_dbos.server import queries
-
     if not queries.fetch_sync(conn, queries.session_exists(session_id)):
         raise SessionNotFoundError(session_id)
 
 
 def load_helix(spec: str) -> HelixDBOS:
     """Import `module:attr` (or `path/file.py:attr`): a HelixDBOS, or a factory returning one."""
-    from helix_dbos.runtime.executor import HelixDBOS
-
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise CLIError(f"--app must look like module:attr or file.py:attr, not {spec!r}")
@@ -234,9 +238,6 @@ def add_migrate(subparsers: Subparsers) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from .store.database import ensure_database_exists, redact_url, resolve_database_url
-    from .store.migrations import apply_migrations
-
     url = resolve_database_url(args.database_url)
     created = ensure_database_exists(url)
     applied = apply_migrations(url)
@@ -280,10 +281,6 @@ def add_serve(subparsers: Subparsers) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from helix_dbos.server import bearer_token, create_app
-
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token and not args.allow_unauthenticated:
         raise CLIError(
@@ -339,8 +336,6 @@ def _run_detail(run: dict[str, Any]) -> str:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    from helix_dbos.server import queries
-
     if args.limit < 1:
         raise CLIError("--limit must be at least 1")
     with read_connection(args) as conn:
@@ -412,8 +407,6 @@ def transcript_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_transcript(args: argparse.Namespace) -> int:
-    from helix_dbos.server import queries
-
     with read_connection(args) as conn:
         require_session(conn, args.session)
         messages = queries.fetch_sync(conn, queries.transcript(args.session))
@@ -465,8 +458,6 @@ def print_usage_table(rows: list[dict[str, Any]], by: str) -> None:
 
 
 def run_usage(args: argparse.Namespace) -> int:
-    from helix_dbos.server import queries
-
     with read_connection(args) as conn:
         if args.session:
             require_session(conn, args.session)
@@ -487,7 +478,7 @@ def run_usage(args: argparse.Namespace) -> int:
 def _add_answer_parser(
     subparsers: Subparsers, name: str, help_text: str
 ) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
     )
     parser.add_argument("session", metavar="SESSION")
@@ -513,8 +504,6 @@ def add_deny(subparsers: Subparsers) -> None:
 
 
 def _remote(args: argparse.Namespace) -> Any:
-    from helix_dbos.server.remote import RemoteControl
-
     return RemoteControl(resolve_url(args))
 
 
@@ -560,7 +549,7 @@ def run_submit(args: argparse.Namespace) -> int:
 def _add_control_parser(
     subparsers: Subparsers, name: str, help_text: str
 ) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
     )
     parser.add_argument("session", metavar="SESSION")
@@ -619,8 +608,6 @@ def add_resume(subparsers: Subparsers) -> None:
 
 async def _wait_for_end(helix: HelixDBOS, run_id: str) -> Any:
     """Wait for the run's result; say once what it waits for when a human must answer."""
-    from helix_dbos.runtime.results import TERMINAL_STATUSES
-
     announced = False
     while True:
         run = await helix.get_run(run_id)
@@ -678,8 +665,6 @@ def add_demo(subparsers: Subparsers) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from helix_dbos import demo
-
     url = resolve_url(args)
     with progress("preparing the database"):
         helix = demo.build(url)

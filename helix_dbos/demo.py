@@ -39,7 +39,9 @@ async def fetch_reviews(product: str) -> list[str]:
 
 
 @tool(finish_with=True)
-def submit_verdict(product: str, sentiment: str, evidence: list[str], ctx: ToolContext) -> dict:
+def submit_verdict(
+    product: str, sentiment: str, evidence: list[str], ctx: ToolContext
+) -> dict[str, Any]:
     """Submit the final verdict; this completes the task."""
     if not evidence:
         raise ValueError("Cite at least one review as evidence.")

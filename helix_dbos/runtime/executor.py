@@ -31,12 +31,12 @@ from helix_dbos.errors import (
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.orchestration.messages import (
-    pair_dangling_tool_calls,
     synthesize_finish_tool_result,
 )
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.agent_loop import agent_run_workflow
+from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
@@ -287,7 +287,7 @@ class HelixDBOS:
                 ended_as,
                 error,
             )
-            return await _close_run(conn, run.session_id, run.run_id, error, ended_as)
+            return await close_run(conn, run.session_id, run.run_id, error, ended_as)
 
     async def reconcile_runs(self) -> list[str]:
         """Close every live run whose workflow ended without closing it (cancelled from
@@ -460,7 +460,7 @@ class HelixDBOS:
         waits = await self._read(repo.pending_kinds, run.run_id)
         await on_target_loop(
             lambda: self.runtime.transaction(
-                "helix.abort_run", _close_run, session_id, run.run_id, error, "aborted"
+                "helix.abort_run", close_run, session_id, run.run_id, error, "aborted"
             )
         )
         self.runtime.history.forget(session_id)
@@ -755,32 +755,6 @@ async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRu
         fields["state"] = request.state
     await repo.update_session(session, session_id, **fields)
     return OpenedRun(session_id, run_id, workflow_id, turn)
-
-
-async def _close_run(
-    session: repo.Executor, session_id: str, run_id: str, error: str, status: str = "failed"
-) -> bool:
-    """End a live run from outside its workflow, pairing every dangling tool call."""
-    if not await repo.update_live_run(
-        session, run_id, status=status, error=error, waiting_for=None, finished=True
-    ):
-        return False
-    await repo.abort_pending_tool_calls(session, run_id, error)
-    history = [m for _, m in await repo.load_messages(session, session_id)]
-    await repo.append_messages(
-        session, session_id, run_id, pair_dangling_tool_calls(history, error)
-    )
-    await repo.update_session(session, session_id, status=status, error=error)
-    await repo.notify_run_end(session, run_id)
-    await repo.insert_chunks(
-        session,
-        session_id,
-        run_id,
-        "",
-        0,
-        [(f"{run_id}:{status}", f"run_{status}", {"error": error})],
-    )
-    return True
 
 
 def _stale_reason(status: WorkflowStatus | None) -> str:

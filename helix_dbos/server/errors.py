@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -13,6 +16,7 @@ from helix_dbos.errors import (
     AgentNotRegisteredError,
     HelixError,
     InvalidAnswerError,
+    InvalidInputError,
     RunNotActiveError,
     RunNotFoundError,
     SessionAgentMismatchError,
@@ -32,6 +36,7 @@ STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (RunNotActiveError, 409),
     (SessionAgentMismatchError, 409),
     (InvalidAnswerError, 422),
+    (InvalidInputError, 422),
     (StateUpdateError, 422),
     (AgentDefinitionError, 422),
 )
@@ -44,7 +49,7 @@ def status_for(exc: Exception) -> int:
     return 400
 
 
-def describe_validation(errors: list[dict]) -> str:
+def describe_validation(errors: Sequence[Mapping[str, Any]]) -> str:
     """FastAPI's error list as one sentence: `body.session_id: Field required; ...`."""
     parts = []
     for error in errors:
@@ -75,7 +80,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ValidationError, model_invalid)
 
 
-def _jsonable(errors: list[dict]) -> list[dict]:
+def _jsonable(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [
         {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type", "")}
         for e in errors

@@ -12,7 +12,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from dbos import DBOSClient
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from helix_dbos.errors import (
     InvalidAnswerError,
@@ -21,8 +23,11 @@ from helix_dbos.errors import (
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
 )
-from helix_dbos.runtime.hitl import ANSWER_MODELS, TOPICS
+from helix_dbos.runtime.closing import close_run
+from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
+from helix_dbos.store.storable import check_storable
 
 CLI_COMMAND = {
     "approval": "helix-dbos approve / deny",
@@ -42,12 +47,10 @@ class Target:
 class RemoteControl:
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
-        self._client: Any = None
+        self._client: DBOSClient | None = None
 
-    def client(self) -> Any:
+    def client(self) -> DBOSClient:
         if self._client is None:
-            from dbos import DBOSClient
-
             self._client = DBOSClient(system_database_url=libpq_url(self.database_url))
         return self._client
 
@@ -75,9 +78,10 @@ class RemoteControl:
         return self.answer(session_id, tool_call_id, "client", payload)
 
     def answer(
-        self, session_id: str, tool_call_id: str, kind: str, payload: dict[str, Any]
+        self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
     ) -> Target:
         """Validate, mark answered and send, in one transaction (a failed send rolls back)."""
+        check_storable(session_id=session_id, tool_call_id=tool_call_id, answer=payload)
         try:
             ANSWER_MODELS[kind].model_validate(payload)
         except ValidationError as exc:
@@ -116,36 +120,59 @@ class RemoteControl:
     # --- run control ----------------------------------------------------------------
 
     def interrupt(self, session_id: str, reason: str | None = None) -> Target:
-        """Ask the live run to stop at its next step boundary (a durable message)."""
+        """Stop the live run as `HelixDBOS.interrupt` does: at its next step boundary, or
+        at once when it waits for a human (durable messages)."""
+        check_storable(reason=reason)
         run = self.live_run(session_id)
         self.client().send(
             run.workflow_id,
             {"reason": reason},
-            "helix.interrupt",
+            INTERRUPT_TOPIC,
             idempotency_key=f"{run.run_id}:interrupt",
         )
+        self._notify_waits(run, reason)
         return run
 
     def abort(self, session_id: str, reason: str | None = None) -> Target:
         """Cancel the workflow, then close the run as `HelixDBOS.abort` does."""
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        from helix_dbos.runtime.executor import _close_run
-
+        check_storable(reason=reason)
         run = self.live_run(session_id)
         self.client().cancel_workflow(run.workflow_id)
         error = f"Run aborted: {reason}" if reason else "Run aborted"
+        kinds = self._pending_kinds(run)
 
         async def close() -> None:
             engine = create_async_engine(sqlalchemy_url(self.database_url), pool_size=1)
             try:
                 async with engine.begin() as conn:
-                    await _close_run(conn, session_id, run.run_id, error, "aborted")
+                    await close_run(conn, session_id, run.run_id, error, "aborted")
             finally:
                 await engine.dispose()
 
         asyncio.run(close())
+        self._notify_waits(run, reason, kinds)
         return run
+
+    def _pending_kinds(self, run: Target) -> list[GateKind]:
+        with connect(self.database_url) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT kind FROM helix.tool_calls WHERE run_id = %s "
+                "AND status = 'pending' ORDER BY kind",
+                (run.run_id,),
+            ).fetchall()
+        return [kind for (kind,) in rows if kind in TOPICS]
+
+    def _notify_waits(
+        self, run: Target, reason: str | None, kinds: list[GateKind] | None = None
+    ) -> None:
+        """A notice on each topic a waiting run listens on ends its wait at once."""
+        for kind in self._pending_kinds(run) if kinds is None else kinds:
+            self.client().send(
+                run.workflow_id,
+                {"interrupt": True, "reason": reason},
+                TOPICS[kind],
+                idempotency_key=f"{run.run_id}:interrupt:{kind}",
+            )
 
     def live_run(self, session_id: str) -> Target:
         with connect(self.database_url) as conn:
