@@ -10,6 +10,7 @@ from fastapi import HTTPException
 
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.server.models import ErrorResponse
+from helix_dbos.store.storable import check_storable
 
 # Documented on every route that can produce them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -30,7 +31,9 @@ class ServerContext:
     keepalive_seconds: float
 
     def check_ids(self, **ids: str | None) -> None:
-        """Ids are bounded so a client cannot make the database index huge strings."""
+        """Ids are bounded so a client cannot make the database index huge strings, and
+        storable (no NUL, no lone surrogate: a 422 naming the field)."""
+        check_storable(**ids)
         for name, value in ids.items():
             if value is not None and len(value) > self.max_id_length:
                 raise HTTPException(
