@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from helpers import sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_server import serve
@@ -73,3 +74,39 @@ def test_no_request_gets_a_server_error(base_url, make_agent, text, value, make_
     assert [r.status_code for r in responses if r.status_code >= 500] == [], [
         (r.request.url.path, r.status_code, r.text[:200]) for r in responses if r.status_code >= 500
     ]
+
+
+def test_a_chunked_body_over_the_limit_is_refused_and_stores_nothing(base_url, make_agent, helix):
+    agent = make_agent()
+    prefix = json.dumps({"agent": agent.name, "input": ""})[:-2].encode()  # ..."input": "
+
+    def chunks() -> Iterator[bytes]:
+        yield prefix
+        for _ in range(100):  # 10 MB of input, with no Content-Length
+            yield b"x" * 100_000
+        yield b'"}'
+
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        response = client.post(
+            "/start", content=chunks(), headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 413, response.text[:200]
+    assert "limit" in response.json()["detail"]
+    assert response.request.headers.get("transfer-encoding") == "chunked"
+    rows = sql(
+        helix.database_url, "SELECT count(*) FROM helix.sessions WHERE agent_name = %s", agent.name
+    )
+    assert rows == [(0,)]
+
+
+def test_a_chunked_body_under_the_limit_still_works(base_url, make_agent, mock_llm):
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "hi"}, agent=agent.name)
+    body = json.dumps({"agent": agent.name, "input": "hello"}).encode()
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        response = client.post(
+            "/start",
+            content=iter([body[:10], body[10:]]),
+            headers={"content-type": "application/json"},
+        )
+    assert response.status_code == 200, response.text

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.executor import HelixDBOS
@@ -93,25 +93,53 @@ def create_app(
 
 
 class BodyLimit:
-    """413 for a declared Content-Length over the limit, before the body is read."""
+    """413 for a body over the limit: at once for a declared Content-Length, and on the
+    bytes read for any other (a chunked body cannot slip past it)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and length.isdigit() and int(length) > self.max_bytes:
-                await _send_json(
-                    send,
-                    413,
-                    {
-                        "detail": f"Request body is {int(length)} bytes; the limit is {self.max_bytes}"
-                    },
-                )
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send, int(length))
+            return
+        received = 0
+        rejected = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, rejected
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    if not rejected:
+                        rejected = True
+                        await self._reject(send, received, at_least=True)
+                    return {"type": "http.disconnect"}  # the app stops reading
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not rejected:  # after the 413, nothing the app says goes out
+                await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
+
+    async def _reject(self, send: Send, size: int, *, at_least: bool = False) -> None:
+        size_text = f"more than {self.max_bytes}" if at_least else str(size)
+        await _send_json(
+            send,
+            413,
+            {"detail": f"Request body is {size_text} bytes; the limit is {self.max_bytes}"},
+        )
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
