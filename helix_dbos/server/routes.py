@@ -56,6 +56,15 @@ def build_router(ctx: ServerContext) -> APIRouter:
             session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
         )
 
+    _add_stream_routes(router, ctx)
+    _add_control_routes(router, ctx)
+    return router
+
+
+def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """Following a session: its chunks live over SSE, and its state."""
+    helix = ctx.helix
+
     @router.get(
         "/sse",
         tags=["runs"],
@@ -106,6 +115,11 @@ def build_router(ctx: ServerContext) -> APIRouter:
             pending_tool_calls=[PendingToolCall.model_validate(p) for p in pending],
         )
 
+
+def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """Interrupt, abort and answers: what a client sends to a run that is under way."""
+    helix = ctx.helix
+
     @router.post(
         "/interrupt",
         response_model=ControlResponse,
@@ -155,5 +169,3 @@ def build_router(ctx: ServerContext) -> APIRouter:
             ctx.check_result_size("human_input", body.human_input)
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
-
-    return router
