@@ -163,11 +163,12 @@ if os.environ.get("HELIX_CODE_EDIT"):
 
 agent = Agent("crash_agent", tools=[record_a, slow_b, fast, guarded_delete], output_schema=Report)
 helix = HelixDBOS(
-    [agent],
+    [] if os.environ.get("CRASH_APP_WITHOUT_AGENT") else [agent],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,
     application_version="crash-test",
+    reconcile_seconds=float(os.environ.get("CRASH_APP_RECONCILE_SECONDS", "60")),
 )
 helix.launch()
 

@@ -362,3 +362,28 @@ def test_kill_between_opening_a_run_and_starting_its_workflow(database_url, tmp_
         database_url, "SELECT status FROM helix.sessions WHERE session_id = %s", session_id
     ) == [("failed",)]
     assert lines(tmp_path, "llm.log") == [], "nothing of the run was executed"
+
+
+def test_a_run_recovered_by_a_process_without_its_agent_ends_failed_with_a_readable_error(
+    database_url, tmp_path
+):
+    proc, executor, run_id, session_id = start_run(database_url, "tool", tmp_path)
+    wait_for(lambda: (tmp_path / "in_slow_b").exists())
+    sigkill(proc)
+
+    outcome = relaunch(
+        database_url,
+        executor,
+        "tool",
+        tmp_path,
+        run_id,
+        env={"CRASH_APP_WITHOUT_AGENT": "1", "CRASH_APP_RECONCILE_SECONDS": "0.5"},
+    )
+
+    assert outcome["status"] == "failed", outcome
+    assert "ended as ERROR" in outcome["error"] and "crash_agent" in outcome["error"]
+    assert sql(
+        database_url, "SELECT status FROM helix.sessions WHERE session_id = %s", session_id
+    ) == [("failed",)]
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert rows[-1][1] == "tool", "the dangling call of the killed step is paired"
