@@ -1,11 +1,14 @@
-"""The package's shape, checked from its source: no import cycles (function-level and
-`TYPE_CHECKING` imports count), a pure `orchestration/`, and DBOS private modules only
-in `runtime/dbos_internals.py`."""
+"""The package's shape, checked from its source with `ast` (no database, no DBOS launch):
+no import cycles in helix_dbos (function-level and `TYPE_CHECKING` imports count), a pure
+`orchestration/`, and DBOS private modules imported only by `runtime/dbos_internals.py`.
+
+Each rule is a function returning its violations, run on the real tree and, in a self-test,
+on a small synthetic tree that breaks it, so that every assertion here can fail."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,51 +28,58 @@ class Edge:
 
 
 def module_name(path: Path, root: Path) -> str:
+    """`root/a/b.py` -> "<root's name>.a.b"; a package's `__init__.py` is the package."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def imports(
-    path: Path, module: str, is_package: bool, modules: frozenset[str] = frozenset()
-) -> Iterator[tuple[str, int]]:
-    """Every module `path` imports, anywhere in the file (functions and TYPE_CHECKING too).
-    `from a import b` is an import of module `a.b` when that is one of `modules`, else of `a`."""
+def import_statements(path: Path, module: str) -> Iterator[tuple[str, list[str], int]]:
+    """(module, names taken from it, line) for every import anywhere in the file, in
+    functions and `if TYPE_CHECKING:` blocks too, in line order; relative imports resolved."""
+    is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
+    for node in sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0)):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
+                yield alias.name, [], node.lineno
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = module.split(".") if is_package else module.split(".")[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{alias.name}" for alias in node.names]
-            submodules = [name for name in names if name in modules]
-            yield from ((name, node.lineno) for name in submodules)
-            if len(submodules) < len(names):
-                yield base, node.lineno
+            yield base, [alias.name for alias in node.names], node.lineno
+
+
+def imports(path: Path, module: str, modules: Iterable[str]) -> Iterator[tuple[str, int]]:
+    """The modules `path` imports: `from a import b` is an import of `a.b` when that is one
+    of `modules`, else of `a`. Parents implied by a dotted name are not imports."""
+    for base, names, line in import_statements(path, module):
+        submodules = [f"{base}.{name}" for name in names if f"{base}.{name}" in modules]
+        yield from ((submodule, line) for submodule in submodules)
+        if len(submodules) < len(names) or not names:
+            yield base, line
+
+
+def package_modules(root: Path) -> dict[str, Path]:
+    return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
 
 
 def import_graph(root: Path) -> dict[str, list[Edge]]:
-    """Module -> its imports of other modules under `root` (parents implied by a dotted
-    name are not edges)."""
-    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    """Module -> its imports of other modules under `root`."""
+    files = package_modules(root)
     graph: dict[str, list[Edge]] = {name: [] for name in files}
     for name, path in files.items():
-        for target, line in imports(path, name, path.name == "__init__.py", frozenset(files)):
+        for target, line in imports(path, name, files):
             if target in files and target != name:
-                where = f"{path.relative_to(root.parent)}:{line}"
-                graph[name].append(Edge(name, target, where))
+                graph[name].append(Edge(name, target, f"{path.relative_to(root.parent)}:{line}"))
     return graph
 
 
-def cycles(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
-    """One cycle (as its edges) per strongly connected component with more than one
-    module, found with Tarjan's algorithm."""
+def strongly_connected(graph: dict[str, list[Edge]]) -> list[set[str]]:
+    """The components of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -100,11 +110,11 @@ def cycles(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
     for node in graph:
         if node not in index:
             visit(node)
-    return [_one_cycle(graph, component) for component in components]
+    return components
 
 
-def _one_cycle(graph: dict[str, list[Edge]], component: set[str]) -> list[Edge]:
-    """A path from the component's first module back to itself, inside the component."""
+def one_cycle(graph: dict[str, list[Edge]], component: set[str]) -> list[Edge]:
+    """A shortest path from the component's first module back to itself, inside it."""
     start = min(component)
     paths: dict[str, list[Edge]] = {start: []}
     queue = [start]
@@ -119,51 +129,148 @@ def _one_cycle(graph: dict[str, list[Edge]], component: set[str]) -> list[Edge]:
     raise AssertionError(f"no cycle through {start}")
 
 
-def describe(cycle: list[Edge]) -> str:
-    chain = " -> ".join([cycle[0].source, *(e.target for e in cycle)])
-    return chain + "\n" + "\n".join(f"    {e.source} -> {e.target} at {e.where}" for e in cycle)
+def import_cycles(root: Path) -> list[str]:
+    """One readable paragraph per cycle: its modules, one path round it, each edge's line."""
+    graph = import_graph(root)
+    reports = []
+    for component in sorted(strongly_connected(graph), key=min):
+        cycle = one_cycle(graph, component)
+        chain = " -> ".join([cycle[0].source, *(edge.target for edge in cycle)])
+        reports.append(
+            f"cycle among {len(component)} modules: {', '.join(sorted(component))}\n"
+            f"  e.g. {chain}\n"
+            + "\n".join(f"    {e.source} -> {e.target} at {e.where}" for e in cycle)
+        )
+    return reports
+
+
+def impure_orchestration_imports(package: Path) -> list[str]:
+    """Imports in `<package>/orchestration/` of an impure library or of any other module of
+    the package."""
+    modules = package_modules(package)
+    inside = f"{package.name}.orchestration"
+    bad = []
+    for path in sorted((package / "orchestration").rglob("*.py")):
+        for target, line in imports(path, module_name(path, package), modules):
+            top = target.split(".")[0]
+            own = target == inside or target.startswith(inside + ".")
+            if top in IMPURE or (top == package.name and not own):
+                bad.append(f"{path.relative_to(package.parent)}:{line} imports {target}")
+    return bad
+
+
+def private_dbos_imports(folders: Iterable[Path], allowed: str) -> list[str]:
+    """Imports of `dbos._anything` (`import dbos._x`, `from dbos._x import y`,
+    `from dbos import _x`) in any module of `folders` but `allowed`."""
+    bad = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            name = module_name(path, folder)
+            for base, names, line in import_statements(path, name):
+                targets = [base] if base.startswith("dbos._") else [f"{base}.{n}" for n in names]
+                private = [target for target in targets if target.startswith("dbos._")]
+                if private and name != allowed:
+                    where = path.relative_to(folder.parent)
+                    bad.append(f"{where}:{line} imports {', '.join(private)}")
+    return bad
 
 
 def test_the_package_has_no_import_cycle():
-    found = cycles(import_graph(PACKAGE))
-    assert not found, "import cycles:\n" + "\n".join(describe(c) for c in found)
-
-
-def test_the_cycle_check_finds_a_cycle_closed_by_a_function_level_import(tmp_path: Path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from pkg import b\n")
-    (pkg / "b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import x\n"
-    )
-    (pkg / "c.py").write_text("def f():\n    from . import a\n")
-    (pkg / "d.py").write_text("import pkg.a\n")
-    found = cycles(import_graph(pkg))
-    assert len(found) == 1
-    assert describe(found[0]).splitlines()[0] == "pkg.a -> pkg.b -> pkg.c -> pkg.a"
+    found = import_cycles(PACKAGE)
+    assert not found, f"{len(found)} import cycle(s) in helix_dbos:\n" + "\n".join(found)
 
 
 def test_orchestration_imports_only_itself_and_plain_libraries():
-    graph = import_graph(PACKAGE)
-    bad = []
-    for path in sorted((PACKAGE / "orchestration").rglob("*.py")):
-        name = module_name(path, PACKAGE)
-        for target, line in imports(path, name, path.name == "__init__.py"):
-            top = target.split(".")[0]
-            inside = target.startswith("helix_dbos.orchestration")
-            if top in IMPURE or (top == "helix_dbos" and not inside):
-                bad.append(f"{path.relative_to(REPO)}:{line} imports {target}")
-    assert graph, "the graph was built"
-    assert not bad, "orchestration must stay pure:\n" + "\n".join(bad)
+    assert (PACKAGE / "orchestration" / "types.py").exists()
+    bad = impure_orchestration_imports(PACKAGE)
+    assert not bad, "helix_dbos/orchestration/ must stay pure:\n" + "\n".join(bad)
 
 
 def test_only_the_shim_imports_a_private_dbos_module():
-    offenders = []
-    for folder in ("helix_dbos", "tests", "examples"):
-        for path in sorted((REPO / folder).rglob("*.py")):
-            name = module_name(path, REPO / folder)
-            for target, line in imports(path, name, path.name == "__init__.py"):
-                if target.startswith("dbos._") and name != SHIM:
-                    offenders.append(f"{path.relative_to(REPO)}:{line} imports {target}")
-    assert not offenders, "\n".join(offenders)
+    folders = [REPO / "helix_dbos", REPO / "tests", REPO / "examples"]
+    bad = private_dbos_imports(folders, allowed=SHIM)
+    assert not bad, "DBOS private modules outside runtime/dbos_internals.py:\n" + "\n".join(bad)
+
+
+# Self-tests: each rule, fed a small tree that breaks it, reports it.
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for relative, source in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(source)
+    return root
+
+
+def test_the_cycle_check_reports_a_cycle_closed_by_function_and_type_checking_imports(
+    tmp_path: Path,
+):
+    pkg = write_tree(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "a.py": "from pkg import b\n",
+            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import x\n",
+            "c.py": "def f():\n    from . import a\n",
+            "d.py": "import pkg.a\n",  # imports the cycle, is not in it
+            "sub/__init__.py": "from ..d import y\n",  # no edge back to pkg: no cycle
+        },
+    )
+    found = import_cycles(pkg)
+    assert len(found) == 1, found
+    assert found[0].splitlines() == [
+        "cycle among 3 modules: pkg.a, pkg.b, pkg.c",
+        "  e.g. pkg.a -> pkg.b -> pkg.c -> pkg.a",
+        "    pkg.a -> pkg.b at pkg/a.py:1",
+        "    pkg.b -> pkg.c at pkg/b.py:3",
+        "    pkg.c -> pkg.a at pkg/c.py:2",
+    ]
+
+
+def test_a_dotted_import_is_no_import_of_its_parent_package(tmp_path: Path):
+    pkg = write_tree(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "from pkg.sub import a\n",
+            "sub/__init__.py": "",
+            "sub/a.py": "import pkg.sub\n",
+        },
+    )
+    assert import_cycles(pkg) == []
+
+
+def test_the_purity_check_reports_impure_and_other_package_imports(tmp_path: Path):
+    pkg = write_tree(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "orchestration/__init__.py": "from . import plan\n",
+            "orchestration/plan.py": (
+                "import json\nfrom pydantic import BaseModel\n"
+                "from pkg.orchestration import plan\n"
+                "def f():\n    import sqlalchemy.orm\n"
+                "from .. import errors\n"
+            ),
+        },
+    )
+    assert impure_orchestration_imports(pkg) == [
+        "pkg/orchestration/plan.py:5 imports sqlalchemy.orm",
+        "pkg/orchestration/plan.py:6 imports pkg.errors",
+    ]
+
+
+def test_the_private_dbos_check_reports_every_spelling_but_in_the_shim(tmp_path: Path):
+    tests = write_tree(
+        tmp_path / "tests",
+        {
+            "test_a.py": "import dbos._core\nfrom dbos import DBOS, _context\n",
+            "test_b.py": "def f():\n    from dbos._sys_db import SystemDatabase\n",
+            "shim.py": "from dbos._dbos import _get_dbos_instance\n",
+        },
+    )
+    assert private_dbos_imports([tests], allowed="tests.shim") == [
+        "tests/test_a.py:1 imports dbos._core",
+        "tests/test_a.py:2 imports dbos._context",
+        "tests/test_b.py:2 imports dbos._sys_db",
+    ]
