@@ -36,13 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dbos._dbos as dbos_module
 import psycopg
 from dbos import DBOS
+from dbos._dbos import _get_dbos_instance
 
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.runtime import agent_loop, executor, tool_batch
+from helix_dbos.runtime import commit as step_commit
+from helix_dbos.runtime import llm_step as llm_step_module
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.store import repository
 from helix_dbos.store.database import (
     libpq_url,
     redact_url,
@@ -312,14 +318,6 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
     """Wrap timers around the step bodies, DBOS's step and transaction calls and the
     database calls DBOS makes for each step. Patched at runtime, restored on exit;
     nothing under helix_dbos/ is edited."""
-    import dbos._dbos as dbos_module
-    from dbos._dbos import _get_dbos_instance
-
-    from helix_dbos.runtime import commit as step_commit
-    from helix_dbos.runtime import agent_loop, executor, tool_batch
-    from helix_dbos.runtime import llm_step as llm_step_module
-    from helix_dbos.store import repository
-
     timers = Timers()
     rt = helix.runtime
     ds = rt.datasource
@@ -523,7 +521,7 @@ async def measure_bare_breakdown(bench: Bench, steps: int) -> dict[str, float]:
 
 
 async def pyinstrument_profile(bench: Bench, steps: int, path: Path) -> None:
-    from pyinstrument import Profiler
+    from pyinstrument import Profiler  # noqa: PLC0415 - optional: only with --pyinstrument
 
     session_id = bench.session_with_history(SMALL_HISTORY)
     profiler = Profiler(interval=0.0005, async_mode="enabled")

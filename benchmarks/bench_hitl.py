@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dbos._dbos as dbos_module
 from bench_agent_loop import fresh_database, server_url
 from dbos import DBOS
+from dbos._dbos import _get_dbos_instance
 
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
@@ -112,8 +114,6 @@ SPANS: list[tuple[str, float, float]] = []  # (name, start, end) perf_counter, s
 @contextmanager
 def span_timer(helix: HelixDBOS) -> Iterator[None]:
     """Record DBOS steps and datasource transactions (by step name) while active."""
-    import dbos._dbos as dbos_module
-
     ds = helix.runtime.datasource
     patches: list[tuple[Any, str, Any, bool]] = []
 
@@ -202,8 +202,6 @@ async def helix_round(helix: HelixDBOS, agent: Agent) -> Round:
 
 
 def listener_state() -> dict[str, Any]:
-    from dbos._dbos import _get_dbos_instance
-
     sys_db = _get_dbos_instance()._sys_db
     return {
         "listen_notify": bool(getattr(sys_db, "use_listen_notify", False)),

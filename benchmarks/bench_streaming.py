@@ -39,6 +39,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+import uvicorn
 from bench_agent_loop import fresh_database, server_url
 
 import helix_dbos
@@ -50,6 +52,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
+from helix_dbos.server import create_app
 from helix_dbos.store.database import redact_url
 
 TALKER, BURSTER = "bench_talker", "bench_burster"
@@ -166,8 +169,6 @@ def delivery_figures(group: list[Reader]) -> dict[str, Any]:
 async def sse_clients_main(base: str, session_id: str, run_id: str, readers: int) -> None:
     """The child process of the SSE throughput run: `readers` httpx SSE clients. Prints
     `attached` once every client has its first chunk, then one JSON line of figures."""
-    import httpx
-
     group = [Reader() for _ in range(readers)]
     limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=readers + 10)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
@@ -187,10 +188,6 @@ class SSEServer:
     it again and the server's helix calls hop to that loop."""
 
     def __init__(self, helix: HelixDBOS) -> None:
-        import uvicorn
-
-        from helix_dbos.server import create_app
-
         app = create_app(helix, allow_unauthenticated=True)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -226,8 +223,6 @@ class Bench:
         self.sse = sse
         self.client: Any = None
         if sse is not None:
-            import httpx
-
             limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
             self.client = httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits)
 
@@ -374,7 +369,7 @@ def profiled(prefix: str | None, phase: str) -> Iterator[None]:
     if not prefix:
         yield
         return
-    from pyinstrument import Profiler
+    from pyinstrument import Profiler  # noqa: PLC0415 - optional: only with --pyinstrument
 
     profiler = Profiler(interval=0.001, async_mode="disabled")
     with profiler:

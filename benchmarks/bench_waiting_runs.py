@@ -126,7 +126,7 @@ def profiled(prefix: str | None, phase: str) -> Iterator[None]:
     if not prefix:
         yield
         return
-    from pyinstrument import Profiler
+    from pyinstrument import Profiler  # noqa: PLC0415 - optional: only with --pyinstrument
 
     profiler = Profiler(interval=0.001, async_mode="disabled")
     with profiler:

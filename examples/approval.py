@@ -18,8 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sqlalchemy import text
+
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.runtime.event_loop import on_target_loop
 
 TARGET = Path(tempfile.gettempdir()) / "helix-approval-demo.txt"
 
@@ -79,10 +82,6 @@ async def recover(helix: HelixDBOS) -> None:
 
 
 async def waiting_runs(helix: HelixDBOS) -> list[str]:
-    from sqlalchemy import text
-
-    from helix_dbos.runtime.event_loop import on_target_loop
-
     async def query() -> list[str]:
         async with helix.runtime.engine.connect() as conn:
             rows = await conn.execute(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from dbos import DBOS
 from helpers import sql
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from helix_dbos import Agent, AgentDefinitionError, TerminatingConfig, ToolDefinitionError, tool
 from helix_dbos.builtins import (
@@ -23,6 +23,7 @@ from helix_dbos.builtins import (
     get_builtin,
     run_workflow_tool,
 )
+from helix_dbos.errors import InvalidAnswerError, ToolArgumentsError, ToolCallAlreadyAnsweredError
 from helix_dbos.runtime.event_loop import on_target_loop
 
 _names = itertools.count()
@@ -128,11 +129,11 @@ def test_builtin_fields_are_described_for_the_model():
 
 
 def test_annotated_field_constraints_on_a_tool_parameter_are_kept():
-    from typing import Annotated
+    # Local on purpose: with postponed annotations, @tool must resolve these names from the
+    # enclosing function's scope (no other test does).
+    from typing import Annotated  # noqa: PLC0415 - names must be local to this test (above)
 
-    from pydantic import Field
-
-    from helix_dbos.errors import ToolArgumentsError
+    from pydantic import Field  # noqa: PLC0415 - names must be local to this test (above)
 
     @tool
     def rate(score: Annotated[float, Field(ge=0, le=1, description="A score 0-1")]) -> float:
@@ -286,8 +287,6 @@ async def test_complete_confidence_outside_0_1_is_a_tool_error(
 
 
 async def test_complete_works_with_a_strict_state_schema(helix, make_agent, mock_llm):
-    from pydantic import ConfigDict
-
     class Strict(BaseModel):
         model_config = ConfigDict(extra="forbid")
         step: int = 0
@@ -676,8 +675,6 @@ async def test_pause_for_human_invalid_arguments_are_a_tool_error(
 
 
 async def test_pause_for_human_wrong_answers_are_rejected(helix, make_agent, mock_llm):
-    from helix_dbos.errors import InvalidAnswerError, ToolCallAlreadyAnsweredError
-
     agent = make_agent(tools=["__pause_for_human__", "__complete__"])
     mock_llm.add_responses(
         calls(("p1", "__pause_for_human__", {"question": "Go?"})), complete(), agent=agent.name

@@ -10,6 +10,7 @@ from helpers import sql
 from pydantic import BaseModel
 
 from helix_dbos import AgentHooks, MockLLM, ToolContext, tool
+from helix_dbos.orchestration.types import TextStepResult
 
 FINISH = "__finish__"
 
@@ -328,8 +329,6 @@ async def test_dynamic_system_prompt_sees_the_state(helix, make_agent, mock_llm)
 
 @pytest.mark.parametrize("mode", ["dict", "function"])
 async def test_mock_llm_function_responder_sees_the_transcript(helix, make_agent, mode):
-    from helix_dbos.orchestration.types import TextStepResult
-
     def respond(request):
         last = request.messages[-1].content
         return (

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import sql
 
+from helix_dbos.store.database import libpq_url
+
 APP = Path(__file__).with_name("crash_app.py")
 pytestmark = pytest.mark.crash
 
@@ -273,8 +275,6 @@ def test_kill_while_waiting_for_approval_then_approve_after_relaunch(database_ur
         "c.send(sys.argv[2], {'tool_call_id': 'g1', 'approved': True}, 'helix.approval')\n"
         "c.destroy()\n"
     )
-    from helix_dbos.store.database import libpq_url
-
     sender = subprocess.run(
         [sys.executable, "-c", script, libpq_url(database_url), workflow_id],
         capture_output=True,
@@ -298,7 +298,7 @@ def test_kill_while_waiting_for_approval_then_approve_after_relaunch(database_ur
 def test_a_database_restart_mid_run_loses_nothing(tmp_path):
     """PostgreSQL restarts while a tool runs; the run reconnects and completes in the same process."""
     pgserver = pytest.importorskip("pgserver")
-    from pgserver._commands import pg_ctl
+    from pgserver._commands import pg_ctl  # noqa: PLC0415 - optional: after importorskip
 
     server = pgserver.get_server(tmp_path / "pg", cleanup_mode=None)
     database_url = server.get_uri()

@@ -10,6 +10,7 @@ import pytest
 from dbos import DBOS
 from helpers import sql
 from pydantic import BaseModel
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from helix_dbos import (
     AgentAlreadyRunningError,
@@ -20,6 +21,10 @@ from helix_dbos import (
     tool,
 )
 from helix_dbos.errors import SessionAgentMismatchError
+from helix_dbos.runtime import agent_loop
+from helix_dbos.runtime.agent_loop import AgentLoop
+from helix_dbos.runtime.context import is_transient_db_error
+from helix_dbos.runtime.event_loop import on_target_loop
 
 
 def calls(*items: tuple[str, str, dict]) -> dict:
@@ -194,7 +199,6 @@ async def test_agent_runs_as_a_child_workflow_of_a_user_workflow(
         return result.output
 
     wf = DBOS.workflow(name=f"user_parent_{agent.name}")(parent)
-    from helix_dbos.runtime.event_loop import on_target_loop
 
     async def start():
         return await DBOS.start_workflow_async(wf, "hello")
@@ -294,8 +298,6 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
 async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    from helix_dbos.runtime.agent_loop import AgentLoop
-
     async def broken(self, step, reply):
         raise RuntimeError("a bug in the loop")
 
@@ -313,11 +315,6 @@ async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
 async def test_a_transient_database_error_in_a_commit_is_retried(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    from sqlalchemy.exc import TimeoutError as PoolTimeout
-
-    from helix_dbos.runtime import agent_loop
-    from helix_dbos.runtime.context import is_transient_db_error
-
     assert is_transient_db_error(PoolTimeout("QueuePool limit of size 10 overflow 10 reached"))
     assert is_transient_db_error(
         RuntimeError("QueuePool limit of size 10 overflow 10 reached, connection timed out")

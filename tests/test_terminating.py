@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from dbos import DBOS
 from helpers import sql
 from pydantic import BaseModel, Field
 
@@ -432,8 +434,6 @@ async def test_calls_run_in_order_up_to_the_first_terminating_one(
 
 
 async def test_workflow_tool_runs_before_a_later_terminating_call(helix, make_agent, mock_llm):
-    from dbos import DBOS
-
     log: list[str] = []
     name = f"order_child_strict_{id(log)}"
 
@@ -586,8 +586,6 @@ def test_generated_messages_marks_injected_messages_as_system():
 
 
 async def test_terminating_call_waits_for_an_earlier_pause_for_human(helix, make_agent, mock_llm):
-    import asyncio
-
     log: list[str] = []
 
     def complete_task_logged(result: str) -> str:
