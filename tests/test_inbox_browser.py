@@ -43,7 +43,7 @@ async def wait_until_waiting(helix, session_id: str) -> None:
 @pytest.fixture
 async def browser_page():
     try:
-        from playwright.async_api import async_playwright
+        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional: skip without it
     except ImportError:
         pytest.skip("playwright is not installed: pip install playwright")
     if not os.path.exists(CHROMIUM):
@@ -60,7 +60,7 @@ async def browser_page():
 async def test_inbox_shows_waiting_calls_and_answers_them(
     browser_page, helix, make_agent, mock_llm
 ):
-    from playwright.async_api import expect
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
 
     page, errors = browser_page
     ran: list[str] = []

@@ -10,7 +10,8 @@ import pytest
 from helpers import sql
 
 from helix_dbos import ToolContext, tool
-from helix_dbos.streaming import StreamChunk
+from helix_dbos.streaming import CHUNK_TYPES, PAYLOAD_MODELS, StreamChunk
+from helix_dbos.streaming.reads import SharedChunkReads
 
 
 def calls(*items: tuple[str, str, dict]) -> dict:
@@ -88,15 +89,11 @@ async def test_a_run_streams_its_lifecycle_tools_state_and_output(
 
 
 def test_every_chunk_type_has_a_typed_payload():
-    from helix_dbos.streaming import CHUNK_TYPES, PAYLOAD_MODELS
-
     assert set(PAYLOAD_MODELS) == set(CHUNK_TYPES)
 
 
 async def test_every_chunk_the_runtime_writes_parses_into_its_typed_payload(helix, database_url):
     rows = sql(database_url, "SELECT type, payload FROM helix.stream_chunks")
-    from helix_dbos.streaming import PAYLOAD_MODELS
-
     assert rows, "earlier tests in this session wrote chunks"
     for kind, payload in rows:
         PAYLOAD_MODELS[kind].model_validate(payload)
@@ -200,8 +197,6 @@ async def test_approval_request_and_resume_are_streamed(helix, make_agent, mock_
 
 
 async def test_concurrent_readers_of_a_session_share_one_query():
-    from helix_dbos.streaming.reads import SharedChunkReads
-
     calls: list[tuple] = []
     gate = asyncio.Event()
 
