@@ -153,14 +153,18 @@ async def test_unknown_tool_and_malformed_arguments_go_back_to_the_model(
 async def test_parallel_tool_calls_run_concurrently_in_call_order(
     helix, make_agent, mock_llm, database_url
 ):
-    barrier = asyncio.Barrier(3)
+    arrived: list[str] = []
+    all_here = asyncio.Event()  # a barrier of three (asyncio.Barrier is 3.11+)
     loops = set()
 
     @tool
     async def meet(name: str) -> str:
         """Wait until all three calls are running at once."""
         loops.add(id(asyncio.get_running_loop()))
-        await asyncio.wait_for(barrier.wait(), timeout=10)
+        arrived.append(name)
+        if len(arrived) == 3:
+            all_here.set()
+        await asyncio.wait_for(all_here.wait(), timeout=10)
         return name
 
     agent = make_agent(tools=[meet])
