@@ -113,3 +113,19 @@ class RunNotActiveError(HelixError):
 class InvalidInputError(HelixError, ValueError):
     """Input the database cannot store (a NUL character, a lone surrogate); the message
     names the field."""
+
+
+class ExecutorIdInUseError(HelixError):
+    """Another live process heartbeats under this executor id: taking over its runs
+    silently would run them twice."""
+
+    def __init__(self, executor_id: str, host: str, pid: int) -> None:
+        self.executor_id = executor_id
+        super().__init__(
+            f"Executor id '{executor_id}' is in use by a live worker (pid {pid} on {host}): "
+            "give this process another id (HELIX_EXECUTOR_ID), or leave it unset for a unique one"
+        )
+
+
+class WorkerNotDeadError(HelixError):
+    """`recover` refuses a worker whose heartbeat is live."""

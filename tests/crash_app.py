@@ -1,6 +1,9 @@
 """A real helix_dbos process for crash tests: started, SIGKILLed, relaunched.
 
-usage: crash_app.py start|recover|run DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
+usage: crash_app.py start|recover|run|serve DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
+
+EXECUTOR_ID "-" leaves the executor id to helix (unique per process); "serve" launches,
+prints {"ready": executor_id} and executes whatever comes its way until killed.
 
 The LLM is a function of the transcript, so the relaunched process answers
 exactly as the killed one would have. Every tool execution and LLM call is
@@ -166,9 +169,10 @@ helix = HelixDBOS(
     [] if os.environ.get("CRASH_APP_WITHOUT_AGENT") else [agent],
     database_url=database_url,
     llm=MockLLM(respond),
-    executor_id=executor_id,
+    executor_id=None if executor_id == "-" else executor_id,
     application_version="crash-test",
     reconcile_seconds=float(os.environ.get("CRASH_APP_RECONCILE_SECONDS", "60")),
+    worker_lease_seconds=4,  # a relaunch under the same id waits for the killed one's lease
 )
 helix.launch()
 
@@ -182,6 +186,12 @@ async def main() -> None:
             json.dumps({"status": result.status, "output": result.output, "error": result.error}),
             flush=True,
         )
+    elif mode == "serve":
+        print(
+            json.dumps({"ready": helix.lease.identity.executor_id if helix.lease else None}),
+            flush=True,
+        )
+        await asyncio.sleep(3600)
     elif mode == "start":
         handle = await helix.execute(agent, f"scenario {scenario}")
         print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)

@@ -364,26 +364,49 @@ def test_kill_between_opening_a_run_and_starting_its_workflow(database_url, tmp_
     assert lines(tmp_path, "llm.log") == [], "nothing of the run was executed"
 
 
-def test_a_run_recovered_by_a_process_without_its_agent_ends_failed_with_a_readable_error(
-    database_url, tmp_path
-):
+def test_a_run_whose_agent_no_live_worker_serves_waits_for_one(database_url, tmp_path):
+    """A process without the run's agent relaunches under the killed worker's id: the run
+    is handed to its agent's queue and waits there (it is never failed for that); a worker
+    that serves the agent, under another id, picks it up and completes it."""
     proc, executor, run_id, session_id = start_run(database_url, "tool", tmp_path)
     wait_for(lambda: (tmp_path / "in_slow_b").exists())
     sigkill(proc)
+    workflow_id = f"helix-{run_id}"
 
-    outcome = relaunch(
+    without = spawn(
+        "serve",
         database_url,
         executor,
         "tool",
         tmp_path,
-        run_id,
         env={"CRASH_APP_WITHOUT_AGENT": "1", "CRASH_APP_RECONCILE_SECONDS": "0.5"},
     )
+    try:
+        assert without.stdout is not None
+        json.loads(without.stdout.readline())
+        queued = "SELECT status, queue_name FROM dbos.workflow_status WHERE workflow_uuid = %s"
+        wait_for(
+            lambda: (
+                sql(database_url, queued, workflow_id) == [("ENQUEUED", "helix.agent.crash_agent")]
+            )
+        )
+        time.sleep(2)  # several reconciliations and queue polls later, it still waits
+        assert sql(database_url, queued, workflow_id) == [("ENQUEUED", "helix.agent.crash_agent")]
+        assert sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id) == [
+            ("running",)
+        ]
+        assert lines(tmp_path, "slow_b.log") == ["two"], "nothing ran while it waited"
 
-    assert outcome["status"] == "failed", outcome
-    assert "ended as ERROR" in outcome["error"] and "crash_agent" in outcome["error"]
+        outcome = relaunch(database_url, f"{executor}-b", "tool", tmp_path, run_id)
+    finally:
+        without.kill()
+        without.wait(timeout=30)
+
+    assert outcome["status"] == "completed", outcome
+    assert lines(tmp_path, "record_a.log") == ["one"], "a completed tool step is not run again"
+    assert_transcript_is_clean(database_url, session_id, run_id)
     assert sql(
-        database_url, "SELECT status FROM helix.sessions WHERE session_id = %s", session_id
-    ) == [("failed",)]
-    rows = assert_transcript_is_clean(database_url, session_id, run_id)
-    assert rows[-1][1] == "tool", "the dangling call of the killed step is paired"
+        database_url,
+        "SELECT executor_id FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        workflow_id,
+    ) == [(f"{executor}-b",)]

@@ -94,6 +94,8 @@ class Runtime:
         self.notifier: Callable[[], Awaitable[ChunkNotifier]] | None = None
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
+        # Set by the worker lease: raises or exits if this worker may have lost its lease.
+        self.lease_check: Callable[[], None] = _no_lease
 
     def agent(self, name: str) -> Agent:
         try:
@@ -153,6 +155,10 @@ class Runtime:
         """A read-only query on a pooled connection."""
         async with self.engine.connect() as conn:
             return await func(conn, *args, **kwargs)
+
+
+def _no_lease() -> None:
+    """A runtime without a worker lease (not launched through HelixDBOS) never fences."""
 
 
 TRANSIENT_ATTEMPTS = 5

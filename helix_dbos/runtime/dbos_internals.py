@@ -44,3 +44,22 @@ def registered_workflow(name: str) -> Callable[..., Any] | None:
     if instance is None:
         return None
     return instance._registry.workflow_info_map.get(name)
+
+
+def listening_queues() -> list[str] | None:
+    """The queues `DBOS.listen_queues` restricted this process to (None: every queue)."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
+        return None
+    queues: list[str] | None = instance._listening_queues
+    return queues
+
+
+def app_name() -> str:
+    """The DBOS application name: workflows of other applications on the same database
+    are not this process's to recover."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
+        raise RuntimeError("DBOS is not configured")
+    name: str = instance._config["name"]
+    return name

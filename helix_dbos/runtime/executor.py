@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +44,11 @@ from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
 from helix_dbos.runtime.step_types import GateKind, RunOptions
+from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
+from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
+    connect,
     ensure_database_exists,
     libpq_url,
     resolve_database_url,
@@ -52,6 +56,7 @@ from helix_dbos.store.database import (
 )
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.storable import check_storable
+from helix_dbos.store.workers import WorkerIdentity, WorkerRow, agent_queue
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
@@ -65,6 +70,11 @@ _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEED
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+def _list_workers(database_url: str) -> list[WorkerRow]:
+    with connect(database_url, autocommit=True) as conn:
+        return workers_sql.list_workers(conn)
 
 
 def new_id(prefix: str) -> str:
@@ -93,6 +103,9 @@ class HelixDBOS:
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
         reconcile_seconds: float = 60,
+        executes_runs: bool = True,
+        worker_lease_seconds: float | None = None,
+        listen_queues: Iterable[str] = (),
     ) -> None:
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -128,6 +141,12 @@ class HelixDBOS:
         self._sweep: asyncio.Task[None] | None = None
         self.reconcile_seconds = reconcile_seconds
         self._chunk_reads = SharedChunkReads(self._load_chunks)
+        self.executes_runs = executes_runs
+        self.worker_lease_seconds = worker_lease_seconds or float(
+            os.environ.get("HELIX_WORKER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+        )
+        self.listen_queues = list(listen_queues)
+        self.lease: WorkerLease | None = None
 
     # --- set-up -------------------------------------------------------------
 
@@ -146,15 +165,33 @@ class HelixDBOS:
             "application_version": self.application_version,
             "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
         }
-        executor = executor_id or os.environ.get("HELIX_EXECUTOR_ID")
-        if executor:
-            config["executor_id"] = executor
+        config["executor_id"] = (
+            executor_id
+            or os.environ.get("HELIX_EXECUTOR_ID")
+            or os.environ.get("DBOS__VMID")
+            or default_executor_id()
+        )
         DBOS(config=config)
 
     def launch(self) -> None:
-        """Launch DBOS; pending runs of this executor and version resume by themselves,
-        and runs whose start was cut short by a crash are closed as failed."""
-        DBOS.launch()
+        """Take this worker's lease, launch DBOS, and start heartbeating.
+
+        The executor id is refused while another live process heartbeats under it. This
+        worker's own unfinished runs (a restart under a stable id) and, from then on, the
+        runs of any worker whose lease lapses are handed back to the queues and resume on a
+        worker that serves their agent; runs whose start was cut short by a crash are
+        closed as failed."""
+        identity = self._worker_identity()
+        self.lease = WorkerLease(self.database_url, identity)
+        self.lease.acquire()
+        if not dbos_internals.is_launched():  # else the application launched DBOS itself
+            self._hand_back_own_runs(identity)
+            self._listen(identity)
+            DBOS.launch()
+        for name in identity.agents:
+            DBOS.register_queue(agent_queue(name), on_conflict="never_update")
+        self.runtime.lease_check = self.lease.check
+        self.lease.start()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # from sync code: start it on the loop DBOS runs workflows on
@@ -164,6 +201,40 @@ class HelixDBOS:
 
     async def _start_reconciler(self) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self._reconcile_forever())
+
+    def _worker_identity(self) -> WorkerIdentity:
+        return WorkerIdentity(
+            executor_id=DBOS.executor_id,
+            application_name=dbos_internals.app_name(),
+            application_version=DBOS.application_version,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            agents=tuple(sorted(self.agents)) if self.executes_runs else (),
+            executes_runs=self.executes_runs,
+            lease_seconds=self.worker_lease_seconds,
+        )
+
+    def _hand_back_own_runs(self, me: WorkerIdentity) -> None:
+        """Before DBOS's startup recovery: this executor's pending runs go to their
+        agents' queues (DBOS would put them on its internal queue, which every process
+        dequeues, whether or not it serves the agent)."""
+        with connect(self.database_url, autocommit=True) as conn:
+            moved = workers_sql.requeue_pending(
+                conn, me.executor_id, me.application_name, me.application_version
+            )
+        if moved:
+            logger.warning("helix handed %d unfinished run(s) of this worker back", len(moved))
+
+    def _listen(self, me: WorkerIdentity) -> None:
+        """Dequeue only the runs of agents this process serves, plus the queues it was
+        told to listen to; an application that chose its own queues keeps its choice."""
+        if dbos_internals.listening_queues() is not None:
+            return
+        DBOS.listen_queues([agent_queue(name) for name in me.agents] + self.listen_queues)
+
+    async def workers(self) -> list[WorkerRow]:
+        """Every worker that ever registered on this database, live first."""
+        return await asyncio.to_thread(_list_workers, self.database_url)
 
     def shutdown(self) -> None:
         if self._sweep is not None:
@@ -176,6 +247,9 @@ class HelixDBOS:
             self._notifier = None
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
+        if self.lease is not None:
+            self.lease.stop()
+            self.lease = None
 
     # --- runs ---------------------------------------------------------------
 

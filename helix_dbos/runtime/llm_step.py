@@ -100,6 +100,7 @@ async def llm_step(
     durable operation of its own beyond its LLM and tool steps.
     """
     rt = current_runtime()
+    rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, previous)
     if seen is None:

@@ -72,6 +72,7 @@ async def tool_step(
 ) -> ToolOutcome:
     """Run one tool call with its hooks (the body of a `helix.tool:<name>` step)."""
     rt = current_runtime()
+    rt.lease_check()  # a worker that may have lost its lease runs no tool
     agent = rt.agent(agent_name)
     hook_ctx = HookContext(session_id, run_id, agent_name, step)
     cancel = asyncio.Event()  # set when the run is aborted: `ctx.cancelled` turns true
