@@ -200,6 +200,9 @@ def test_step_commit_keys_start_from_the_existing_rows(db_url: str, mig_dir: Pat
     assert [p.name for p in later] == ["0002_step_commit_keys.sql", "0003_step_head_key.sql"]
     for path in later:
         path.unlink()
+    for path in mig_dir.glob("*.sql"):  # the later migrations play no part here
+        if path.stem != FIRST:
+            path.unlink()
     assert apply_migrations(db_url, directory=mig_dir) == [FIRST]
     with connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO helix.sessions (session_id, agent_name) VALUES ('s1', 'a')")
@@ -224,6 +227,48 @@ def test_step_commit_keys_start_from_the_existing_rows(db_url: str, mig_dir: Pat
         assert conn.execute("SELECT committed_step, committed_head FROM helix.runs").fetchall() == [
             (4, 4)
         ]
+
+
+def test_usage_semantics_fix_rows_written_before(db_url: str, mig_dir: Path) -> None:
+    """0006 on a database in use: Anthropic rows get their cached input tokens back in
+    input_tokens, and failed calls stored as successes under the configured name become
+    failures with no model; the meaning is on the columns."""
+    migration = mig_dir / "0006_usage_semantics.sql"
+    text = migration.read_text()
+    migration.unlink()
+    apply_migrations(db_url, directory=mig_dir)
+    rows = [
+        ("u1", "claude-sonnet-4-5-20250929", 40, 9, 1200, 300, True),
+        ("u2", "gpt-4o-2024-08-06", 1500, 300, 1024, 0, True),
+        ("u3", "openai:gpt-4o", 0, 0, 0, 0, True),
+        ("u4", "llama3.1:8b", 0, 0, 0, 0, True),
+    ]
+    with connect(db_url, autocommit=True) as conn:
+        for row in rows:
+            conn.execute(
+                "INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
+                "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+                "success) VALUES (%s, 's', 'r', 'a', 1, 'llm', %s, %s, %s, %s, %s, %s)",
+                row,
+            )
+    migration.write_text(text)
+    assert apply_migrations(db_url, directory=mig_dir) == ["0006_usage_semantics"]
+    with connect(db_url) as conn:
+        got = conn.execute(
+            "SELECT usage_id, model, input_tokens, success FROM helix.usage ORDER BY usage_id"
+        ).fetchall()
+        comment = conn.execute(
+            "SELECT col_description('helix.usage'::regclass, "
+            "(SELECT attnum FROM pg_attribute WHERE attrelid = 'helix.usage'::regclass "
+            "AND attname = 'input_tokens'))"
+        ).fetchone()
+    assert got == [
+        ("u1", "claude-sonnet-4-5-20250929", 1540, True),
+        ("u2", "gpt-4o-2024-08-06", 1500, True),
+        ("u3", None, 0, False),
+        ("u4", "llama3.1:8b", 0, True),
+    ]
+    assert comment is not None and "cached or not" in comment[0]
 
 
 def test_duplicate_migration_numbers_are_refused(db_url: str, mig_dir: Path) -> None:

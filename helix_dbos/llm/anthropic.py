@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 import anthropic
@@ -39,7 +40,9 @@ from helix_dbos.llm.capabilities import (
     StrictSchemas,
     anthropic_capabilities,
     describe_strict_rejection,
+    error_status,
     is_retryable_status,
+    is_retryable_stream_error,
     make_anthropic_strict_schema,
 )
 from helix_dbos.orchestration.types import (
@@ -71,11 +74,6 @@ STOP_REASONS: dict[str, StopReason] = {
     "pause_turn": "unknown",
     "model_context_window_exceeded": "max_tokens",
 }
-
-#: Error types that arrive inside a 200 SSE stream and are worth a new attempt.
-_RETRYABLE_ERROR_TYPES = frozenset(
-    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
-)
 
 _Role = Literal["user", "assistant"]
 
@@ -166,13 +164,14 @@ class AnthropicAdapter:
         caps = self.capabilities or anthropic_capabilities(model)
         params, strict_tools = build_params(request, model, caps)
         client = self._get_client()
+        seen = _StreamSeen()
         try:
             if on_text_delta is None:
                 message = await client.messages.create(**params)
             else:
-                message = await _stream_message(client, params, on_text_delta)
+                message = await _stream_message(client, params, on_text_delta, seen)
         except anthropic.APIStatusError as exc:
-            return _status_error(exc, strict_tools)
+            return _status_error(exc, strict_tools, seen.model)
         except anthropic.APIConnectionError as exc:  # includes APITimeoutError
             raise LLMProviderError(f"Anthropic connection error: {exc}", retryable=True) from exc
         return parse_message(message)
@@ -327,13 +326,25 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
 # --- Response ----------------------------------------------------------------
 
 
+@dataclass
+class _StreamSeen:
+    """What a stream told before it failed: `message_start` names the model."""
+
+    model: str | None = None
+
+
 async def _stream_message(
-    client: anthropic.AsyncAnthropic, params: MessagesParams, on_text_delta: TextDeltaCallback
+    client: anthropic.AsyncAnthropic,
+    params: MessagesParams,
+    on_text_delta: TextDeltaCallback,
+    seen: _StreamSeen,
 ) -> anthropic.types.Message:
     """Stream, forwarding text deltas; the SDK assembles the final message."""
     forward: TextDeltaCallback | None = on_text_delta
     async with client.messages.stream(**params) as stream:
         async for event in stream:
+            if event.type == "message_start":
+                seen.model = event.message.model
             if (
                 forward is not None
                 and event.type == "content_block_delta"
@@ -385,14 +396,19 @@ def parse_message(message: anthropic.types.Message) -> StepResult:
 
 
 def parse_usage(message: anthropic.types.Message) -> LLMUsage:
+    """Usage in helix's one definition: `input_tokens` counts every input token,
+    cached or not. Anthropic's own `input_tokens` counts only those after the last
+    cache breakpoint, so its cache reads and writes are added back in."""
     usage = message.usage
     details = usage.output_tokens_details
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_write = usage.cache_creation_input_tokens or 0
     return LLMUsage(
         model=message.model,
-        input_tokens=usage.input_tokens or 0,
+        input_tokens=(usage.input_tokens or 0) + cache_read + cache_write,
         output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=usage.cache_read_input_tokens or 0,
-        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
         reasoning_tokens=(details.thinking_tokens if details else 0) or 0,
     )
 
@@ -400,28 +416,44 @@ def parse_usage(message: anthropic.types.Message) -> LLMUsage:
 # --- Errors ------------------------------------------------------------------
 
 
-def _status_error(exc: anthropic.APIStatusError, strict_tools: StrictSchemas) -> ErrorStepResult:
-    """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
+def _status_error(
+    exc: anthropic.APIStatusError, strict_tools: StrictSchemas, model: str | None = None
+) -> ErrorStepResult:
+    """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult (whose
+    usage names the `model` a stream reported before failing, if any)."""
     status = exc.status_code
     error_type: str | None = exc.type or _body_error(exc.body, "type")
     message = exc.api_message or _body_error(exc.body, "message") or str(exc)
-    # Errors sent inside an SSE stream arrive with the stream's 200 status.
+    # Errors sent inside an SSE stream arrive with the stream's 200 status: they are
+    # classified like HTTP errors by their `code` (a gateway's status) or `type`.
     in_stream = status < 400
-    retryable = is_retryable_status(status) or (in_stream and error_type in _RETRYABLE_ERROR_TYPES)
-    label = f"Anthropic API error {status}" if not in_stream else "Anthropic stream error"
+    code = _body_error_field(exc.body, "code")
+    if in_stream:
+        stream_status = error_status(code)
+        retryable = is_retryable_stream_error(error_type, code)
+        label = "Anthropic stream error" + (f" {stream_status}" if stream_status else "")
+    else:
+        stream_status, retryable = None, is_retryable_status(status)
+        label = f"Anthropic API error {status}"
     text = f"{label} ({error_type}): {message}" if error_type else f"{label}: {message}"
     if retryable:
-        code = None if in_stream else status
-        raise LLMProviderError(text, retryable=True, status_code=code) from exc
+        raise LLMProviderError(
+            text, retryable=True, status_code=stream_status if in_stream else status
+        ) from exc
     if strict_tools and status in (400, 422):
         diagnosis = describe_strict_rejection(strict_tools, "anthropic")
         text += (
             f"; {diagnosis}" if diagnosis else f"; strict mode was on for {sorted(strict_tools)}"
         )
-    return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
+    usage = LLMUsage(model=model) if model else None
+    return ErrorStepResult(error=text, should_stop=True, stop_reason="error", usage=usage)
 
 
 def _body_error(body: object, key: str) -> str | None:
-    error = body.get("error", body) if isinstance(body, dict) else None
-    value = error.get(key) if isinstance(error, dict) else None
+    value = _body_error_field(body, key)
     return value if isinstance(value, str) else None
+
+
+def _body_error_field(body: object, key: str) -> object:
+    error = body.get("error", body) if isinstance(body, dict) else None
+    return error.get(key) if isinstance(error, dict) else None

@@ -36,6 +36,49 @@ def is_retryable_status(status_code: int | None) -> bool:
     return status_code in RETRYABLE_STATUS_CODES or status_code >= 500
 
 
+#: Error kinds that blame the request: the same request fails again.
+REQUEST_ERROR_KINDS: frozenset[str] = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "billing_error",
+        "context_length_exceeded",
+        "insufficient_quota",
+        "invalid_prompt",
+    }
+)
+
+
+def error_status(code: object) -> int | None:
+    """An error body's `code` as an HTTP status, when it is one (`400`, `"429"`)."""
+    if isinstance(code, bool):
+        return None
+    if isinstance(code, int):
+        return code if 100 <= code <= 599 else None
+    if isinstance(code, str) and code.strip().isdigit():
+        return error_status(int(code.strip()))
+    return None
+
+
+def is_retryable_stream_error(error_type: str | None, code: object) -> bool:
+    """Classify an error event inside a 200 stream like an HTTP error.
+
+    A status in `code` (OpenRouter and other gateways send
+    `{"error": {"code": 400, "message": ...}}`) decides as the HTTP status
+    would; otherwise a known `type` or `code` kind does. An error that names
+    neither is retried: a stream that breaks without blaming the request is
+    most often a server-side hiccup, and DBOS bounds the attempts.
+    """
+    status = error_status(code)
+    if status is not None:
+        return is_retryable_status(status)
+    kinds = {k for k in (error_type, code) if isinstance(k, str)}
+    return not kinds & REQUEST_ERROR_KINDS
+
+
 # --- Model capability table --------------------------------------------------
 
 #: Beta header for Anthropic structured outputs (strict tools). Sent with every

@@ -46,7 +46,9 @@ from helix_dbos.llm.capabilities import (
     StrictSchemas,
     describe_strict_rejection,
     drop_strict_nulls,
+    error_status,
     is_retryable_status,
+    is_retryable_stream_error,
     make_openai_strict_schema,
     openai_capabilities,
 )
@@ -211,18 +213,19 @@ class OpenAIAdapter:
             client = self._get_client()
         except openai.OpenAIError as exc:  # e.g. no API key: a config error, not transient
             return ErrorStepResult(error=f"OpenAI client configuration error: {exc}")
+        draft = _Draft()
         try:
             if on_text_delta is None:
                 completion = await client.chat.completions.create(**params)
                 draft = draft_from_completion(completion)
             else:
-                draft = await _stream_draft(client, params, on_text_delta)
+                await _stream_draft(client, params, on_text_delta, draft)
         except openai.APIStatusError as exc:
             return _status_error(exc, strict_tools)
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise LLMProviderError(f"OpenAI connection error: {exc}", retryable=True) from exc
         except openai.APIError as exc:  # an error event inside a 200 stream
-            return _stream_error(exc)
+            return _stream_error(exc, draft)
         originals = {s.name: s.parameters for s in request.tools if s.name in strict_tools}
         return draft.to_step_result(strict_schemas=originals)
 
@@ -440,10 +443,13 @@ def draft_from_completion(completion: ChatCompletion) -> _Draft:
 
 
 async def _stream_draft(
-    client: openai.AsyncOpenAI, params: ChatCompletionParams, on_text_delta: TextDeltaCallback
-) -> _Draft:
-    """Stream chunks, forwarding text deltas and assembling the whole reply."""
-    draft = _Draft()
+    client: openai.AsyncOpenAI,
+    params: ChatCompletionParams,
+    on_text_delta: TextDeltaCallback,
+    draft: _Draft,
+) -> None:
+    """Stream chunks into `draft`, forwarding text deltas (what arrived before an error
+    event stays in `draft`: its model names the failed call)."""
     forward: TextDeltaCallback | None = on_text_delta
     stream = await client.chat.completions.create(
         **params, stream=True, stream_options={"include_usage": True}
@@ -471,7 +477,6 @@ async def _stream_draft(
                         call.arguments += part.function.arguments or ""
                 if choice.finish_reason:
                     draft.finish_reason = choice.finish_reason
-    return draft
 
 
 async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
@@ -517,12 +522,18 @@ def _status_error(exc: openai.APIStatusError, strict_tools: StrictSchemas) -> Er
     return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
 
 
-def _stream_error(exc: openai.APIError) -> ErrorStepResult:
-    """An error event mid-stream: retry unless the server blamed the request."""
-    text = f"OpenAI stream error: {_error_message(exc)}"
-    if exc.type == "invalid_request_error":
-        return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
-    raise LLMProviderError(text, retryable=True) from exc
+def _stream_error(exc: openai.APIError, draft: _Draft) -> ErrorStepResult:
+    """An error event inside a 200 stream, classified like an HTTP error: a 4xx `code`
+    or a request-blaming `type` fails the run once; anything else is retried."""
+    code = exc.body.get("code") if isinstance(exc.body, dict) else None
+    status = error_status(code)
+    label = f"OpenAI stream error {status}" if status is not None else "OpenAI stream error"
+    text = f"{label}: {_error_message(exc)}"
+    if is_retryable_stream_error(exc.type, code):
+        raise LLMProviderError(text, retryable=True, status_code=status) from exc
+    # The chunks before the error name the model that failed; no chunk, no name.
+    usage = parse_usage(draft.usage, draft.model) if draft.model else None
+    return ErrorStepResult(error=text, should_stop=True, stop_reason="error", usage=usage)
 
 
 def _error_message(exc: openai.APIError) -> str:

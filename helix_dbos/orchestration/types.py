@@ -53,7 +53,15 @@ class ThinkingBlock(_Model):
 
 
 class LLMUsage(_Model):
-    """Token counts of one LLM call; every field a provider may report."""
+    """Token counts of one LLM call; every field a provider may report.
+
+    One definition for every provider: `input_tokens` is all the input the model
+    read, cached or not (OpenAI's `prompt_tokens`; Anthropic's `input_tokens` plus
+    its cache reads and writes). `cache_read_tokens` and `cache_write_tokens` are
+    the parts of it read from and written to the prompt cache, and
+    `reasoning_tokens` the part of `output_tokens` spent on reasoning. `model` is
+    the model the provider said answered, `None` when it named none.
+    """
 
     model: str | None = None
     input_tokens: int = 0

@@ -41,7 +41,6 @@ from helix_dbos.orchestration.terminating import (
 )
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
-    LLMUsage,
     Message,
     StepResult,
     ToolCall,
@@ -53,8 +52,10 @@ from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
 from helix_dbos.runtime.llm_step import (
     describe_llm_failure,
+    failed_llm_usage,
     llm_step,
     llm_step_options,
+    llm_usage_record,
     run_terminating,
 )
 from helix_dbos.runtime.results import AgentResult
@@ -122,7 +123,8 @@ class AgentLoop:
                 )
             except Exception as exc:
                 error = f"LLM call failed after retries: {describe_llm_failure(exc)}"
-                return await self.end_without_step(step, "failed", error)
+                usage = failed_llm_usage(self.run_id, step, exc)
+                return await self.end_without_step(step, "failed", error, usage=usage)
             if isinstance(reply, InterruptRequested):
                 return await self._interrupted(step - 1)
             # 3.-4. Plan the reply and run its tools: the step's rows, in memory.
@@ -144,8 +146,7 @@ class AgentLoop:
             validate_output=self.agent.validate_output if self.agent.output_schema else None,
         )
         commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
-        llm_usage = result.usage or LLMUsage(model=self.agent.llm.model)
-        commit.usage.append(UsageRecord(f"{self.run_id}:{step}:llm", "llm", step, llm=llm_usage))
+        commit.usage.append(llm_usage_record(self.run_id, step, result))
         if plan.assistant_message_plan is not None:
             commit.messages.append(create_assistant_message(plan.assistant_message_plan))
             commit.head_messages = len(commit.messages)
@@ -287,9 +288,14 @@ class AgentLoop:
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
         return self._result(commit)
 
-    async def end_without_step(self, step: int, status: FinalStatus, error: str) -> AgentResult:
-        """End the run where no step of its own was taken (step cap, LLM failure, a bug)."""
+    async def end_without_step(
+        self, step: int, status: FinalStatus, error: str, *, usage: UsageRecord | None = None
+    ) -> AgentResult:
+        """End the run where no step of its own was taken (step cap, LLM failure, a bug);
+        `usage` is a failed LLM call's row."""
         commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        if usage is not None:
+            commit.usage.append(usage)
         commit.end(status, error=error)
         return await self._end(commit)
 

@@ -20,6 +20,7 @@ from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     ErrorStepResult,
     LLMRequest,
+    LLMUsage,
     Message,
     StepResult,
     TextStepResult,
@@ -37,6 +38,7 @@ from helix_dbos.runtime.step_types import (
     RunOptions,
 )
 from helix_dbos.store import repository as repo
+from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.storable import storable_model
 
 
@@ -64,6 +66,28 @@ def describe_llm_failure(exc: Exception) -> str:
     if isinstance(exc, dbos_errors.DBOSMaxStepRetriesExceeded) and exc.errors:
         return f"{exc}; last error: {exc.errors[-1]}"
     return str(exc)
+
+
+def llm_usage_record(run_id: str, step: int, result: StepResult) -> UsageRecord:
+    """The step's `llm` usage row: what the provider reported (its model, `None` when it
+    named none), `success` false for a call that failed."""
+    return UsageRecord(
+        f"{run_id}:{step}:llm",
+        "llm",
+        step,
+        llm=result.usage or LLMUsage(),
+        success=not isinstance(result, ErrorStepResult),
+    )
+
+
+def failed_llm_usage(run_id: str, step: int, exc: Exception) -> UsageRecord | None:
+    """The row of an LLM call whose retries ran out on provider errors (none when the
+    last attempt failed on the database: no call may have been made). Retried attempts
+    have no rows of their own: this one row stands for the step's call."""
+    errors = exc.errors if isinstance(exc, dbos_errors.DBOSMaxStepRetriesExceeded) else [exc]
+    if not errors or not isinstance(errors[-1], LLMProviderError):
+        return None
+    return UsageRecord(f"{run_id}:{step}:llm", "llm", step, llm=LLMUsage(), success=False)
 
 
 def run_terminating(agent: Agent, options: RunOptions) -> TerminatingConfig | None:

@@ -260,7 +260,9 @@ async def test_text_reply_with_usage_mapping() -> None:
         stop_reason="end_turn",
         usage=LLMUsage(
             model=wire.ANTHROPIC_MODEL,
-            input_tokens=40,
+            # helix's one definition: every input token, cached or not (40 + 1200 + 300);
+            # Anthropic's own input_tokens (40) counts only those after the cache.
+            input_tokens=1540,
             output_tokens=9,
             cache_read_tokens=1200,
             cache_write_tokens=300,
@@ -438,7 +440,10 @@ async def test_streaming_forwards_text_deltas_and_returns_the_whole_step() -> No
         thinking=[ThinkingBlock(text="Need the weather in Paris.", signature="EqQBCgIYAhIMsig")],
         stop_reason="tool_use",
         usage=LLMUsage(
-            model=wire.ANTHROPIC_MODEL, input_tokens=472, output_tokens=89, cache_read_tokens=64
+            model=wire.ANTHROPIC_MODEL,
+            input_tokens=472 + 64,
+            output_tokens=89,
+            cache_read_tokens=64,
         ),
     )
 
@@ -469,6 +474,46 @@ async def test_overloaded_error_inside_the_stream_is_retryable() -> None:
     assert info.value.retryable is True
     assert "overloaded_error" in str(info.value)
     assert info.value.status_code is None  # the HTTP status was 200
+
+
+async def _on_delta(delta: str) -> None:
+    pass
+
+
+async def test_a_gateway_error_event_with_a_4xx_code_fails_once_with_its_message() -> None:
+    adapter, rec = serve((200, wire.anthropic_stream_gateway_error(400, "Token limit reached")))
+
+    result = await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert isinstance(result, ErrorStepResult)
+    assert result.error == "Anthropic stream error 400: Token limit reached"
+    # message_start named the model before the error: the failed call's row carries it
+    assert result.usage == LLMUsage(model=wire.ANTHROPIC_MODEL)
+    assert len(rec.requests) == 1
+
+
+@pytest.mark.parametrize("code", [429, "503", 529])
+async def test_a_gateway_error_event_with_a_retryable_code_is_retried(code: object) -> None:
+    adapter, _ = serve((200, wire.anthropic_stream_gateway_error(code, "Upstream busy")))
+
+    with pytest.raises(LLMProviderError) as info:
+        await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert info.value.retryable is True and "Upstream busy" in str(info.value)
+    assert info.value.status_code == int(str(code))
+
+
+async def test_an_invalid_request_error_event_in_the_stream_is_not_retried() -> None:
+    body = wire.anthropic_sse(
+        [{"type": "error", "error": {"type": "invalid_request_error", "message": "Too long"}}]
+    )
+    adapter, _ = serve((200, body))
+
+    result = await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert isinstance(result, ErrorStepResult)
+    assert result.error == "Anthropic stream error (invalid_request_error): Too long"
+    assert result.usage is None  # no message_start: the provider named no model
 
 
 # --- Construction ------------------------------------------------------------

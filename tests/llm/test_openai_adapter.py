@@ -494,6 +494,56 @@ async def test_other_4xx_become_an_error_result_with_the_provider_message(status
 # --- Streaming ---------------------------------------------------------------
 
 
+async def _on_delta(delta: str) -> None:
+    pass
+
+
+async def test_an_error_event_with_a_4xx_code_in_a_200_stream_fails_once() -> None:
+    """Recorded from a gateway: `{"error": {"code": 400, "message": ...}}`, no `type`."""
+    adapter, rec = serve((200, wire.openai_stream_error_event(400, "Token limit reached")))
+
+    result = await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert isinstance(result, ErrorStepResult)
+    assert result.error == "OpenAI stream error 400: Token limit reached"
+    assert result.usage is not None and result.usage.model == wire.OPENAI_MODEL
+    assert len(rec.requests) == 1
+
+
+@pytest.mark.parametrize("code", [429, 502, "500"])
+async def test_an_error_event_with_a_retryable_code_is_retried(code: object) -> None:
+    adapter, _ = serve((200, wire.openai_stream_error_event(code, "Upstream error")))
+
+    with pytest.raises(LLMProviderError) as info:
+        await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert info.value.retryable is True and "Upstream error" in str(info.value)
+    assert info.value.status_code == int(str(code))
+
+
+async def test_an_error_event_naming_neither_code_nor_type_is_retried() -> None:
+    body = wire.openai_sse([{"error": {"message": "stream interrupted"}}])
+    adapter, _ = serve((200, body))
+
+    with pytest.raises(LLMProviderError) as info:
+        await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert info.value.retryable is True and info.value.status_code is None
+
+
+async def test_an_error_event_with_a_request_error_code_is_not_retried() -> None:
+    body = wire.openai_sse(
+        [{"error": {"code": "context_length_exceeded", "message": "Too many tokens"}}]
+    )
+    adapter, _ = serve((200, body))
+
+    result = await adapter.generate_step(request(), on_text_delta=_on_delta)
+
+    assert isinstance(result, ErrorStepResult)
+    assert result.error == "OpenAI stream error: Too many tokens"
+    assert result.usage is None  # no chunk arrived: no model to name
+
+
 async def test_streaming_forwards_text_deltas_and_returns_the_whole_step() -> None:
     adapter, rec = serve((200, wire.openai_stream_text_and_tool()))
     deltas: list[str] = []

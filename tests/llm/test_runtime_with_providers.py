@@ -22,6 +22,7 @@ from wire import (
     anthropic_sse,
     anthropic_stream_thinking_text_tool,
     openai_sse,
+    openai_stream_error_event,
     openai_stream_text_and_tool,
 )
 
@@ -237,3 +238,91 @@ async def test_a_provider_400_fails_the_run_with_the_providers_message(
     result = await (await helix.execute(agent, "hi")).result()
     assert result.status == "failed" and "Invalid schema for function 'get_weather'" in result.error
     assert len(wire_provider["openai"].requests) == 1, "a 4xx other than 429 is not retried"
+
+
+async def test_an_error_event_in_a_200_stream_fails_the_run_once_and_records_the_call(
+    helix, make_agent, wire_provider, database_url
+):
+    """Recorded traffic: a gateway's `{"error": {"code": 400, ...}}` inside a 200 stream
+    was retried 6 times over 31 s; it is a 4xx, so the run fails at once."""
+    recorder = Recorder(httpx, (200, openai_stream_error_event(400, "Token limit reached")))
+    wire_provider["openai"] = recorder
+    agent = make_agent(llm=LLMConfig(model="openai-wire:gpt-4o", retry_interval_seconds=0))
+    result = await (await helix.execute(agent, "hi")).result()
+
+    assert result.status == "failed" and "Token limit reached" in result.error
+    assert len(recorder.requests) == 1
+    usage = sql(
+        database_url,
+        "SELECT model, input_tokens, output_tokens, success FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+        result.run_id,
+    )
+    # the chunks before the error named the model; no phantom 'openai-wire:gpt-4o'
+    assert usage == [(OPENAI_MODEL, 0, 0, False)]
+
+
+async def test_a_rejected_call_records_a_failed_row_without_a_model(
+    helix, make_agent, wire_provider, database_url
+):
+    bad = (400, {"error": {"message": "Bad request", "type": "invalid_request_error"}})
+    wire_provider["openai"] = Recorder(httpx, bad)
+    agent = make_agent(llm=LLMConfig(model="openai-wire:gpt-4o"))
+    result = await (await helix.execute(agent, "hi")).result()
+
+    assert result.status == "failed"
+    usage = sql(
+        database_url,
+        "SELECT model, success FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+        result.run_id,
+    )
+    assert usage == [(None, False)]
+
+
+async def test_retries_that_run_out_leave_one_failed_row_for_the_call(
+    helix, make_agent, wire_provider, database_url
+):
+    overloaded = (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}})
+    recorder = Recorder(httpx2, overloaded)
+    wire_provider["anthropic"] = recorder
+    agent = make_agent(
+        llm=LLMConfig(
+            model="anthropic-wire:claude-sonnet-4-6", max_attempts=3, retry_interval_seconds=0
+        )
+    )
+    result = await (await helix.execute(agent, "hi")).result()
+
+    assert result.status == "failed" and "Busy" in result.error
+    assert len(recorder.requests) == 3
+    usage = sql(
+        database_url,
+        "SELECT step, model, input_tokens, success FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+        result.run_id,
+    )
+    assert usage == [(1, None, 0, False)]
+
+
+async def test_input_tokens_mean_the_same_for_both_providers(
+    helix, make_agent, wire_provider, database_url
+):
+    """Anthropic reports 472 uncached + 64 cache-read input tokens; OpenAI 82 prompt
+    tokens of which 64 cached. Both rows count every input token."""
+    wire_provider["anthropic"] = Recorder(
+        httpx2,
+        (200, anthropic_stream_thinking_text_tool()),
+        (200, anthropic_text_stream("done")),
+    )
+    wire_provider["openai"] = Recorder(
+        httpx, (200, openai_stream_text_and_tool()), (200, openai_text_stream("done"))
+    )
+    rows = {}
+    for model in ("anthropic-wire:claude-sonnet-4-6", "openai-wire:gpt-4o"):
+        agent = make_agent(tools=[get_weather], llm=LLMConfig(model=model))
+        result = await (await helix.execute(agent, "Weather?")).result()
+        assert result.status == "completed"
+        rows[model.split("-")[0]] = sql(
+            database_url,
+            "SELECT input_tokens, cache_read_tokens, success FROM helix.usage "
+            "WHERE run_id = %s AND kind = 'llm' AND step = 1",
+            result.run_id,
+        )
+    assert rows == {"anthropic": [(472 + 64, 64, True)], "openai": [(82, 64, True)]}

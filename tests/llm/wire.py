@@ -260,6 +260,22 @@ def anthropic_stream_error() -> bytes:
     )
 
 
+def anthropic_stream_gateway_error(
+    code: object = 400, message: str = "Token limit reached"
+) -> bytes:
+    """A stream that starts, then reports an error event the way gateways in front of
+    Claude send it: a `code` (an HTTP status) and no `type`."""
+    return anthropic_sse(
+        [
+            {
+                "type": "message_start",
+                "message": {**anthropic_message([], None), "stop_reason": None},
+            },
+            {"type": "error", "error": {"code": code, "message": message}},
+        ]
+    )
+
+
 # --- OpenAI ------------------------------------------------------------------
 
 OPENAI_MODEL = "gpt-4o-2024-08-06"
@@ -467,3 +483,13 @@ def openai_stream_malformed_tool_call() -> bytes:
         "function": {"name": "get_weather", "arguments": "{'city': 'Paris'}"},
     }
     return openai_sse([_chunk({"tool_calls": [call]}, "tool_calls")])
+
+
+def openai_stream_error_event(code: object = 400, message: str = "Token limit reached") -> bytes:
+    """Recorded from an OpenAI-compatible gateway (OpenRouter): a 200 stream whose first
+    chunks arrive, then an error object with a numeric `code` and no `type`."""
+    frames = [
+        f"data: {json.dumps(_chunk({'role': 'assistant', 'content': 'The answer'}))}\n\n",
+        f"data: {json.dumps({'error': {'code': code, 'message': message}})}\n\n",
+    ]
+    return "".join(frames).encode()
