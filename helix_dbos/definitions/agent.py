@@ -108,6 +108,7 @@ class Agent:
         max_output_retries: int = 3,
         max_tokens_correction: str = DEFAULT_MAX_TOKENS_CORRECTION,
         terminating: TerminatingConfig | None = None,
+        input_schema: type[BaseModel] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -128,6 +129,9 @@ class Agent:
         self.max_output_retries = max_output_retries
         self.max_tokens_correction = max_tokens_correction
         self.terminating = terminating
+        # What a parent passes when it delegates to this agent (`sub_agent_tool`);
+        # without one, a sub-agent call takes `{"message": "..."}`.
+        self.input_schema = input_schema
         self._check_tools()
         if terminating is not None:
             self.check_terminating(terminating)

@@ -39,12 +39,14 @@ def to_json_text(value: Any) -> str:
     return json.dumps(value, default=str, separators=(",", ":"))
 
 
+def sub_agent_tool_call(call: SubAgentCall) -> ToolCall:
+    """A seed-001 sub-agent call as the `subagent__<type>` tool call it is stored as."""
+    return ToolCall(id=call.id, name=f"{SUBAGENT_PREFIX}{call.agent_type}", arguments=call.input)
+
+
 def create_assistant_message(plan: AssistantMessagePlan) -> Message:
     """Sub-agent calls are stored as tool calls named `subagent__<type>`."""
-    calls = list(plan.tool_calls) + [
-        ToolCall(id=s.id, name=f"{SUBAGENT_PREFIX}{s.agent_type}", arguments=s.input)
-        for s in plan.sub_agent_calls
-    ]
+    calls = list(plan.tool_calls) + [sub_agent_tool_call(s) for s in plan.sub_agent_calls]
     return Message(role="assistant", content=plan.content, tool_calls=calls, thinking=plan.thinking)
 
 

@@ -13,7 +13,7 @@ from helix_dbos.orchestration.completion import (
     finish_validation_message,
     is_recoverable_error_stop_reason,
 )
-from helix_dbos.orchestration.messages import AssistantMessagePlan
+from helix_dbos.orchestration.messages import AssistantMessagePlan, sub_agent_tool_call
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     ErrorStepResult,
@@ -87,6 +87,13 @@ def plan_step_processing(
         )
         return _plan_text(text, mode)
     return _plan_tool_calls(step_result, validate_output)
+
+
+def calls_to_run(plan: StepProcessingPlan) -> list[ToolCall]:
+    """Every call the step runs: its tool calls, then seed 001's `subAgentCalls` as the
+    `subagent__<type>` calls the stored message holds, so each gets a result (a
+    sub-agent tool of that name runs the child; any other name is an unknown tool)."""
+    return plan.pending_tool_calls + [sub_agent_tool_call(s) for s in plan.pending_sub_agent_calls]
 
 
 def _plan_output(

@@ -33,7 +33,11 @@ from helix_dbos.orchestration.messages import (
     create_tool_result_message,
     synthesize_finish_tool_result,
 )
-from helix_dbos.orchestration.planning import StepProcessingPlan, plan_step_processing
+from helix_dbos.orchestration.planning import (
+    StepProcessingPlan,
+    calls_to_run,
+    plan_step_processing,
+)
 from helix_dbos.orchestration.terminating import (
     MAX_INVOCATIONS_ERROR,
     response_text,
@@ -154,8 +158,9 @@ class AgentLoop:
             update = plan.status_update
             commit.end(update.status, output=update.output, error=update.error)
         self._apply_finish(plan, commit)
-        if plan.pending_tool_calls:
-            await self._run_tools(plan.pending_tool_calls, reply.state, commit, terminating_call)
+        calls = calls_to_run(plan)  # seed 001's subAgentCalls too: none is left unanswered
+        if calls:
+            await self._run_tools(calls, reply.state, commit, terminating_call)
         self._apply_nudges(plan, commit)
         return commit
 
@@ -175,7 +180,7 @@ class AgentLoop:
         commit: StepCommit,
         terminating_call: ToolCall | None,
     ) -> None:
-        batch = ToolBatch(self.rt, self.agent, commit)
+        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow)
         head = asyncio.get_running_loop().create_task(_write_head_if_slow(self.rt, commit))
         try:
             done = await batch.run(
@@ -197,6 +202,8 @@ class AgentLoop:
         for call in calls:
             outcome = done.outcomes[call.id]
             commit.add_tool_outcome(call, outcome, start_chunk=runs_at_once(self.agent, call))
+            if outcome.invalid_output:  # a finish_with output that fails output_schema
+                self._invalid_output(call.name, outcome.error or "", commit)
         if done.state != state:
             commit.state = done.state
             patch = _state_patch(state, done.state)
@@ -216,25 +223,32 @@ class AgentLoop:
         if plan.finish_error is None:
             commit.messages.append(synthesize_finish_tool_result(plan.finish_call_ids[0]))
             return
-        self.output_retries += 1
-        logger.warning(
-            "Agent '%s' (run %s) called %s with invalid output (attempt %d of %d): %s",
-            self.agent.name,
-            self.run_id,
-            FINISH_TOOL_NAME,
-            self.output_retries,
-            self.agent.max_output_retries + 1,
-            plan.finish_error,
-        )
         for call_id in plan.finish_call_ids:
             commit.messages.append(
                 create_tool_result_message(
                     call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error
                 )
             )
-        if self.output_retries > self.agent.max_output_retries:
-            error = f"Output validation failed {self.output_retries} times: {plan.finish_error}"
-            commit.end("failed", error=error)
+        self._invalid_output(FINISH_TOOL_NAME, plan.finish_error, commit)
+
+    def _invalid_output(self, source: str, error: str, commit: StepCommit) -> None:
+        """Output that does not match output_schema (from `source`: a completion tool, or
+        the reply itself): a loud warning, and the run fails after `max_output_retries`
+        more tries unless the step completed another way."""
+        self.output_retries += 1
+        logger.warning(
+            "Agent '%s' (run %s): invalid output from %s (attempt %d of %d): %s",
+            self.agent.name,
+            self.run_id,
+            source,
+            self.output_retries,
+            self.agent.max_output_retries + 1,
+            error,
+        )
+        if self.output_retries > self.agent.max_output_retries and commit.status is None:
+            commit.end(
+                "failed", error=f"Output validation failed {self.output_retries} times: {error}"
+            )
 
     def _apply_nudges(self, plan: StepProcessingPlan, commit: StepCommit) -> None:
         """A text reply when a completion tool is required gets a nudge (seeds 000, 004);

@@ -74,6 +74,7 @@ class StepCommit:
                     f"{prefix}:tool:{call.id}",
                     outcome.usage_kind,
                     self.step,
+                    llm=outcome.tokens,
                     tool_name=call.name,
                     duration_ms=outcome.duration_ms,
                     success=outcome.success,

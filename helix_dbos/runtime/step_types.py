@@ -12,11 +12,11 @@ from typing import Any, Literal, NamedTuple
 
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.orchestration.messages import to_json_text
-from helix_dbos.orchestration.types import StepResult, ToolCall
+from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
 from helix_dbos.store.repository import ToolCallKind
 
 GateKind = ToolCallKind
-UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms"]
+UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms", "subagent"]
 FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
 
 
@@ -89,6 +89,10 @@ class ToolOutcome:
     usage_kind: UsageKind = "tool"
     finish_output: Any = None  # a finish_with tool's (transformed) output
     transform_error: str | None = None  # its transform raised: the run fails
+    # A finish_with tool's output did not match the agent's output_schema: `error` says
+    # how, and the call counts as an invalid output (bounded retries, seed 000).
+    invalid_output: bool = False
+    tokens: LLMUsage | None = None  # a sub-agent's tokens, its own sub-agents' included
 
     @classmethod
     def executed(
@@ -101,6 +105,7 @@ class ToolOutcome:
         duration_ms: float,
         finish_output: Any = None,
         transform_error: str | None = None,
+        invalid_output: bool = False,
     ) -> ToolOutcome:
         """A call that ran: `result` is its JSON-ready value, `error` why it failed."""
         return cls(
@@ -113,6 +118,7 @@ class ToolOutcome:
             duration_ms=duration_ms,
             finish_output=finish_output,
             transform_error=transform_error,
+            invalid_output=invalid_output,
         )
 
     @classmethod

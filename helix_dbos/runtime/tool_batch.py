@@ -1,7 +1,10 @@
 """The tool calls of one agent step, scheduled by kind.
 
 Plain calls run concurrently, each in its own DBOS step at a step id reserved
-in call order (so a replay finds the same ids); workflow-level tools run next,
+in call order (so a replay finds the same ids), and sub-agent calls beside them,
+each a child workflow (seed 002: "In the JS runtime, sub-agents execute alongside
+regular tools in phase 1", so they run even when a finish_with tool in the same
+response succeeds, and completion waits for them); workflow-level tools run next,
 one by one, in workflow code; gated calls run after their human answers; then
 finish_with tools run one by one, seeing the state, and the first that succeeds
 completes the run. A terminating call in the batch (seed 004) makes every call
@@ -11,6 +14,7 @@ run one by one, in call order.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,13 @@ from helix_dbos.runtime.hitl import (
     needs_gate_step,
 )
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
+from helix_dbos.runtime.subagents import (
+    AgentWorkflow,
+    ChildRun,
+    SubAgentDispatch,
+    child_result,
+    child_step_options,
+)
 from helix_dbos.runtime.tool_step import (
     outside_result_hooks,
     run_workflow_tool,
@@ -59,7 +70,9 @@ class BatchResult:
 class ToolBatch:
     """Runs one step's tool calls; `outcomes` holds each call's `ToolOutcome`."""
 
-    def __init__(self, rt: Runtime, agent: Agent, commit: StepCommit):
+    def __init__(
+        self, rt: Runtime, agent: Agent, commit: StepCommit, workflow: AgentWorkflow
+    ) -> None:
         self.rt = rt
         self.agent = agent
         self.commit = commit  # the step whose calls these are (a wait writes its head)
@@ -68,6 +81,7 @@ class ToolBatch:
         self.step = commit.step
         self.outcomes: dict[str, ToolOutcome] = {}
         self.interrupt: InterruptNotice | None = None  # a wait for a human was interrupted
+        self.children = SubAgentDispatch(rt, agent, commit, workflow)
 
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
@@ -92,8 +106,15 @@ class ToolBatch:
     ) -> dict[str, Any]:
         """Plain calls at once; workflow-level calls next, one by one; then gated calls,
         once every human answer is in."""
-        plain = [c for c in calls if c.id not in gates and not self._in_workflow(c)]
-        state = await self._parallel(plain, state)
+        subs = [c for c in calls if self.children.is_sub_agent(c)]
+        plain = [
+            c
+            for c in calls
+            if c.id not in gates and not self._in_workflow(c) and not self.children.is_sub_agent(c)
+        ]
+        started = await self.children.dispatch(subs, self.outcomes)
+        state = await self._parallel(plain, state, started)
+        await self.children.settle(started)
         for call in calls:
             if self._in_workflow(call):
                 state = await self._in_workflow_code(call, state)
@@ -113,16 +134,23 @@ class ToolBatch:
                 state = await self._gated([call], gates, state)
             elif self._in_workflow(call):
                 state = await self._in_workflow_code(call, state)
+            elif self.children.is_sub_agent(call):
+                started = await self.children.dispatch([call], self.outcomes)
+                await self._parallel([], state, started)
+                await self.children.settle(started)
             else:
                 state = await self._parallel([call], state)
         return state
 
-    async def _parallel(self, calls: list[ToolCall], state: dict[str, Any]) -> dict[str, Any]:
-        """Tool steps at once, at step ids reserved in call order; their state changes are
-        merged in call order."""
-        if not calls:
+    async def _parallel(
+        self, calls: list[ToolCall], state: dict[str, Any], children: Sequence[ChildRun] = ()
+    ) -> dict[str, Any]:
+        """Tool steps, and the steps awaiting started children, at once, at step ids
+        reserved in call order; the tools' state changes are merged in call order."""
+        if not calls and not children:
             return state
         reservations = [DBOS.reserve_step() for _ in calls]
+        waits = [DBOS.reserve_step() for _ in children]
         results = await asyncio.gather(
             *(
                 r.run_async(
@@ -136,10 +164,16 @@ class ToolBatch:
                     state,
                 )
                 for r, c in zip(reservations, calls, strict=True)
-            )
+            ),
+            *(
+                w.run_async(child_step_options(child), child_result, child)
+                for w, child in zip(waits, children, strict=True)
+            ),
         )
+        for child, outcome in zip(children, results[len(calls) :], strict=True):
+            self.outcomes[child.call_id] = outcome
         merged = state
-        for call, outcome in zip(calls, results, strict=True):
+        for call, outcome in zip(calls, results, strict=False):
             self.outcomes[call.id] = outcome
             merged = merge_state(merged, state, outcome.state)
         return merged

@@ -111,21 +111,50 @@ async def insert_session(
     agent_name: str,
     state: dict[str, Any],
     parent_session_id: str | None = None,
+    root_session_id: str | None = None,
 ) -> bool:
     """Create a session; False when it already exists."""
     result = await conn.execute(
         _sql(
-            "INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id) "
-            "VALUES (:sid, :agent, CAST(:state AS jsonb), :parent) ON CONFLICT DO NOTHING"
+            "INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id, "
+            "root_session_id) VALUES (:sid, :agent, CAST(:state AS jsonb), :parent, :root) "
+            "ON CONFLICT DO NOTHING"
         ),
         {
             "sid": session_id,
             "agent": agent_name,
             "state": _json(state),
             "parent": parent_session_id,
+            "root": root_session_id,
         },
     )
     return bool(result.rowcount)
+
+
+async def session_root(conn: Executor, session_id: str) -> str:
+    """The root of the session's tree (the session itself when it has no parent)."""
+    row = await conn.execute(
+        _sql(
+            "SELECT COALESCE(root_session_id, session_id) FROM helix.sessions "
+            "WHERE session_id = :sid"
+        ),
+        {"sid": session_id},
+    )
+    return str(row.scalar_one())
+
+
+async def live_child_runs(conn: Executor, session_id: str) -> list[RunRow]:
+    """The live runs of the session's direct sub-agents."""
+    rows = await conn.execute(
+        _sql(
+            f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS.split(', '))} "
+            "FROM helix.runs r JOIN helix.sessions s ON s.session_id = r.session_id "
+            "WHERE s.parent_session_id = :sid AND r.status IN ('running', 'waiting', 'paused') "
+            "ORDER BY r.started_at"
+        ),
+        {"sid": session_id},
+    )
+    return [RunRow(*r) for r in rows]
 
 
 async def update_session(conn: Executor, session_id: str, **fields: Any) -> None:
@@ -187,7 +216,12 @@ async def live_runs_with_ended_workflow(conn: Executor) -> list[str]:
             "SELECT r.run_id FROM helix.runs r LEFT JOIN dbos.workflow_status w "
             "ON w.workflow_uuid = r.workflow_id "
             "WHERE r.status IN ('running', 'waiting', 'paused') AND (w.workflow_uuid IS NULL "
-            "OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))"
+            "OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
+            # A sub-agent's workflow is started by its parent's workflow, which a recovery
+            # replays: while the parent is live, a child not started yet is not stale.
+            "AND NOT (w.workflow_uuid IS NULL AND EXISTS (SELECT 1 FROM helix.sessions s "
+            "JOIN helix.runs p ON p.session_id = s.parent_session_id "
+            "AND p.status IN ('running', 'waiting', 'paused') WHERE s.session_id = r.session_id))"
         )
     )
     return [str(run_id) for (run_id,) in rows]
@@ -366,12 +400,31 @@ _USAGE_RECORDSET = (
 )
 
 
+# A session and every session below it (its sub-agents, theirs, ...).
+_SESSION_TREE = (
+    "WITH RECURSIVE tree AS (SELECT CAST(:sid AS text) AS session_id UNION "
+    "SELECT s.session_id FROM helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
+)
+
+
 async def usage_summary(
-    conn: Executor, *, session_id: str | None = None, run_id: str | None = None
+    conn: Executor,
+    *,
+    session_id: str | None = None,
+    run_id: str | None = None,
+    include_children: bool = False,
 ) -> dict[str, int]:
+    """Call counts and tokens. A `subagent` row repeats its child's tokens, so tokens
+    count only the rows of the work itself: a session's own, or with
+    `include_children` those of every session below it too."""
     where: list[str] = []
     params: dict[str, str] = {}
-    if session_id:
+    prefix = ""
+    if session_id and include_children:
+        prefix = _SESSION_TREE
+        where.append("session_id IN (SELECT session_id FROM tree)")
+        params["sid"] = session_id
+    elif session_id:
         where.append("session_id = :sid")
         params["sid"] = session_id
     if run_id:
@@ -381,10 +434,12 @@ async def usage_summary(
     row = (
         await conn.execute(
             _sql(
-                "SELECT count(*) FILTER (WHERE kind = 'llm'), count(*) FILTER (WHERE kind = 'tool'), "
-                "COALESCE(sum(input_tokens), 0), COALESCE(sum(output_tokens), 0), "
-                "COALESCE(sum(cache_read_tokens), 0), COALESCE(sum(cache_write_tokens), 0), "
-                f"COALESCE(sum(reasoning_tokens), 0) FROM helix.usage {clause}"
+                prefix + "SELECT count(*) FILTER (WHERE kind = 'llm'), "
+                "count(*) FILTER (WHERE kind = 'tool'), "
+                + ", ".join(
+                    f"COALESCE(sum({c}) FILTER (WHERE kind <> 'subagent'), 0)" for c in _TOKENS
+                )
+                + f", count(*) FILTER (WHERE kind = 'subagent') FROM helix.usage {clause}"
             ),
             params,
         )
@@ -397,8 +452,37 @@ async def usage_summary(
         "cache_read_tokens",
         "cache_write_tokens",
         "reasoning_tokens",
+        "subagent_calls",
     )
     return {k: int(v) for k, v in zip(keys, row, strict=True)}
+
+
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
+async def run_usage_total(conn: Executor, run_id: str) -> tuple[LLMUsage, float]:
+    """A finished run's tokens, its sub-agents' included (their `subagent` rows), and
+    its duration in milliseconds: what its parent's `subagent` usage row records."""
+    row = (
+        await conn.execute(
+            _sql(
+                "SELECT "
+                + ", ".join(f"COALESCE(sum(u.{c}), 0)" for c in _TOKENS)
+                + ", (SELECT EXTRACT(EPOCH FROM COALESCE(r.finished_at, now()) - r.started_at) "
+                "* 1000 FROM helix.runs r WHERE r.run_id = :rid) "
+                "FROM helix.usage u WHERE u.run_id = :rid AND u.kind IN ('llm', 'subagent')"
+            ),
+            {"rid": run_id},
+        )
+    ).one()
+    tokens = LLMUsage(**{c: int(v) for c, v in zip(_TOKENS, row[:5], strict=True)})
+    return tokens, float(row[5] or 0.0)
 
 
 # --- stream chunks (custom events) -----------------------------------------
@@ -476,10 +560,13 @@ async def load_chunks(
     run_id: str | None = None,
     limit: int = 500,
 ) -> list[tuple[Any, ...]]:
-    run_filter = " AND run_id = :rid" if run_id else ""
+    """A session's chunks after `after_seq`: its own and, for a root session, copies of its
+    sub-agents' chunks (named by their own session); a run's own and its sub-agents'."""
+    run_filter = " AND (run_id = :rid OR via_run_id = :rid)" if run_id else ""
     rows = await conn.execute(
         _sql(
-            "SELECT seq, session_id, run_id, agent_name, step, type, payload, created_at FROM helix.stream_chunks "
+            "SELECT seq, COALESCE(source_session_id, session_id), run_id, agent_name, step, "
+            "type, payload, created_at, via_run_id FROM helix.stream_chunks "
             f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit"
         ),
         {"sid": session_id, "after": after_seq, "rid": run_id, "limit": limit},
@@ -815,13 +902,17 @@ async def resolve_tool_call(
 async def find_tool_call(
     conn: Executor, session_id: str, tool_call_id: str, *, for_update: bool = False
 ) -> ToolCallRow | None:
-    """The most recent call with this id in the session."""
+    """The most recent call with this id in the session, else in one of its sub-agents'
+    sessions when it is a root (seed 002: submissions go against the ROOT session and
+    reach the owning sub-agent)."""
     lock = " FOR UPDATE" if for_update else ""
     row = (
         await conn.execute(
             _sql(
-                f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND tool_call_id = :tcid "
-                f"ORDER BY created_at DESC LIMIT 1{lock}"
+                f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE tool_call_id = :tcid "
+                "AND (session_id = :sid OR session_id IN "
+                "(SELECT session_id FROM helix.sessions WHERE root_session_id = :sid)) "
+                f"ORDER BY session_id = :sid DESC, created_at DESC LIMIT 1{lock}"
             ),
             {"sid": session_id, "tcid": tool_call_id},
         )

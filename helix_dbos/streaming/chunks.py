@@ -145,6 +145,11 @@ PAYLOAD_MODELS: dict[str, type[_Payload]] = {
 
 
 class StreamChunk(BaseModel):
+    """One chunk of a session's stream. A root session's stream also carries its
+    sub-agents' chunks (seed 002: "stream events flow to the parent's stream"): those
+    name the sub-agent's own session, run and agent, and `via_run_id` is the run of this
+    stream that the sub-agent works for (`None` for the session's own chunks)."""
+
     seq: int
     session_id: str
     run_id: str | None = None
@@ -153,6 +158,7 @@ class StreamChunk(BaseModel):
     type: ChunkType
     payload: dict[str, Any]
     timestamp: datetime
+    via_run_id: str | None = None
 
     @property
     def data(self) -> ChunkPayload:
@@ -161,8 +167,9 @@ class StreamChunk(BaseModel):
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> StreamChunk:
-        seq, session_id, run_id, agent_name, step, kind, payload, created_at = row
+        seq, session_id, run_id, agent_name, step, kind, payload, created_at, via = row
         return cls(
+            via_run_id=via,
             seq=seq,
             session_id=session_id,
             run_id=run_id,

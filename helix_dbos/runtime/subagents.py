@@ -1,0 +1,292 @@
+"""Sub-agents as DBOS child workflows of the parent's run (seed 002).
+
+Seed 002: "The child runs to completion and returns the result as a tool result.
+Child sessions are isolated but stream events flow to the parent's stream. Each
+sub-agent gets its own sessionId." One step's sub-agent calls go, from the parent's
+workflow code (DBOS cannot start a workflow from inside a step), through:
+
+1. `helix.open_children`, one transaction: each child's session (`parent_session_id`,
+   `root_session_id`), run and input, and the parent run `waiting` on
+   `awaiting_children`. A child that cannot be dispatched (its agent is not registered
+   in this process) gets the reason instead; it is checkpointed, so a replay decides
+   the same;
+2. each child's workflow starts under an id derived from the parent run, the step and
+   the call id: a replay finds the child it started and never starts a second one;
+3. one `helix.subagent:<name>` step per child, all at once beside the step's plain
+   tools, waits for the child's run to end (on its run-end notification) and returns
+   its output or error, with its tokens and duration for the parent's `subagent`
+   usage row; a recovered parent waits again for the same children;
+4. `helix.children_done` marks the parent running again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID, StepOptions
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.definitions.subagent import SubAgentTool
+from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.orchestration.messages import to_json_text
+from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.runtime.commit import StepCommit
+from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
+from helix_dbos.runtime.results import TERMINAL_STATUSES
+from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
+from helix_dbos.store import repository as repo
+from helix_dbos.store.repository import RunRow
+from helix_dbos.streaming.notifier import run_end_key
+
+# `helix.agent_run` itself, handed in by the agent loop (which imports this module).
+AgentWorkflow = Callable[[str, str, str, RunOptions], Coroutine[Any, Any, Any]]
+
+AWAITING_CHILDREN = "awaiting_children"
+DISPATCH_FAILED_EVENT = "subagent.dispatch_failed"
+_NAMESPACE = uuid.UUID("5b7d8a52-6f0e-4d55-9d0c-2f1c3c9d4a10")
+# How often a waiting parent re-reads its child's run when no notification came.
+CHILD_POLL_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """One sub-agent call's child: ids derived from the parent run, step and call."""
+
+    call_id: str
+    tool_name: str
+    agent_name: str
+    session_id: str
+    run_id: str
+    workflow_id: str
+    input: str
+
+    @classmethod
+    def of(cls, parent: StepCommit, call: ToolCall, agent_name: str, text: str) -> ChildRun:
+        key = f"{parent.run_id}:{parent.step}:{call.id}"
+        run_id = f"run_{uuid.uuid5(_NAMESPACE, key).hex}"
+        session_id = f"ses_{uuid.uuid5(_NAMESPACE, 'session:' + key).hex}"
+        return cls(call.id, call.name, agent_name, session_id, run_id, f"helix-{run_id}", text)
+
+
+def child_step_options(child: ChildRun) -> StepOptions:
+    return {
+        "name": f"helix.subagent:{child.agent_name}",
+        "retries_allowed": True,
+        "max_attempts": 6,
+        "interval_seconds": 0.5,
+        "backoff_rate": 2.0,
+        "should_retry": is_transient_db_error,
+    }
+
+
+class SubAgentDispatch:
+    """One step's sub-agent calls: open and start the children, then settle the parent."""
+
+    def __init__(self, rt: Runtime, agent: Agent, commit: StepCommit, workflow: AgentWorkflow):
+        self.rt = rt
+        self.agent = agent
+        self.commit = commit
+        self.workflow = workflow
+
+    def is_sub_agent(self, call: ToolCall) -> bool:
+        return isinstance(self.agent.tool(call.name), SubAgentTool)
+
+    async def dispatch(
+        self, calls: list[ToolCall], outcomes: dict[str, ToolOutcome]
+    ) -> list[ChildRun]:
+        """Open and start a child per call; a call that cannot run gets its outcome now."""
+        children: list[ChildRun] = []
+        for call in calls:
+            tool = self.agent.tool(call.name)
+            assert isinstance(tool, SubAgentTool)
+            try:
+                arguments = tool.validate_arguments(call.arguments)
+            except ToolArgumentsError as exc:  # the model's mistake: an argument error
+                outcomes[call.id] = ToolOutcome.not_executed(str(exc))
+                continue
+            children.append(
+                ChildRun.of(self.commit, call, tool.agent_name, tool.child_input(arguments))
+            )
+        if not children:
+            return []
+        try:
+            failures = await self.rt.transaction(
+                "helix.open_children", open_children, self.commit, children
+            )
+        except Exception as exc:
+            failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
+        started: list[ChildRun] = []
+        for child in children:
+            if child.call_id in failures:
+                outcomes[child.call_id] = self._dispatch_failed(child, failures[child.call_id])
+                continue
+            with SetWorkflowID(child.workflow_id):
+                await DBOS.start_workflow_async(
+                    self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
+                )
+            started.append(child)
+        if started:
+            await self._fire("on_agent_suspended", "waiting", started)
+        return started
+
+    async def settle(self, started: list[ChildRun]) -> None:
+        """Every child has ended: the parent works again."""
+        if not started:
+            return
+        await self.rt.transaction("helix.children_done", children_done, self.commit)
+        await self._fire("on_agent_resumed", "running", started)
+
+    def _dispatch_failed(self, child: ChildRun, reason: str) -> ToolOutcome:
+        """Seed 002: a dispatch failure reaches the model as a tool error, with an error
+        chunk and an ERROR log event; siblings are unaffected."""
+        error = f"Sub-agent '{child.agent_name}' could not be dispatched: {reason}"
+        logger.error(
+            "%s: %s (run %s, call %s)",
+            DISPATCH_FAILED_EVENT,
+            error,
+            self.commit.run_id,
+            child.call_id,
+            extra={
+                "event": DISPATCH_FAILED_EVENT,
+                "run_id": self.commit.run_id,
+                "session_id": self.commit.session_id,
+                "tool_call_id": child.call_id,
+                "agent_name": child.agent_name,
+            },
+        )
+        payload = {"error": error, "tool_call_id": child.call_id, "tool_name": child.tool_name}
+        key = f"{self.commit.run_id}:{self.commit.step}:{child.call_id}:dispatch_failed"
+        self.commit.events.append(ChunkRecord(key, "error", payload))
+        return ToolOutcome(
+            success=False, content=None, error=error, duration_ms=0.0, usage_kind="subagent"
+        )
+
+    async def _fire(self, hook_name: str, status: str, children: list[ChildRun]) -> None:
+        hook = getattr(self.agent.hooks, hook_name)
+        if hook is None:
+            return
+        context = HookContext(
+            self.commit.session_id, self.commit.run_id, self.agent.name, self.commit.step
+        )
+        details = {
+            "reason": AWAITING_CHILDREN if status == "waiting" else "children_done",
+            "children": [c.session_id for c in children],
+            "tool_call_ids": [c.call_id for c in children],
+        }
+        await DBOS.run_step_async(
+            {"name": f"helix.hook:{hook_name}"},
+            fire_safely,
+            hook,
+            RunEvent(context, status, details=details),
+        )
+
+
+async def open_children(
+    session: repo.Executor, parent: StepCommit, children: list[ChildRun]
+) -> dict[str, str]:
+    """The body of `helix.open_children`; returns why each undispatchable child was not
+    opened, by call id."""
+    agents = current_runtime().agents
+    failures: dict[str, str] = {}
+    root = await repo.session_root(session, parent.session_id)
+    opened = 0
+    for child in children:
+        agent = agents.get(child.agent_name)
+        if agent is None:
+            failures[child.call_id] = (
+                f"agent '{child.agent_name}' is not registered in this process "
+                "(register sub-agents with HelixDBOS like any agent)"
+            )
+            continue
+        await repo.insert_session(
+            session,
+            child.session_id,
+            child.agent_name,
+            agent.initial_state(None),
+            parent_session_id=parent.session_id,
+            root_session_id=root,
+        )
+        await repo.insert_run(
+            session,
+            run_id=child.run_id,
+            session_id=child.session_id,
+            workflow_id=child.workflow_id,
+            agent_name=child.agent_name,
+            turn=1,
+            max_steps=agent.max_steps,
+            options={"parent_run_id": parent.run_id, "tool_call_id": child.call_id},
+        )
+        await repo.append_messages(
+            session, child.session_id, child.run_id, [Message(role="user", content=child.input)]
+        )
+        await repo.update_session(session, child.session_id, status="running", turn_count=1)
+        started = ChunkRecord(f"{child.run_id}:started", "run_started", {"turn": 1})
+        await repo.insert_chunks(
+            session, child.session_id, child.run_id, child.agent_name, 0, [started]
+        )
+        opened += 1
+    if opened and await repo.update_live_run(
+        session,
+        parent.run_id,
+        status="waiting",
+        waiting_for=AWAITING_CHILDREN,
+        waiting_since_now=True,
+    ):
+        await repo.update_session(session, parent.session_id, status="waiting")
+    return failures
+
+
+async def children_done(session: repo.Executor, parent: StepCommit) -> None:
+    """The body of `helix.children_done`: a parent still live works again."""
+    if await repo.update_live_run(
+        session, parent.run_id, status="running", waiting_for=None, waiting_since=None
+    ):
+        await repo.update_session(session, parent.session_id, status="running")
+
+
+async def child_result(child: ChildRun) -> ToolOutcome:
+    """The body of a `helix.subagent:<name>` step: the child's run, once it ended, as
+    the call's outcome (its output, or why it did not complete)."""
+    rt = current_runtime()
+    run = await _run_end(rt, child.run_id)
+    tokens, duration_ms = await rt.read(repo.run_usage_total, child.run_id)
+    if run.status == "completed":
+        return ToolOutcome(
+            success=True,
+            content=to_json_text(run.output),
+            result=run.output,
+            duration_ms=duration_ms,
+            usage_kind="subagent",
+            tokens=tokens,
+        )
+    why = f": {run.error}" if run.error else ""
+    return ToolOutcome(
+        success=False,
+        content=None,
+        error=f"Sub-agent '{child.agent_name}' {run.status}{why}",
+        duration_ms=duration_ms,
+        usage_kind="subagent",
+        tokens=tokens,
+    )
+
+
+async def _run_end(rt: Runtime, run_id: str) -> RunRow:
+    """Wait for a run's final status, sleeping on its run-end notification."""
+    notifier = await rt.notifier() if rt.notifier is not None else None
+    key = run_end_key(run_id)
+    while True:
+        seen = notifier.version(key) if notifier is not None else 0
+        run = await rt.read(repo.get_run, run_id)
+        if run is None:
+            raise RuntimeError(f"the sub-agent run {run_id} does not exist")
+        if run.status in TERMINAL_STATUSES:
+            return run
+        if notifier is None:
+            await asyncio.sleep(0.5)
+        else:
+            await notifier.wait(key, seen, CHILD_POLL_SECONDS)

@@ -1,0 +1,486 @@
+"""Ephemeral sub-agents (seed 002, issue 13): a child workflow per call, its own session,
+its output as the tool result, usage rolled up, one stream for the whole tree."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+from dbos import DBOS
+from helpers import sql
+from pydantic import BaseModel
+
+from helix_dbos import Agent, AgentHooks, ToolContext, sub_agent_tool, tool
+from helix_dbos.errors import ToolDefinitionError
+from helix_dbos.runtime.event_loop import on_target_loop
+
+
+def calls(*items: tuple[str, str, dict]) -> dict:
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
+    }
+
+
+def text(content: str) -> dict:
+    return {"type": "text", "content": content}
+
+
+def tool_results(messages) -> dict[str, tuple[str | None, bool]]:
+    return {m.tool_call_id: (m.content, m.is_error) for m in messages if m.role == "tool"}
+
+
+def assert_every_call_paired(messages) -> None:
+    asked = [c.id for m in messages if m.role == "assistant" for c in m.tool_calls]
+    answered = [m.tool_call_id for m in messages if m.role == "tool"]
+    assert sorted(asked) == sorted(answered)
+
+
+def child_sessions(database_url: str, parent_session_id: str) -> list[tuple]:
+    return sql(
+        database_url,
+        "SELECT session_id, agent_name, status, root_session_id, output FROM helix.sessions "
+        "WHERE parent_session_id = %s ORDER BY created_at, session_id",
+        parent_session_id,
+    )
+
+
+async def test_a_sub_agent_runs_in_its_own_session_and_its_output_is_the_tool_result(
+    helix, make_agent, mock_llm, database_url
+):
+    child = make_agent(system_prompt="You research.")
+    parent = make_agent(tools=[sub_agent_tool(child)])
+    tool_name = f"subagent__{child.name}"
+    mock_llm.add_response(
+        calls(("s1", tool_name, {"message": "find the capital"})), agent=parent.name
+    )
+    mock_llm.add_response(text("Paris"), agent=child.name)
+    mock_llm.add_response(text("The capital is Paris."), agent=parent.name)
+
+    result = await (await helix.execute(parent, "What is the capital?")).result()
+
+    assert result.status == "completed", result.error
+    assert result.output == "The capital is Paris."
+    messages = await helix.get_messages(result.session_id)
+    assert tool_results(messages) == {"s1": ("Paris", False)}
+    assert_every_call_paired(messages)
+    [(child_id, agent_name, status, root, output)] = child_sessions(database_url, result.session_id)
+    assert (agent_name, status, root, output) == (
+        child.name,
+        "completed",
+        result.session_id,
+        "Paris",
+    )
+    child_messages = await helix.get_messages(child_id)
+    assert [(m.role, m.content) for m in child_messages] == [
+        ("user", "find the capital"),
+        ("assistant", "Paris"),
+    ]
+    # The model saw the sub-agent as a tool with a `message` parameter.
+    first = next(r for r in mock_llm.inputs if r.agent_name == parent.name)
+    spec = next(t for t in first.tools if t.name == tool_name)
+    assert list(spec.parameters["properties"]) == ["message"]
+    # The parent's `subagent` usage row carries the child's tokens, duration and success.
+    [(kind, tool, tokens_in, tokens_out, duration, success)] = sql(
+        database_url,
+        "SELECT kind, tool_name, input_tokens, output_tokens, duration_ms, success "
+        "FROM helix.usage WHERE session_id = %s AND kind = 'subagent'",
+        result.session_id,
+    )
+    [(child_in, child_out)] = sql(
+        database_url,
+        "SELECT sum(input_tokens), sum(output_tokens) FROM helix.usage WHERE session_id = %s",
+        child_id,
+    )
+    assert (kind, tool, success) == ("subagent", tool_name, True)
+    assert (tokens_in, tokens_out) == (child_in, child_out) and child_in > 0
+    assert duration > 0
+    own = await helix.get_usage(session_id=result.session_id)
+    tree = await helix.get_usage(session_id=result.session_id, include_children=True)
+    assert own["subagent_calls"] == 1 and own["llm_calls"] == 2
+    assert tree["llm_calls"] == 3
+    assert tree["input_tokens"] == own["input_tokens"] + child_in
+
+
+async def test_sub_agent_calls_in_one_response_run_concurrently(helix, make_agent, mock_llm):
+    inside: list[str] = []
+    both_inside = asyncio.Event()
+
+    @tool
+    async def dig(topic: str) -> str:
+        """Research a topic."""
+        inside.append(topic)
+        if len(inside) == 2:
+            both_inside.set()
+        await asyncio.wait_for(both_inside.wait(), timeout=20)  # only if both run at once
+        return f"notes on {topic}"
+
+    researcher = make_agent(tools=[dig])
+    lead = make_agent(tools=[sub_agent_tool(researcher, name="researcher")])
+    mock_llm.add_response(
+        calls(
+            ("a", "subagent__researcher", {"message": "cats"}),
+            ("b", "subagent__researcher", {"message": "dogs"}),
+        ),
+        agent=lead.name,
+    )
+
+    def researcher_reply(request):
+        topic = next(m.content for m in request.messages if m.role == "user")
+        if request.messages[-1].role == "tool":
+            return text(f"done: {request.messages[-1].content}")
+        return calls((f"d-{topic}", "dig", {"topic": topic}))
+
+    mock_llm.set_responder(researcher_reply)
+    mock_llm.add_response(text("summary"), agent=lead.name)
+    try:
+        result = await (await helix.execute(lead, "Compare cats and dogs")).result()
+    finally:
+        mock_llm.set_responder(None)
+
+    assert result.status == "completed", result.error
+    assert sorted(inside) == ["cats", "dogs"]
+    results = tool_results(await helix.get_messages(result.session_id))
+    assert results == {"a": ("done: notes on cats", False), "b": ("done: notes on dogs", False)}
+
+
+async def test_sub_agents_run_even_when_a_finish_with_tool_in_the_same_response_succeeds(
+    helix, make_agent, mock_llm, database_url
+):
+    @tool(finish_with=True)
+    def submit(answer: str) -> dict:
+        """Submit the final answer."""
+        return {"answer": answer}
+
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child), submit])
+    mock_llm.add_response(
+        calls(
+            ("f", "submit", {"answer": "42"}),
+            ("s", f"subagent__{child.name}", {"message": "double-check"}),
+        ),
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("checked"), agent=child.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed" and result.output == {"answer": "42"}
+    results = tool_results(await helix.get_messages(result.session_id))
+    assert results["s"] == ("checked", False)
+    [(_, _, status, _, _)] = child_sessions(database_url, result.session_id)
+    assert status == "completed"
+
+
+async def test_a_failing_child_comes_back_as_a_tool_error(helix, make_agent, mock_llm):
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="flaky")])
+    mock_llm.add_response(calls(("s", "subagent__flaky", {"message": "try"})), agent=parent.name)
+    mock_llm.add_response({"type": "error", "error": "provider exploded"}, agent=child.name)
+    mock_llm.add_response(text("the helper failed"), agent=parent.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed"
+    content, is_error = tool_results(await helix.get_messages(result.session_id))["s"]
+    assert is_error and content == f"Sub-agent '{child.name}' failed: provider exploded"
+    assert (await helix.get_usage(session_id=result.session_id))["subagent_calls"] == 1
+
+
+async def test_a_dispatch_failure_is_a_tool_error_with_an_error_chunk_and_log_event(
+    helix, make_agent, mock_llm, database_url, caplog
+):
+    unregistered = Agent(f"nowhere_{id(mock_llm)}")
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(unregistered, name="ghost"), sub_agent_tool(child)])
+    mock_llm.add_response(
+        calls(
+            ("g", "subagent__ghost", {"message": "boo"}),
+            ("c", f"subagent__{child.name}", {"message": "real work"}),
+        ),
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("real result"), agent=child.name)
+    mock_llm.add_response(text("ok"), agent=parent.name)
+
+    with caplog.at_level(logging.ERROR, logger="helix_dbos"):
+        result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed"
+    results = tool_results(await helix.get_messages(result.session_id))
+    content, is_error = results["g"]
+    assert is_error and "could not be dispatched" in content and "not registered" in content
+    assert results["c"] == ("real result", False)  # the sibling is unaffected
+    events = [r for r in caplog.records if getattr(r, "event", None) == "subagent.dispatch_failed"]
+    assert len(events) == 1 and events[0].levelno == logging.ERROR
+    [(payload,)] = sql(
+        database_url,
+        "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error'",
+        result.session_id,
+    )
+    assert payload["tool_call_id"] == "g" and "could not be dispatched" in payload["error"]
+    [(success,)] = sql(
+        database_url,
+        "SELECT success FROM helix.usage WHERE session_id = %s AND tool_name = 'subagent__ghost'",
+        result.session_id,
+    )
+    assert success is False
+
+
+async def test_seed_001_sub_agent_calls_map_to_sub_agent_tools_or_get_a_clear_error(
+    helix, make_agent, mock_llm
+):
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child)])
+    mock_llm.add_response(
+        {
+            "type": "tool_calls",
+            "toolCalls": [],
+            "subAgentCalls": [
+                {"id": "s1", "agentType": child.name, "input": {"message": "summarize"}},
+                {"id": "s2", "agentType": "nobody", "input": {"message": "?"}},
+            ],
+        },
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("a summary"), agent=child.name)
+    mock_llm.add_response(text("done"), agent=parent.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed"
+    messages = await helix.get_messages(result.session_id)
+    assert_every_call_paired(messages)
+    results = tool_results(messages)
+    assert results["s1"] == ("a summary", False)
+    content, is_error = results["s2"]
+    assert is_error and content.startswith("Unknown tool 'subagent__nobody'")
+
+
+async def test_a_child_with_an_input_schema_takes_it_as_the_tool_arguments(
+    helix, make_agent, mock_llm
+):
+    class Query(BaseModel):
+        topic: str
+        depth: int = 1
+
+    child = make_agent(input_schema=Query)
+    parent = make_agent(tools=[sub_agent_tool(child, name="q", description="Ask q")])
+    mock_llm.add_responses(
+        calls(("bad", "subagent__q", {"message": "no topic"})),
+        calls(("ok", "subagent__q", {"topic": "owls", "depth": 2})),
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("owl facts"), agent=child.name)
+    mock_llm.add_response(text("done"), agent=parent.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed"
+    first = next(r for r in mock_llm.inputs if r.agent_name == parent.name)
+    spec = next(t for t in first.tools if t.name == "subagent__q")
+    assert spec.description == "Ask q" and set(spec.parameters["properties"]) == {"topic", "depth"}
+    results = tool_results(await helix.get_messages(result.session_id))
+    assert results["bad"][1] and "Invalid arguments for tool 'subagent__q'" in results["bad"][0]
+    assert results["ok"] == ("owl facts", False)
+    child_request = next(r for r in mock_llm.inputs if r.agent_name == child.name)
+    assert json.loads(child_request.messages[-1].content) == {"topic": "owls", "depth": 2}
+
+
+def test_sub_agent_tool_names_must_be_tool_names():
+    with pytest.raises(ToolDefinitionError):
+        sub_agent_tool(Agent("x"), name="has space")
+
+
+async def test_the_root_stream_carries_the_childs_chunks_tagged_with_its_session_run_and_agent(
+    helix, make_agent, mock_llm, database_url
+):
+    @tool
+    async def note(topic: str, ctx: ToolContext) -> str:
+        """Take a note."""
+        await ctx.emit("noted", {"topic": topic})
+        return "noted"
+
+    child = make_agent(tools=[note])
+    parent = make_agent(tools=[sub_agent_tool(child, name="kid")])
+    mock_llm.add_response(calls(("s", "subagent__kid", {"message": "x"})), agent=parent.name)
+    mock_llm.add_responses(calls(("n", "note", {"topic": "t"})), text("kid done"), agent=child.name)
+    mock_llm.add_response(text("parent done"), agent=parent.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+    assert result.status == "completed"
+    [(child_session, child_run)] = sql(
+        database_url,
+        "SELECT r.session_id, r.run_id FROM helix.runs r JOIN helix.sessions s "
+        "ON s.session_id = r.session_id WHERE s.parent_session_id = %s",
+        result.session_id,
+    )
+
+    root = [c async for c in helix.stream(result.session_id, follow=False)]
+    mine = [c for c in root if c.via_run_id is None]
+    theirs = [c for c in root if c.via_run_id is not None]
+    assert {c.session_id for c in mine} == {result.session_id}
+    assert {(c.session_id, c.run_id, c.agent_name, c.via_run_id) for c in theirs} == {
+        (child_session, child_run, child.name, result.run_id)
+    }
+    types = [c.type for c in theirs]
+    assert types[0] == "run_started" and "custom" in types and types[-1] == "run_completed"
+    assert [c.seq for c in root] == sorted(c.seq for c in root)
+    # The child's own stream holds only the child.
+    own = [c async for c in helix.stream(child_session, follow=False)]
+    assert {c.session_id for c in own} == {child_session}
+    assert [c.type for c in own] == types
+    # A reader of the root run sees the child too, and is not ended by the child's end.
+    by_run = [c async for c in helix.stream(result.session_id, run_id=result.run_id)]
+    assert [c.seq for c in by_run] == [
+        c.seq for c in root if c.run_id in (result.run_id, child_run)
+    ]
+    assert by_run[-1].run_id == result.run_id and by_run[-1].type == "run_completed"
+
+
+# --- human in the loop inside a child, and control of the tree ------------------------
+
+
+def make_guarded(ran: list[str]):
+    @tool(require_approval=True)
+    def publish(post: str) -> str:
+        """Publish a post (needs a human's approval)."""
+        ran.append(post)
+        return f"published {post}"
+
+    return publish
+
+
+async def wait_for_child_wait(database_url: str, root_session_id: str) -> tuple:
+    """The child's pending call, as `helix.waiting_runs` shows it under the root."""
+    for _ in range(400):
+        rows = sql(
+            database_url,
+            "SELECT run_id, session_id, workflow_id, tool_call_id, kind, root_session_id "
+            "FROM helix.waiting_runs WHERE root_session_id = %s",
+            root_session_id,
+        )
+        if rows:
+            return rows[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("the child never waited")
+
+
+def tree_setup(make_agent, mock_llm, ran: list[str], hooks=None):
+    child = make_agent(tools=[make_guarded(ran)])
+    parent = make_agent(tools=[sub_agent_tool(child, name="writer")], hooks=hooks)
+    mock_llm.add_response(
+        calls(("w", "subagent__writer", {"message": "post it"})), agent=parent.name
+    )
+    mock_llm.add_response(calls(("p1", "publish", {"post": "hello"})), agent=child.name)
+    return child, parent
+
+
+async def test_a_wait_in_a_child_shows_under_its_root_and_is_answered_with_its_workflow_id(
+    helix, make_agent, mock_llm, database_url
+):
+    events: list[str] = []
+    hooks = AgentHooks(
+        on_agent_suspended=lambda e: events.append(f"suspended:{e.details['reason']}"),
+        on_agent_resumed=lambda e: events.append(f"resumed:{e.details['reason']}"),
+    )
+    ran: list[str] = []
+    child, parent = tree_setup(make_agent, mock_llm, ran, hooks)
+    mock_llm.add_response(text("posted"), agent=child.name)
+    mock_llm.add_response(text("all done"), agent=parent.name)
+
+    handle = await helix.execute(parent, "write a post")
+    run_id, session_id, workflow_id, call_id, kind, root = await wait_for_child_wait(
+        database_url, handle.session_id
+    )
+    assert (call_id, kind, root) == ("p1", "approval", handle.session_id)
+    assert session_id != handle.session_id
+    parent_run = await helix.get_current_run(handle.session_id)
+    assert parent_run is not None
+    assert (parent_run.status, parent_run.waiting_for) == ("waiting", "awaiting_children")
+    assert (await helix.get_session(handle.session_id)).status == "waiting"
+    # Any DBOS client answers the child with its workflow id.
+    await on_target_loop(
+        lambda: DBOS.send_async(
+            workflow_id, {"tool_call_id": "p1", "approved": True}, "helix.approval"
+        )
+    )
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+
+    assert result.status == "completed" and result.output == "all done"
+    assert ran == ["hello"]
+    assert tool_results(await helix.get_messages(handle.session_id)) == {"w": ("posted", False)}
+    assert events == ["suspended:awaiting_children", "resumed:children_done"]
+
+
+async def test_an_answer_addressed_to_the_root_session_reaches_the_owning_child(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    child, parent = tree_setup(make_agent, mock_llm, ran)
+    mock_llm.add_response(text("declined"), agent=child.name)
+    mock_llm.add_response(text("ok"), agent=parent.name)
+
+    handle = await helix.execute(parent, "write a post")
+    await wait_for_child_wait(database_url, handle.session_id)
+    pending = await helix.pending_tool_calls(handle.session_id)
+    assert pending == []  # the parent's own calls: none wait for a human
+    await helix.deny(handle.session_id, "p1", reason="not today")
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+
+    assert result.status == "completed" and ran == []
+    [(child_session,)] = sql(
+        database_url,
+        "SELECT session_id FROM helix.sessions WHERE parent_session_id = %s",
+        handle.session_id,
+    )
+    child_results = tool_results(await helix.get_messages(child_session))
+    assert child_results["p1"][1] and "not today" in child_results["p1"][0]
+
+
+async def test_interrupting_the_parent_interrupts_its_waiting_child(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    child, parent = tree_setup(make_agent, mock_llm, ran)
+
+    handle = await helix.execute(parent, "write a post")
+    _, child_session, *_ = await wait_for_child_wait(database_url, handle.session_id)
+    await helix.interrupt(handle.session_id, reason="stop")
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+
+    assert result.status == "interrupted" and ran == []
+    child_info = await helix.get_session(child_session)
+    assert child_info.status == "interrupted"
+    messages = await helix.get_messages(handle.session_id)
+    assert_every_call_paired(messages)
+    content, is_error = tool_results(messages)["w"]
+    assert is_error and content == f"Sub-agent '{child.name}' interrupted: Interrupted: stop"
+    assert await helix.get_current_run(child_session) is None
+
+
+async def test_aborting_the_parent_aborts_its_waiting_child(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    child, parent = tree_setup(make_agent, mock_llm, ran)
+
+    handle = await helix.execute(parent, "write a post")
+    _, child_session, child_workflow, *_ = await wait_for_child_wait(
+        database_url, handle.session_id
+    )
+    await helix.abort(handle.session_id, reason="enough")
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+
+    assert result.status == "aborted" and ran == []
+    assert (await helix.get_session(child_session)).status == "aborted"
+    assert_every_call_paired(await helix.get_messages(handle.session_id))
+    assert_every_call_paired(await helix.get_messages(child_session))
+    [(status,)] = sql(
+        database_url,
+        "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        child_workflow,
+    )
+    assert status == "CANCELLED"
