@@ -19,6 +19,10 @@ class ToolArgumentsError(HelixError):
     """The model called a tool with arguments that do not match its schema."""
 
 
+class ToolOutputError(HelixError):
+    """A tool returned a value that does not match its declared `output_schema`."""
+
+
 class SessionNotFoundError(HelixError, LookupError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"Session '{session_id}' does not exist")

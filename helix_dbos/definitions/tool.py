@@ -15,10 +15,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from helix_dbos.definitions.context import ToolContext
-from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError
+from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError, ToolOutputError
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
 
 ApprovalPredicate = Callable[[Any, ToolContext], bool | Awaitable[bool]]
@@ -47,6 +47,7 @@ class Tool:
         client_timeout_seconds: float | None = None,
         human_input: bool = False,
         runs_in_workflow: bool = False,
+        output_schema: type[BaseModel] | None = None,
     ) -> None:
         _check_definition(
             name, function, execute, finish_with, finish_with_transform, require_approval
@@ -77,6 +78,9 @@ class Tool:
         self.require_approval = require_approval
         self.strict = strict
         self.client_timeout_seconds = client_timeout_seconds
+        # What the function must return; a value that does not match is a tool error.
+        self.output_schema = output_schema
+        self._output_adapter = TypeAdapter(output_schema) if output_schema is not None else None
         self._ctx_param: str | None = None
         self._model_param: str | None = None
         if function is not None and input_model is None:
@@ -121,6 +125,20 @@ class Tool:
             raise ToolArgumentsError(
                 f"Invalid arguments for tool '{self.name}': {_format_errors(exc)}"
             ) from exc
+
+    def validate_output(self, value: Any) -> Any:
+        """The function's return value checked against `output_schema` (JSON-ready);
+        raises `ToolOutputError`, a message the model can act on, when it does not match."""
+        if self._output_adapter is None:
+            return value
+        try:
+            checked = self._output_adapter.validate_python(value)
+        except ValidationError as exc:
+            raise ToolOutputError(
+                f"Tool '{self.name}' returned output that does not match its output_schema: "
+                f"{_format_errors(exc)}"
+            ) from exc
+        return self._output_adapter.dump_python(checked, mode="json")
 
     async def call(self, arguments: BaseModel, ctx: ToolContext) -> Any:
         """Run the function: async tools on the loop, sync tools in a worker thread."""
@@ -290,6 +308,7 @@ def tool(
     require_approval: bool | ApprovalPredicate = False,
     strict: bool = False,
     client_timeout_seconds: float | None = None,
+    output_schema: type[BaseModel] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -305,6 +324,7 @@ def tool(
     require_approval: bool | ApprovalPredicate = False,
     strict: bool = False,
     client_timeout_seconds: float | None = None,
+    output_schema: type[BaseModel] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (`@tool`) or with options (`@tool(...)`)."""
 
@@ -323,6 +343,7 @@ def tool(
             require_approval=require_approval,
             strict=strict,
             client_timeout_seconds=client_timeout_seconds,
+            output_schema=output_schema,
         )
 
     if function is not None:

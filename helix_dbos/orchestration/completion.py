@@ -84,3 +84,12 @@ def finish_validation_message(details: str) -> str:
         f"Invalid output for {FINISH_TOOL_NAME}: {details}. "
         f"Call {FINISH_TOOL_NAME} again with arguments that match the output schema."
     )
+
+
+def finish_with_validation_message(tool_name: str, details: str) -> str:
+    """The tool error sent back to the model when a finish_with tool's output (after its
+    transform) does not match the agent's output schema."""
+    return (
+        f"Invalid output from {tool_name}: {details}. The task is not complete: "
+        f"call {tool_name} again so that its output matches the output schema."
+    )

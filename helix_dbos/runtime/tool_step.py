@@ -26,8 +26,10 @@ from helix_dbos.definitions.hooks import (
     fire_safely,
 )
 from helix_dbos.definitions.tool import Tool
-from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.errors import ToolArgumentsError, ToolOutputError
+from helix_dbos.orchestration.completion import finish_with_validation_message
 from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.planning import describe_validation_error
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
@@ -96,10 +98,13 @@ async def tool_step(
         raise
     finally:
         abort.stop()
-    finish_output, transform_error = None, None
+    finish_output, transform_error, invalid_output = None, None, False
     tool = agent.tool(call.name)
     if error is None and tool is not None and tool.finish_with:
         finish_output, transform_error = _transform(tool, result)
+        if transform_error is None:
+            finish_output, error = _check_finish_output(agent, tool, finish_output)
+            invalid_output = error is not None
     duration_ms = (time.perf_counter() - started) * 1000
     new_state = ctx.state_dict
     if new_state != state:
@@ -115,6 +120,7 @@ async def tool_step(
         duration_ms=duration_ms,
         finish_output=finish_output,
         transform_error=transform_error,
+        invalid_output=invalid_output,
     )
 
 
@@ -246,12 +252,24 @@ async def _execute(agent: Agent, call: ToolCall, ctx: ToolContext) -> tuple[Any,
         return None, f"Unknown tool '{call.name}'. Available tools: {available}"
     try:
         arguments = tool.validate_arguments(call.arguments)
-        value = await tool.call(arguments, ctx)
+        value = tool.validate_output(await tool.call(arguments, ctx))
         return to_jsonable_python(value, fallback=str), None
-    except ToolArgumentsError as exc:
+    except (ToolArgumentsError, ToolOutputError) as exc:
         return None, str(exc)
     except Exception as exc:
         return None, f"Tool '{call.name}' failed: {exc}"
+
+
+def _check_finish_output(agent: Agent, tool: Tool, output: Any) -> tuple[Any, str | None]:
+    """A finish_with tool's output validated against the agent's output_schema (seed 000:
+    never passed through unchecked); the error goes back to the model."""
+    if agent.output_schema is None:
+        return output, None
+    try:
+        return agent.validate_output(output), None
+    except Exception as exc:
+        details = describe_validation_error(exc)
+        return None, finish_with_validation_message(tool.name, details)
 
 
 def _transform(tool: Tool, result: Any) -> tuple[Any, str | None]:
