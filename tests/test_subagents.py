@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from dbos import DBOS
@@ -15,6 +19,8 @@ from pydantic import BaseModel
 from helix_dbos import Agent, AgentHooks, ToolContext, sub_agent_tool, tool
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.runtime.event_loop import on_target_loop
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def calls(*items: tuple[str, str, dict]) -> dict:
@@ -484,3 +490,75 @@ async def test_aborting_the_parent_aborts_its_waiting_child(
         child_workflow,
     )
     assert status == "CANCELLED"
+
+
+def test_the_research_team_example_prints_the_session_tree(database_url):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "research_team.py")],
+        env={**os.environ, "HELIX_DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Brief (completed): {'summary': 'Owls can turn" in out
+    tree = [line.split() for line in out.splitlines() if line.startswith("  ") and "ses_" in line]
+    # lead (2 LLM calls, 2 sub-agent calls), then both researchers (2 LLM calls, 1 tool).
+    assert all(int(row[5]) > 0 for row in tree)
+    assert tree[0][:5] == ["lead", "completed", "2", "0", "2"]
+    assert sorted(row[:5] for row in tree[1:]) == [
+        ["archive_researcher", "completed", "2", "1", "0"],
+        ["web_researcher", "completed", "2", "1", "0"],
+    ]
+    assert "Whole tree: 3 sessions" in out and "(6 LLM calls)" in out
+    # The root stream showed the researchers' own chunks, tagged with their agent.
+    assert any("web_researcher" in line and "tool_end" in line for line in out.splitlines())
+
+
+async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "helix_dbos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "HELIX_DATABASE_URL": database_url},
+        cwd=REPO,
+    )
+
+
+async def test_the_cli_answers_a_childs_wait_through_the_root_and_aborts_the_tree(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    child, parent = tree_setup(make_agent, mock_llm, ran)
+    mock_llm.add_response(text("posted"), agent=child.name)
+    mock_llm.add_response(
+        calls(("w2", "subagent__writer", {"message": "again"})), agent=parent.name
+    )
+    mock_llm.add_response(calls(("p2", "publish", {"post": "again"})), agent=child.name)
+
+    handle = await helix.execute(parent, "write two posts")
+    await wait_for_child_wait(database_url, handle.session_id)
+    approved = await cli(database_url, "approve", handle.session_id, "p1")
+    assert approved.returncode == 0, approved.stderr
+    for _ in range(400):  # the second child waits
+        rows = sql(
+            database_url,
+            "SELECT session_id FROM helix.waiting_runs WHERE root_session_id = %s "
+            "AND tool_call_id = 'p2'",
+            handle.session_id,
+        )
+        if rows:
+            break
+        await asyncio.sleep(0.05)
+    [(second_child,)] = rows
+    aborted = await cli(database_url, "abort", handle.session_id, "--reason", "stop all")
+    assert aborted.returncode == 0, aborted.stderr
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+
+    assert result.status == "aborted" and ran == ["hello"]
+    assert (await helix.get_session(second_child)).status == "aborted"
+    assert_every_call_paired(await helix.get_messages(second_child))

@@ -37,6 +37,7 @@ from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
+from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.store import repository as repo
@@ -101,6 +102,7 @@ class SubAgentDispatch:
     ) -> list[ChildRun]:
         """Open and start a child per call; a call that cannot run gets its outcome now."""
         children: list[ChildRun] = []
+        dispatched: list[ToolCall] = []
         for call in calls:
             tool = self.agent.tool(call.name)
             assert isinstance(tool, SubAgentTool)
@@ -109,6 +111,7 @@ class SubAgentDispatch:
             except ToolArgumentsError as exc:  # the model's mistake: an argument error
                 outcomes[call.id] = ToolOutcome.not_executed(str(exc))
                 continue
+            dispatched.append(call)
             children.append(
                 ChildRun.of(self.commit, call, tool.agent_name, tool.child_input(arguments))
             )
@@ -116,7 +119,7 @@ class SubAgentDispatch:
             return []
         try:
             failures = await self.rt.transaction(
-                "helix.open_children", open_children, self.commit, children
+                "helix.open_children", open_children, self.commit, children, dispatched
             )
         except Exception as exc:
             failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
@@ -187,13 +190,22 @@ class SubAgentDispatch:
 
 
 async def open_children(
-    session: repo.Executor, parent: StepCommit, children: list[ChildRun]
+    session: repo.Executor, parent: StepCommit, children: list[ChildRun], calls: list[ToolCall]
 ) -> dict[str, str]:
     """The body of `helix.open_children`; returns why each undispatchable child was not
-    opened, by call id."""
+    opened, by call id. The parent's stream shows each call start first (the same keyed
+    `tool_start` its step writes later), then each child's own chunks."""
     agents = current_runtime().agents
     failures: dict[str, str] = {}
     root = await repo.session_root(session, parent.session_id)
+    await repo.insert_chunks(
+        session,
+        parent.session_id,
+        parent.run_id,
+        parent.agent_name,
+        parent.step,
+        [tool_start_chunk(parent.run_id, parent.step, call) for call in calls],
+    )
     opened = 0
     for child in children:
         agent = agents.get(child.agent_name)

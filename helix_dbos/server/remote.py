@@ -9,6 +9,8 @@ key the Python API uses, so an answer is applied once whichever way it came.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +93,12 @@ class RemoteControl:
         with connect(self.database_url) as conn:
             row = conn.execute(
                 "SELECT run_id, workflow_id, tool_name, kind, status, answered_at "
-                "FROM helix.tool_calls WHERE session_id = %s AND tool_call_id = %s "
-                "ORDER BY created_at DESC LIMIT 1 FOR UPDATE",
-                (session_id, tool_call_id),
+                "FROM helix.tool_calls WHERE tool_call_id = %(tcid)s AND (session_id = %(sid)s "
+                # An answer addressed to a root reaches the sub-agent that owns the call.
+                "OR session_id IN (SELECT session_id FROM helix.sessions "
+                "WHERE root_session_id = %(sid)s)) "
+                "ORDER BY session_id = %(sid)s DESC, created_at DESC LIMIT 1 FOR UPDATE",
+                {"sid": session_id, "tcid": tool_call_id},
             ).fetchone()
             if row is None:
                 self._require_session(conn, session_id)
@@ -131,6 +136,7 @@ class RemoteControl:
             idempotency_key=f"{run.run_id}:interrupt",
         )
         self._notify_waits(run, reason)
+        self._each_live_child(session_id, self.interrupt, reason)
         return run
 
     def abort(self, session_id: str, reason: str | None = None) -> Target:
@@ -138,6 +144,7 @@ class RemoteControl:
         check_storable(reason=reason)
         run = self.live_run(session_id)
         self.client().cancel_workflow(run.workflow_id)
+        self._each_live_child(session_id, self.abort, reason)
         error = f"Run aborted: {reason}" if reason else "Run aborted"
         kinds = self._pending_kinds(run)
 
@@ -152,6 +159,21 @@ class RemoteControl:
         asyncio.run(close())
         self._notify_waits(run, reason, kinds)
         return run
+
+    def _each_live_child(
+        self, session_id: str, action: Callable[[str, str | None], Target], reason: str | None
+    ) -> None:
+        """Interrupt and abort reach the run's live sub-agents, as in `HelixDBOS`."""
+        with connect(self.database_url) as conn:
+            rows = conn.execute(
+                "SELECT r.session_id FROM helix.runs r JOIN helix.sessions s "
+                "ON s.session_id = r.session_id WHERE s.parent_session_id = %s "
+                "AND r.status IN ('running', 'waiting', 'paused') ORDER BY r.started_at",
+                (session_id,),
+            ).fetchall()
+        for (child_session,) in rows:
+            with contextlib.suppress(RunNotActiveError):  # it ended meanwhile
+                action(child_session, reason)
 
     def _pending_kinds(self, run: Target) -> list[GateKind]:
         with connect(self.database_url) as conn:
