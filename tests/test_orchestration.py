@@ -314,22 +314,40 @@ def test_structured_output_plan_has_no_assistant_message() -> None:
     assert plan.finish_call_ids == []
 
 
-def test_structured_output_is_validated_and_fails_when_invalid() -> None:
+def test_structured_output_is_validated_and_an_invalid_one_is_corrected() -> None:
     ok = plan_step_processing(
         StructuredOutputStepResult(output={"sentiment": "neutral", "confidence": 1}),
         validate_output=validator(Sentiment),
     )
     assert ok.output == {"sentiment": "neutral", "confidence": 1.0}
+    assert ok.assistant_message_plan is None, "seed 001: no assistant message when valid"
     bad = plan_step_processing(
         StructuredOutputStepResult(output={"sentiment": "neutral"}),
         validate_output=validator(Sentiment),
     )
-    assert bad.is_terminal is True
-    assert bad.output is None
-    assert bad.status_update is not None
-    assert bad.status_update.status == "failed"
-    assert bad.status_update.error is not None
-    assert "confidence" in bad.status_update.error
+    # never passed through, and not a dead end either: the model gets the error back
+    assert bad.is_terminal is False and bad.status_update is None and bad.output is None
+    assert bad.output_error is not None
+    assert bad.output_error.startswith("Your reply is not valid output: confidence:")
+    assert bad.assistant_message_plan is not None
+    assert bad.assistant_message_plan.content == '{"sentiment":"neutral"}'
+
+
+def test_json_reply_modes_parse_validate_and_correct() -> None:
+    mode = CompletionMode(tool_names=(), inject_finish=False, output_mode="prompted")
+    fenced = TextStepResult(content='```json\n{"sentiment": "up", "confidence": "0.5"}\n```')
+    plan = plan_step_processing(fenced, mode=mode, validate_output=validator(Sentiment))
+    assert plan.is_terminal and plan.output == {"sentiment": "up", "confidence": 0.5}
+    prose = TextStepResult(content="It is positive.")
+    plan = plan_step_processing(prose, mode=mode, validate_output=validator(Sentiment))
+    assert not plan.is_terminal and plan.output_error is not None
+    assert "not valid JSON" in plan.output_error
+    cut = TextStepResult(content='{"sent', stop_reason="max_tokens")
+    plan = plan_step_processing(cut, mode=mode, validate_output=validator(Sentiment))
+    assert plan.needs_max_tokens_correction and plan.output_error is None
+    refused = TextStepResult(content="No.", stop_reason="refusal")
+    plan = plan_step_processing(refused, mode=mode, validate_output=validator(Sentiment))
+    assert plan.status_update is not None and plan.status_update.status == "failed"
 
 
 def test_error_plan_fails_the_run() -> None:

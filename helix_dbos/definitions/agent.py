@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from helix_dbos.orchestration.completion import (
     DEFAULT_NUDGE_MESSAGE,
     CompletionMode,
 )
-from helix_dbos.orchestration.types import FINISH_TOOL_NAME
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode
 
 SystemPrompt = str | Callable[[Any], str]
 
@@ -109,6 +110,7 @@ class Agent:
         max_tokens_correction: str = DEFAULT_MAX_TOKENS_CORRECTION,
         terminating: TerminatingConfig | None = None,
         input_schema: type[BaseModel] | None = None,
+        output_mode: OutputMode = "tool",
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -132,7 +134,10 @@ class Agent:
         # What a parent passes when it delegates to this agent (`sub_agent_tool`);
         # without one, a sub-agent call takes `{"message": "..."}`.
         self.input_schema = input_schema
+        self.output_mode: OutputMode = output_mode
+        self._finish_schema: dict[str, Any] | None = None  # built once, on first use
         self._check_tools()
+        self._check_output_mode()
         if terminating is not None:
             self.check_terminating(terminating)
         if (
@@ -145,7 +150,6 @@ class Agent:
                 "(or a finish_with tool, an output_schema or a terminating config)"
             )
         self._output_adapter = TypeAdapter(output_schema) if output_schema is not None else None
-        self._finish_schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
@@ -162,6 +166,24 @@ class Agent:
             if t.name in seen:
                 raise AgentDefinitionError(f"Agent '{self.name}': duplicate tool name '{t.name}'")
             seen.add(t.name)
+
+    def _check_output_mode(self) -> None:
+        if self.output_mode not in ("tool", "native", "prompted"):
+            raise AgentDefinitionError(
+                f"Agent '{self.name}': output_mode must be 'tool', 'native' or 'prompted', "
+                f"not {self.output_mode!r}"
+            )
+        if self.output_mode == "tool":
+            return
+        if self.output_schema is None:
+            raise AgentDefinitionError(
+                f"Agent '{self.name}': output_mode={self.output_mode!r} needs an output_schema"
+            )
+        if self.finish_with_tools:
+            raise AgentDefinitionError(
+                f"Agent '{self.name}': output_mode={self.output_mode!r} completes with the reply "
+                "itself, finish_with tools complete with a tool: use output_mode='tool'"
+            )
 
     # --- derived views used by the runtime ---------------------------------
 
@@ -196,6 +218,14 @@ class Agent:
         finishers = [t.name for t in self.finish_with_tools]
         if finishers:
             return CompletionMode(tool_names=tuple(finishers), inject_finish=False)
+        if self.output_schema is not None and self.output_mode != "tool":
+            schema_text = json.dumps(self.finish_parameters(), separators=(",", ":"))
+            return CompletionMode(
+                tool_names=(),
+                inject_finish=False,
+                output_mode=self.output_mode,
+                schema_text=schema_text,
+            )
         if self.output_schema is not None:
             return CompletionMode(tool_names=(FINISH_TOOL_NAME,), inject_finish=True)
         return CompletionMode(tool_names=(), inject_finish=False)

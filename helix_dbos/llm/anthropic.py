@@ -26,9 +26,11 @@ import httpx2
 from anthropic.types import (
     ContentBlockParam,
     MessageParam,
+    OutputConfigParam,
     RedactedThinkingBlockParam,
     TextBlockParam,
     ThinkingBlockParam,
+    ToolChoiceAnyParam,
     ToolParam,
     ToolResultBlockParam,
     ToolUseBlockParam,
@@ -89,6 +91,8 @@ class MessagesParams(_RequiredMessagesParams, total=False):
 
     system: str
     tools: list[ToolParam]
+    tool_choice: ToolChoiceAnyParam
+    output_config: OutputConfigParam
     extra_headers: dict[str, str]
     extra_body: dict[str, Any]
 
@@ -185,6 +189,10 @@ def build_params(
 ) -> tuple[MessagesParams, StrictSchemas]:
     """Keyword arguments for `messages.create`, and the strict tools' schemas as sent."""
     system, messages = convert_messages(request.messages)
+    native = request.output_format is not None and caps.native_output
+    if request.output_format is not None and not native:  # the prompted mode instead
+        prompt = request.output_format.prompt
+        system = f"{system.rstrip()}\n\n{prompt}" if system else prompt
     params: MessagesParams = {
         "model": model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
@@ -195,6 +203,11 @@ def build_params(
     strict_tools: StrictSchemas = {}
     if request.tools:
         params["tools"] = convert_tools(request, caps, strict_tools)
+        if _may_force_tool(request, caps):
+            params["tool_choice"] = {"type": "any"}
+    if native and request.output_format is not None:
+        schema = make_anthropic_strict_schema(request.output_format.json_schema)
+        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     # anthropic>=2 has no `temperature` kwarg (newer models reject sampling
     # params), so it travels in the body like the provider options.
     options: dict[str, Any] = {}
@@ -202,7 +215,7 @@ def build_params(
         options["temperature"] = request.temperature
     options.update(request.provider_options)
     headers: dict[str, str] = dict(options.pop("extra_headers", None) or {})
-    if strict_tools and caps.beta_headers:
+    if (strict_tools or native) and caps.beta_headers:
         betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
         betas += [b for b in caps.beta_headers if b not in betas]
         headers["anthropic-beta"] = ",".join(betas)
@@ -211,6 +224,15 @@ def build_params(
     if options:
         params["extra_body"] = options
     return params, strict_tools
+
+
+def _may_force_tool(request: LLMRequest, caps: ModelCapabilities) -> bool:
+    """A tool call is required and may be forced: not with extended thinking, which the
+    API refuses with `tool_choice` "any" or "tool" (the runtime's nudge covers it)."""
+    if request.tool_choice != "required" or not caps.forced_tool_choice:
+        return False
+    thinking = request.provider_options.get("thinking")
+    return not (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"))
 
 
 def convert_tools(

@@ -96,6 +96,11 @@ class ModelCapabilities:
     """`anthropic-beta` values to send when strict tools are used."""
     max_tokens_field: MaxTokensField = "max_tokens"
     """Body field carrying the output-token limit."""
+    native_output: bool = False
+    """The reply itself can be constrained to a JSON schema (`output_mode="native"`);
+    without it the schema goes into the system prompt (the prompted mode)."""
+    forced_tool_choice: bool = False
+    """A request may force a tool call (`tool_choice` "required" / `{"type": "any"}`)."""
 
 
 # claude-<family>-<major>[-<minor>][-<yyyymmdd>], e.g. claude-opus-4-1-20250805.
@@ -110,7 +115,7 @@ def anthropic_capabilities(model: str) -> ModelCapabilities:
     """Structured outputs: Claude 4.5+ (and Opus 4.1); never claude-3* or Claude 4.0."""
     match = _CLAUDE_ID.match(model)
     if match is None:
-        return ModelCapabilities()
+        return ModelCapabilities(forced_tool_choice=True)
     family, major, minor = match.group(1), int(match.group(2)), int(match.group(3) or 0)
     strict = (
         major >= 5
@@ -118,8 +123,13 @@ def anthropic_capabilities(model: str) -> ModelCapabilities:
         or (family, major, minor) in _ANTHROPIC_STRICT_EXTRAS
     )
     if not strict:
-        return ModelCapabilities()
-    return ModelCapabilities(strict_tools=True, beta_headers=(ANTHROPIC_STRUCTURED_OUTPUTS_BETA,))
+        return ModelCapabilities(forced_tool_choice=True)
+    return ModelCapabilities(
+        strict_tools=True,
+        beta_headers=(ANTHROPIC_STRUCTURED_OUTPUTS_BETA,),
+        native_output=True,
+        forced_tool_choice=True,
+    )
 
 
 #: OpenAI models older than strict function calling (added with the -0613 snapshots).
@@ -137,13 +147,22 @@ def openai_capabilities(model: str, *, compatible_server: bool = False) -> Model
     """Strict function calling on api.openai.com; off for OpenAI-compatible servers.
 
     vLLM, Ollama and friends accept the OpenAI wire format but not necessarily
-    `strict`, and most of them only know `max_tokens`, so a custom base URL
-    gets the conservative answer (callers can override both on the adapter).
+    `strict` or `tool_choice: "required"`, and most of them only know
+    `max_tokens`, so a custom base URL gets the conservative answer (callers can
+    override these on the adapter). They do take a non-strict `json_schema`
+    `response_format`, so the native output mode stays on.
     """
     if compatible_server:
-        return ModelCapabilities(strict_tools=False, max_tokens_field="max_tokens")
+        return ModelCapabilities(
+            strict_tools=False, max_tokens_field="max_tokens", native_output=True
+        )
     strict = not model.startswith(_OPENAI_NO_STRICT_PREFIXES)
-    return ModelCapabilities(strict_tools=strict, max_tokens_field="max_completion_tokens")
+    return ModelCapabilities(
+        strict_tools=strict,
+        max_tokens_field="max_completion_tokens",
+        native_output=strict,
+        forced_tool_choice=strict,
+    )
 
 
 # --- Making schemas strict ---------------------------------------------------

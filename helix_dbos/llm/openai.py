@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import openai
@@ -32,11 +32,16 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
     ChatCompletionMessageToolCallParam,
     ChatCompletionSystemMessageParam,
+    ChatCompletionToolChoiceOptionParam,
     ChatCompletionToolMessageParam,
     ChatCompletionToolParam,
     ChatCompletionUserMessageParam,
 )
 from openai.types.shared_params import FunctionDefinition
+from openai.types.shared_params.response_format_json_schema import (
+    JSONSchema,
+    ResponseFormatJSONSchema,
+)
 
 from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
 from helix_dbos.llm.capabilities import (
@@ -58,6 +63,7 @@ from helix_dbos.orchestration.types import (
     LLMRequest,
     LLMUsage,
     Message,
+    OutputFormat,
     StepResult,
     StopReason,
     TextStepResult,
@@ -101,6 +107,8 @@ class ChatCompletionParams(_RequiredChatCompletionParams, total=False):
     max_completion_tokens: int
     temperature: float
     tools: list[ChatCompletionToolParam]
+    tool_choice: ChatCompletionToolChoiceOptionParam
+    response_format: ResponseFormatJSONSchema
     extra_headers: dict[str, str]
     extra_body: dict[str, Any]
 
@@ -117,8 +125,9 @@ class OpenAIAdapter:
     Cheap to build: the SDK client is created on first use (per event loop)
     and never pickled. With a `base_url` other than api.openai.com (kwarg or
     OPENAI_BASE_URL) the server is treated as OpenAI-compatible: no `strict`
-    and `max_tokens` instead of `max_completion_tokens`, unless
-    `strict_tools` / `max_tokens_field` say otherwise.
+    and `max_tokens` instead of `max_completion_tokens`, and no forced
+    `tool_choice`, unless `strict_tools` / `max_tokens_field` /
+    `forced_tool_choice` say otherwise.
     """
 
     def __init__(
@@ -135,6 +144,7 @@ class OpenAIAdapter:
         max_tokens_field: MaxTokensField | None = None,
         send_reasoning: bool = False,
         capabilities: ModelCapabilities | None = None,
+        forced_tool_choice: bool | None = None,
     ) -> None:
         if max_tokens_field is not None and max_tokens_field not in MAX_TOKENS_FIELDS:
             raise ValueError(
@@ -152,6 +162,7 @@ class OpenAIAdapter:
         self.max_tokens_field = max_tokens_field
         self.send_reasoning = send_reasoning
         self.capabilities = capabilities
+        self.forced_tool_choice = forced_tool_choice
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -177,9 +188,15 @@ class OpenAIAdapter:
         caps = self.capabilities or openai_capabilities(
             model, compatible_server=self.compatible_server
         )
-        return ModelCapabilities(
+        return replace(
+            caps,
             strict_tools=caps.strict_tools if self.strict_tools is None else self.strict_tools,
             max_tokens_field=self.max_tokens_field or caps.max_tokens_field,
+            forced_tool_choice=(
+                caps.forced_tool_choice
+                if self.forced_tool_choice is None
+                else self.forced_tool_choice
+            ),
         )
 
     def _get_client(self) -> openai.AsyncOpenAI:
@@ -206,8 +223,9 @@ class OpenAIAdapter:
         self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
     ) -> StepResult:
         model = self.model_name(request)
+        caps = self.model_capabilities(model)
         params, strict_tools = build_params(
-            request, model, self.model_capabilities(model), send_reasoning=self.send_reasoning
+            request, model, caps, send_reasoning=self.send_reasoning
         )
         try:
             client = self._get_client()
@@ -227,7 +245,10 @@ class OpenAIAdapter:
         except openai.APIError as exc:  # an error event inside a 200 stream
             return _stream_error(exc, draft)
         originals = {s.name: s.parameters for s in request.tools if s.name in strict_tools}
-        return draft.to_step_result(strict_schemas=originals)
+        result = draft.to_step_result(strict_schemas=originals)
+        if request.output_format is not None and "response_format" in params and caps.strict_tools:
+            return _undo_strict_nulls(result, request.output_format.json_schema)
+        return result
 
 
 # --- Request -----------------------------------------------------------------
@@ -237,10 +258,10 @@ def build_params(
     request: LLMRequest, model: str, caps: ModelCapabilities, *, send_reasoning: bool = False
 ) -> tuple[ChatCompletionParams, StrictSchemas]:
     """Keyword arguments for `chat.completions.create`, and the strict tools' schemas."""
-    params: ChatCompletionParams = {
-        "model": model,
-        "messages": convert_messages(request.messages, send_reasoning=send_reasoning),
-    }
+    messages = convert_messages(request.messages, send_reasoning=send_reasoning)
+    if request.output_format is not None and not caps.native_output:
+        messages = _with_output_prompt(messages, request.output_format.prompt)
+    params: ChatCompletionParams = {"model": model, "messages": messages}
     if request.max_tokens is not None:
         if caps.max_tokens_field == "max_completion_tokens":
             params["max_completion_tokens"] = request.max_tokens
@@ -251,12 +272,55 @@ def build_params(
     strict_tools: StrictSchemas = {}
     if request.tools:
         params["tools"] = convert_tools(request, caps, strict_tools)
+        if request.tool_choice == "required" and caps.forced_tool_choice:
+            params["tool_choice"] = "required"
+    if request.output_format is not None and caps.native_output:
+        params["response_format"] = response_format(request.output_format, caps)
     options = dict(request.provider_options)
     if "extra_headers" in options:
         params["extra_headers"] = options.pop("extra_headers")
     if options:
         params["extra_body"] = options
     return params, strict_tools
+
+
+def response_format(output: OutputFormat, caps: ModelCapabilities) -> ResponseFormatJSONSchema:
+    """`output_mode="native"`: a strict `json_schema` where strict mode is supported (the
+    schema made compliant), a plain one on compatible servers."""
+    strict = caps.strict_tools
+    schema = make_openai_strict_schema(output.json_schema) if strict else output.json_schema
+    json_schema: JSONSchema = {"name": output.name, "schema": schema}
+    if strict:
+        json_schema["strict"] = True
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
+def _with_output_prompt(
+    messages: list[ChatCompletionMessageParam], prompt: str
+) -> list[ChatCompletionMessageParam]:
+    """No native output on this model: the schema goes into the system prompt instead."""
+    first = messages[0] if messages else None
+    if first is not None and first["role"] == "system" and isinstance(first["content"], str):
+        system: ChatCompletionSystemMessageParam = {
+            "role": "system",
+            "content": f"{first['content'].rstrip()}\n\n{prompt}" if first["content"] else prompt,
+        }
+        return [system, *messages[1:]]
+    added: ChatCompletionSystemMessageParam = {"role": "system", "content": prompt}
+    return [added, *messages]
+
+
+def _undo_strict_nulls(result: StepResult, schema: dict[str, Any]) -> StepResult:
+    """A strict `json_schema` made optional properties nullable: drop the nulls the model
+    sent for "not given", so defaults apply when the output is validated."""
+    if not isinstance(result, TextStepResult):
+        return result
+    try:
+        value = json.loads(result.content)
+    except json.JSONDecodeError:
+        return result  # the runtime's validation reports it to the model
+    content = json.dumps(drop_strict_nulls(value, schema))
+    return result.model_copy(update={"content": content})
 
 
 def convert_tools(

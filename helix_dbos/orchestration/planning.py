@@ -12,8 +12,14 @@ from helix_dbos.orchestration.completion import (
     CompletionMode,
     finish_validation_message,
     is_recoverable_error_stop_reason,
+    parse_json_reply,
+    reply_validation_message,
 )
-from helix_dbos.orchestration.messages import AssistantMessagePlan, sub_agent_tool_call
+from helix_dbos.orchestration.messages import (
+    AssistantMessagePlan,
+    sub_agent_tool_call,
+    to_json_text,
+)
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     ErrorStepResult,
@@ -50,6 +56,9 @@ class StepProcessingPlan(BaseModel):
     needs_completion_nudge: bool = False
     # A text reply cut off by max_tokens while a completion tool is required.
     needs_max_tokens_correction: bool = False
+    # Native and prompted modes: the reply is not valid output; this correction goes
+    # back to the model as a user message (bounded retries, like an invalid __finish__).
+    output_error: str | None = None
 
 
 def describe_validation_error(exc: Exception) -> str:
@@ -77,7 +86,7 @@ def plan_step_processing(
     if isinstance(step_result, StructuredOutputStepResult):
         return _plan_output(step_result.output, validate_output, step_result.stop_reason)
     if isinstance(step_result, TextStepResult):
-        return _plan_text(step_result, mode)
+        return _plan_text(step_result, mode, validate_output)
     if not step_result.tool_calls and not step_result.sub_agent_calls:
         # An empty tool-call reply is a text reply: nudged or completed like one, never a silent loop.
         text = TextStepResult(
@@ -85,7 +94,7 @@ def plan_step_processing(
             thinking=step_result.thinking,
             stop_reason=step_result.stop_reason,
         )
-        return _plan_text(text, mode)
+        return _plan_text(text, mode, validate_output)
     return _plan_tool_calls(step_result, validate_output)
 
 
@@ -99,15 +108,14 @@ def calls_to_run(plan: StepProcessingPlan) -> list[ToolCall]:
 def _plan_output(
     output: Any, validate_output: OutputValidator | None, stop_reason: StopReason | None
 ) -> StepProcessingPlan:
+    """A native structured_output step (seed 001): no assistant message when valid; an
+    invalid one is kept as the reply it was and corrected, never passed through."""
     try:
         value = validate_output(output) if validate_output else output
     except Exception as exc:
-        error = (
-            f"Structured output does not match the output schema: {describe_validation_error(exc)}"
-        )
         return StepProcessingPlan(
-            status_update=StatusUpdate(status="failed", error=error),
-            is_terminal=True,
+            assistant_message_plan=AssistantMessagePlan(content=to_json_text(output)),
+            output_error=reply_validation_message(describe_validation_error(exc)),
             stop_reason=stop_reason,
         )
     return StepProcessingPlan(
@@ -118,11 +126,43 @@ def _plan_output(
     )
 
 
-def _plan_text(step: TextStepResult, mode: CompletionMode) -> StepProcessingPlan:
+def _plan_json_reply(
+    step: TextStepResult, message: AssistantMessagePlan, validate_output: OutputValidator | None
+) -> StepProcessingPlan:
+    """Native and prompted modes: the reply's text is the output, as JSON."""
+    if step.stop_reason == "max_tokens":
+        return StepProcessingPlan(
+            assistant_message_plan=message,
+            stop_reason=step.stop_reason,
+            needs_max_tokens_correction=True,
+        )
+    try:
+        value = parse_json_reply(step.content)
+        output = validate_output(value) if validate_output else value
+    except Exception as exc:
+        return StepProcessingPlan(
+            assistant_message_plan=message,
+            output_error=reply_validation_message(describe_validation_error(exc)),
+            stop_reason=step.stop_reason,
+        )
+    return StepProcessingPlan(
+        assistant_message_plan=message,
+        status_update=StatusUpdate(status="completed", output=output),
+        is_terminal=True,
+        output=output,
+        stop_reason=step.stop_reason,
+    )
+
+
+def _plan_text(
+    step: TextStepResult, mode: CompletionMode, validate_output: OutputValidator | None
+) -> StepProcessingPlan:
     message = AssistantMessagePlan(content=step.content, thinking=step.thinking)
     fails_now = step.stop_reason in FAILING_STOP_REASONS and not is_recoverable_error_stop_reason(
         step.stop_reason
     )
+    if mode.json_reply and not fails_now:
+        return _plan_json_reply(step, message, validate_output)
     if mode.requires_tool and not fails_now:
         return StepProcessingPlan(
             assistant_message_plan=message,

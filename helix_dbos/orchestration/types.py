@@ -24,6 +24,11 @@ StopReason = Literal[
     "unknown",
 ]
 Role = Literal["system", "user", "assistant", "tool"]
+#: How an agent with an output schema returns its output: the `__finish__` tool, the
+#: provider's JSON-schema output, or JSON written in the reply as the prompt asks.
+OutputMode = Literal["tool", "native", "prompted"]
+#: "required": the reply must call a tool (a completion tool is required to finish).
+ToolChoice = Literal["auto", "required"]
 
 
 class _Model(BaseModel):
@@ -138,6 +143,19 @@ class ToolSpec(_Model):
     strict: bool = False
 
 
+class OutputFormat(_Model):
+    """The JSON schema the reply's text must match (`output_mode="native"`).
+
+    Adapters send it as the provider's structured output where the model supports
+    it (OpenAI `response_format`, Anthropic `output_config.format`); elsewhere they
+    put `prompt` (the prompted mode's instructions) into the system prompt instead.
+    """
+
+    name: str
+    json_schema: dict[str, Any]
+    prompt: str
+
+
 class LLMRequest(_Model):
     """Everything an adapter needs for one call; built fresh inside the LLM step."""
 
@@ -149,6 +167,8 @@ class LLMRequest(_Model):
     max_tokens: int | None = None
     strict_output: bool = False
     provider_options: dict[str, Any] = Field(default_factory=dict)
+    output_format: OutputFormat | None = None
+    tool_choice: ToolChoice = "auto"
 
     @property
     def system(self) -> str | None:

@@ -158,6 +158,9 @@ class AgentLoop:
             update = plan.status_update
             commit.end(update.status, output=update.output, error=update.error)
         self._apply_finish(plan, commit)
+        if plan.output_error is not None:  # native/prompted: the reply is not the output
+            commit.messages.append(Message(role="user", content=plan.output_error))
+            self._invalid_output("the reply", plan.output_error, commit)
         calls = calls_to_run(plan)  # seed 001's subAgentCalls too: none is left unanswered
         if calls:
             await self._run_tools(calls, reply.state, commit, terminating_call)

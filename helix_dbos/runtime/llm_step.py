@@ -7,6 +7,8 @@ checkpoint, so a step costs the same at message 10 and message 1,000.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from dbos import DBOS, StepOptions
@@ -14,7 +16,11 @@ from dbos import error as dbos_errors
 
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.llm.base import LLMProviderError
-from helix_dbos.orchestration.completion import CompletionMode, build_system_prompt
+from helix_dbos.orchestration.completion import (
+    CompletionMode,
+    build_system_prompt,
+    prompted_output_section,
+)
 from helix_dbos.orchestration.messages import build_messages_for_llm
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
@@ -22,6 +28,7 @@ from helix_dbos.orchestration.types import (
     LLMRequest,
     LLMUsage,
     Message,
+    OutputFormat,
     StepResult,
     TextStepResult,
     ToolCallsStepResult,
@@ -109,6 +116,17 @@ def offered_tools(agent: Agent, mode: CompletionMode) -> list[ToolSpec]:
     return specs
 
 
+def native_output_format(agent: Agent, mode: CompletionMode) -> OutputFormat | None:
+    """The schema the reply must match in the native mode (with the prompted mode's
+    instructions, for adapters whose model has no structured output)."""
+    if not (mode.json_reply and mode.output_mode == "native") or agent.output_schema is None:
+        return None
+    schema = agent.finish_parameters()
+    name = re.sub(r"[^a-zA-Z0-9_-]", "_", agent.output_schema.__name__)[:64] or "output"
+    prompt = prompted_output_section(json.dumps(schema, separators=(",", ":")))
+    return OutputFormat(name=name, json_schema=schema, prompt=prompt)
+
+
 async def llm_step(
     session_id: str,
     agent_name: str,
@@ -132,15 +150,19 @@ async def llm_step(
     history, state = seen
     mode = agent.completion_for(run_terminating(agent, options))
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
+    tools = offered_tools(agent, mode)
     request = LLMRequest(
         agent_name=agent.name,
         model=agent.llm.model,
         messages=build_messages_for_llm(history, system, state),
-        tools=offered_tools(agent, mode),
+        tools=tools,
         temperature=agent.llm.temperature,
         max_tokens=agent.llm.max_tokens,
         strict_output=agent.llm.strict_output,
         provider_options=dict(agent.llm.provider_options),
+        output_format=native_output_format(agent, mode),
+        # Only a tool call can finish: adapters force one where the provider allows it.
+        tool_choice="required" if mode.requires_tool and tools else "auto",
     )
     # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
     result = storable_model(await _generate(rt, agent, request, session_id, run_id, step))

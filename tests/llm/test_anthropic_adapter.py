@@ -11,12 +11,17 @@ import pytest
 
 from helix_dbos.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicAdapter
 from helix_dbos.llm.base import LLMAdapter, LLMProviderError
-from helix_dbos.llm.capabilities import ANTHROPIC_STRUCTURED_OUTPUTS_BETA
+from helix_dbos.llm.capabilities import (
+    ANTHROPIC_STRUCTURED_OUTPUTS_BETA,
+    ModelCapabilities,
+    anthropic_capabilities,
+)
 from helix_dbos.orchestration.types import (
     ErrorStepResult,
     LLMRequest,
     LLMUsage,
     Message,
+    OutputFormat,
     TextStepResult,
     ThinkingBlock,
     ToolCall,
@@ -536,3 +541,81 @@ async def test_adapter_is_lazy_and_picklable() -> None:
 def test_legacy_httpx_client_is_refused_with_a_clear_message() -> None:
     with pytest.raises(TypeError, match="httpx2"):
         AnthropicAdapter(http_client=httpx.AsyncClient())  # type: ignore[arg-type]
+
+
+# --- Output modes and tool choice ----------------------------------------------
+
+VERDICT_FORMAT = OutputFormat(
+    name="Verdict",
+    json_schema={
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "note": {"type": "string"}},
+        "required": ["label"],
+    },
+    prompt="## Output Requirement\nJSON only.",
+)
+
+
+async def test_native_output_sends_output_config_with_a_closed_schema() -> None:
+    reply = wire.anthropic_message([{"type": "text", "text": '{"label": "good"}'}])
+    adapter, rec = serve((200, reply))
+
+    result = await adapter.generate_step(
+        request(
+            model="anthropic:claude-sonnet-4-6",
+            messages=[Message(role="system", content="Judge."), Message(role="user", content="x")],
+            output_format=VERDICT_FORMAT,
+        )
+    )
+
+    assert rec.body["output_config"] == {
+        "format": {
+            "type": "json_schema",
+            "schema": {
+                "type": "object",
+                "properties": {"label": {"type": "string"}, "note": {"type": "string"}},
+                "required": ["label"],
+                "additionalProperties": False,
+            },
+        }
+    }
+    assert rec.body["system"] == "Judge."
+    assert ANTHROPIC_STRUCTURED_OUTPUTS_BETA in rec.requests[0].headers["anthropic-beta"]
+    assert isinstance(result, TextStepResult) and result.content == '{"label": "good"}'
+
+
+async def test_a_model_without_structured_outputs_gets_the_schema_in_the_system_prompt() -> None:
+    reply = wire.anthropic_message([{"type": "text", "text": "{}"}])
+    rec = wire.Recorder(httpx2, (200, reply))
+    # the capability table's answer for a model before structured outputs (claude-sonnet-4)
+    assert anthropic_capabilities("claude-sonnet-4-20250514").native_output is False
+    adapter = AnthropicAdapter(
+        api_key="k", http_client=rec.client(), capabilities=ModelCapabilities()
+    )
+
+    await adapter.generate_step(
+        request(
+            model="anthropic:claude-sonnet-4-6",
+            messages=[Message(role="system", content="Judge."), Message(role="user", content="x")],
+            output_format=VERDICT_FORMAT,
+        )
+    )
+
+    assert "output_config" not in rec.body
+    assert rec.body["system"] == "Judge.\n\n## Output Requirement\nJSON only."
+    assert "anthropic-beta" not in rec.requests[0].headers
+
+
+async def test_a_required_tool_call_is_forced_except_with_extended_thinking() -> None:
+    adapter, rec = serve((200, wire.ANTHROPIC_FINISH))
+    await adapter.generate_step(request(tools=[WEATHER], tool_choice="required"))
+    assert rec.body["tool_choice"] == {"type": "any"}
+
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    await adapter.generate_step(
+        request(tools=[WEATHER], tool_choice="required", provider_options=thinking)
+    )
+    assert "tool_choice" not in rec.body, "the API refuses a forced tool with thinking"
+
+    await adapter.generate_step(request(tools=[WEATHER]))
+    assert "tool_choice" not in rec.body

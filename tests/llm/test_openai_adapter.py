@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -9,12 +10,14 @@ import httpx
 import pytest
 
 from helix_dbos.llm.base import LLMAdapter, LLMProviderError
+from helix_dbos.llm.capabilities import ModelCapabilities
 from helix_dbos.llm.openai import PARSE_ERROR_KEY, RAW_ARGUMENTS_KEY, OpenAIAdapter
 from helix_dbos.orchestration.types import (
     ErrorStepResult,
     LLMRequest,
     LLMUsage,
     Message,
+    OutputFormat,
     TextStepResult,
     ThinkingBlock,
     ToolCall,
@@ -626,3 +629,100 @@ async def test_missing_api_key_is_an_error_result_not_a_crash(
 
     assert isinstance(result, ErrorStepResult)
     assert "api_key" in result.error or "OPENAI_API_KEY" in result.error
+
+
+# --- Output modes and tool choice ----------------------------------------------
+
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "Verdict",
+    "properties": {
+        "label": {"type": "string"},
+        "note": {"type": "string", "default": "none"},
+    },
+    "required": ["label"],
+}
+VERDICT_FORMAT = OutputFormat(
+    name="Verdict", json_schema=VERDICT_SCHEMA, prompt="## Output Requirement\nJSON only."
+)
+
+
+async def test_native_output_sends_a_strict_json_schema_and_undoes_its_nulls() -> None:
+    reply = wire.openai_completion({"content": '{"label": "good", "note": null}'})
+    adapter, rec = serve((200, reply))
+
+    result = await adapter.generate_step(
+        request(
+            messages=[Message(role="system", content="Judge."), Message(role="user", content="x")],
+            output_format=VERDICT_FORMAT,
+        )
+    )
+
+    assert rec.body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Verdict",
+            "schema": {
+                "type": "object",
+                "title": "Verdict",
+                "properties": {
+                    "label": {"type": "string"},
+                    "note": {"type": ["string", "null"]},
+                },
+                "required": ["label", "note"],
+                "additionalProperties": False,
+            },
+            "strict": True,
+        },
+    }
+    assert rec.body["messages"][0] == {"role": "system", "content": "Judge."}
+    assert isinstance(result, TextStepResult)
+    assert json.loads(result.content) == {"label": "good"}, "the strict null means not given"
+
+
+async def test_native_output_on_a_compatible_server_is_a_plain_json_schema() -> None:
+    adapter, rec = serve(
+        (200, wire.openai_completion({"content": "{}"})), base_url="http://localhost:11434/v1"
+    )
+    await adapter.generate_step(request(output_format=VERDICT_FORMAT))
+    assert rec.body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Verdict", "schema": VERDICT_SCHEMA},
+    }
+
+
+async def test_without_native_output_the_schema_goes_into_the_system_prompt() -> None:
+    adapter, rec = serve(
+        (200, wire.openai_completion({"content": "{}"})),
+        capabilities=ModelCapabilities(native_output=False),
+    )
+    await adapter.generate_step(
+        request(
+            messages=[Message(role="system", content="Judge."), Message(role="user", content="x")],
+            output_format=VERDICT_FORMAT,
+        )
+    )
+    assert "response_format" not in rec.body
+    assert rec.body["messages"][0] == {
+        "role": "system",
+        "content": "Judge.\n\n## Output Requirement\nJSON only.",
+    }
+
+
+async def test_a_required_tool_call_is_forced_where_the_server_allows_it() -> None:
+    reply = (200, wire.OPENAI_FINISH)
+    adapter, rec = serve(reply)
+    await adapter.generate_step(request(tools=[WEATHER], tool_choice="required"))
+    assert rec.body["tool_choice"] == "required"
+
+    compatible, rec2 = serve(reply, base_url="http://localhost:8000/v1")
+    await compatible.generate_step(request(tools=[WEATHER], tool_choice="required"))
+    assert "tool_choice" not in rec2.body, "compatible servers get the nudge instead"
+
+    forced, rec3 = serve(reply, base_url="http://localhost:8000/v1", forced_tool_choice=True)
+    await forced.generate_step(request(tools=[WEATHER], tool_choice="required"))
+    assert rec3.body["tool_choice"] == "required"
+
+    auto, rec4 = serve(reply)
+    await auto.generate_step(request(tools=[WEATHER]))
+    assert "tool_choice" not in rec4.body

@@ -8,6 +8,7 @@ text deltas become stream chunks while the recorded step result stays whole.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,12 +16,14 @@ import httpx
 import httpx2
 import pytest
 from helpers import sql
+from pydantic import BaseModel
 from wire import (
     ANTHROPIC_MODEL,
     OPENAI_MODEL,
     Recorder,
     anthropic_sse,
     anthropic_stream_thinking_text_tool,
+    anthropic_stream_tool_use,
     openai_sse,
     openai_stream_error_event,
     openai_stream_text_and_tool,
@@ -326,3 +329,101 @@ async def test_input_tokens_mean_the_same_for_both_providers(
             result.run_id,
         )
     assert rows == {"anthropic": [(472 + 64, 64, True)], "openai": [(82, 64, True)]}
+
+
+# --- Output modes end to end through the adapters ----------------------------------
+
+
+class Verdict(BaseModel):
+    label: str
+    note: str = "none"
+
+
+async def test_tool_mode_through_anthropic_forces_a_tool_and_finishes(
+    helix, make_agent, wire_provider
+):
+    recorder = Recorder(
+        httpx2, (200, anthropic_stream_tool_use("toolu_f", "__finish__", {"label": "good"}))
+    )
+    wire_provider["anthropic"] = recorder
+    agent = make_agent(
+        output_schema=Verdict, llm=LLMConfig(model="anthropic-wire:claude-sonnet-4-6")
+    )
+    result = await (await helix.execute(agent, "judge")).result()
+
+    assert result.status == "completed" and result.output == {"label": "good", "note": "none"}
+    body = recorder.body
+    assert body["tool_choice"] == {"type": "any"}
+    assert [t["name"] for t in body["tools"]] == ["__finish__"]
+    assert "the `__finish__` tool" in body["system"]
+
+
+async def test_native_mode_through_openai_validates_corrects_and_completes(
+    helix, make_agent, wire_provider, caplog
+):
+    recorder = Recorder(
+        httpx,
+        (200, openai_text_stream('{"note": "no label"}')),
+        (200, openai_text_stream('{"label": "good", "note": null}')),
+    )
+    wire_provider["openai"] = recorder
+    agent = make_agent(
+        system_prompt="Judge.",
+        output_schema=Verdict,
+        output_mode="native",
+        llm=LLMConfig(model="openai-wire:gpt-4o"),
+    )
+    with caplog.at_level(logging.WARNING, logger="helix_dbos"):
+        result = await (await helix.execute(agent, "judge")).result()
+
+    assert result.status == "completed"
+    assert result.output == {"label": "good", "note": "none"}, "strict null: the default"
+    first, second = recorder.bodies
+    assert first["response_format"]["type"] == "json_schema"
+    assert first["response_format"]["json_schema"]["strict"] is True
+    assert first["response_format"]["json_schema"]["schema"]["required"] == ["label", "note"]
+    assert "tools" not in first and "tool_choice" not in first
+    assert first["messages"][0] == {"role": "system", "content": "Judge."}
+    assert second["messages"][-2] == {"role": "assistant", "content": '{"note": "no label"}'}
+    correction = second["messages"][-1]
+    assert correction["role"] == "user"
+    assert correction["content"].startswith("Your reply is not valid output: label: Field required")
+    assert any("invalid output from the reply" in r.getMessage() for r in caplog.records)
+
+
+async def test_native_mode_through_anthropic_sends_output_config(helix, make_agent, wire_provider):
+    recorder = Recorder(httpx2, (200, anthropic_text_stream('{"label": "ok"}')))
+    wire_provider["anthropic"] = recorder
+    agent = make_agent(
+        output_schema=Verdict,
+        output_mode="native",
+        llm=LLMConfig(model="anthropic-wire:claude-sonnet-4-6"),
+    )
+    result = await (await helix.execute(agent, "judge")).result()
+
+    assert result.status == "completed" and result.output == {"label": "ok", "note": "none"}
+    output_format = recorder.body["output_config"]["format"]
+    assert output_format["type"] == "json_schema"
+    assert output_format["schema"]["additionalProperties"] is False
+    assert "tool_choice" not in recorder.body
+
+
+async def test_prompted_mode_through_openai_puts_the_schema_in_the_prompt(
+    helix, make_agent, wire_provider
+):
+    recorder = Recorder(httpx, (200, openai_text_stream('```json\n{"label": "fine"}\n```')))
+    wire_provider["openai"] = recorder
+    agent = make_agent(
+        system_prompt="Judge.",
+        output_schema=Verdict,
+        output_mode="prompted",
+        llm=LLMConfig(model="openai-wire:gpt-4o"),
+    )
+    result = await (await helix.execute(agent, "judge")).result()
+
+    assert result.status == "completed" and result.output == {"label": "fine", "note": "none"}
+    body = recorder.body
+    assert "response_format" not in body and "tools" not in body
+    system = body["messages"][0]["content"]
+    assert system.startswith("Judge.\n\n## Output Requirement\nReply with only a JSON object")
+    assert '"label":{"title":"Label","type":"string"}' in system

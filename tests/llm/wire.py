@@ -260,6 +260,42 @@ def anthropic_stream_error() -> bytes:
     )
 
 
+def anthropic_stream_tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> bytes:
+    """One tool_use block whose input arrives as two JSON deltas."""
+    text = json.dumps(arguments)
+    half = len(text) // 2
+    return anthropic_sse(
+        [
+            {
+                "type": "message_start",
+                "message": {**anthropic_message([], None, input_tokens=310), "stop_reason": None},
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": text[:half]},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": text[half:]},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 40},
+            },
+            {"type": "message_stop"},
+        ]
+    )
+
+
 def anthropic_stream_gateway_error(
     code: object = 400, message: str = "Token limit reached"
 ) -> bytes:
