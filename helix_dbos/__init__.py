@@ -5,6 +5,7 @@ from helix_dbos.builtins import builtin_tools
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import AgentHooks
+from helix_dbos.definitions.queue import RateLimit, RunQueue
 from helix_dbos.definitions.tool import Tool, tool
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
@@ -36,6 +37,8 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "RunQueue",
+    "RateLimit",
     "SessionInfo",
     "SessionNotFoundError",
     "TerminatingConfig",

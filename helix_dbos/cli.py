@@ -20,6 +20,8 @@ import importlib.util
 import itertools
 import json
 import os
+import signal
+import socket
 import sys
 import threading
 import time
@@ -35,8 +37,10 @@ from helix_dbos import demo
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.runtime.results import TERMINAL_STATUSES
+from helix_dbos.runtime.workers import recover_worker
 from helix_dbos.server import bearer_token, create_app, queries
 from helix_dbos.server.remote import RemoteControl
+from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
     connect,
@@ -45,6 +49,7 @@ from helix_dbos.store.database import (
     resolve_database_url,
 )
 from helix_dbos.store.migrations import apply_migrations
+from helix_dbos.store.workers import WorkerRow
 
 Handler = Callable[[argparse.Namespace], int]
 Subparsers = Any  # argparse's _SubParsersAction is private; this is what add_* receives.
@@ -277,6 +282,11 @@ def add_serve(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--default-agent", default=None, help="agent for chat requests naming none")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    parser.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="execute no runs here: enqueue them for `helix-dbos worker` processes",
+    )
     parser.set_defaults(handler=run_serve)
 
 
@@ -288,6 +298,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "or --allow-unauthenticated for local development"
         )
     helix = load_helix(args.app)
+    if args.no_execute:
+        helix.executes_runs = False
     app = create_app(
         helix,
         authenticate=bearer_token(token) if token else None,
@@ -296,12 +308,152 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     base = f"http://{args.host}:{args.port}"
     inbox = f"{base}/inbox" + ("?token=…" if token else "")
+    role = "enqueuing runs of" if args.no_execute else "serving"
     print(
-        f"helix-dbos: serving {len(helix.agents)} agent(s) ({', '.join(sorted(helix.agents))}) "
+        f"helix-dbos: {role} {len(helix.agents)} agent(s) ({', '.join(sorted(helix.agents))}) "
         f"on {base}; inbox at {inbox}; API docs at {base}/docs",
         file=sys.stderr,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+def add_worker(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "worker",
+        help="run a worker: execute queued and recovered runs of the app's agents",
+        description="Launch the app's HelixDBOS as a worker: it takes runs of its agents from "
+        "their queues, recovers the runs of dead workers, and runs until SIGTERM or Ctrl-C "
+        "(then it stops cleanly; its unfinished runs move to another worker once its lease "
+        "lapses). Exit code 75 means the worker fenced itself after losing its lease: start "
+        "it again.",
+    )
+    add_app_option(parser)
+    parser.set_defaults(handler=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    helix = load_helix(args.app)
+    helix.executes_runs = True
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    helix.launch()
+    lease = helix.lease
+    assert lease is not None
+    print(
+        f"helix-dbos: worker {lease.identity.executor_id} serving "
+        f"{', '.join(lease.identity.agents) or 'no agent'} "
+        f"(lease {lease.lease:g}s); Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        helix.shutdown()
+    return 0
+
+
+def add_workers(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "workers",
+        help="list workers, their leases and their runs",
+        description="List every worker registered on the database (live first), with its "
+        "lease, agents and unfinished runs, and the queued runs no live worker serves.",
+    )
+    add_json_option(parser)
+    add_database_url_option(parser)
+    parser.set_defaults(handler=run_workers)
+
+
+def _worker_state(worker: WorkerRow) -> str:
+    if worker.state == "live" and worker.expired:
+        return "expired"
+    return worker.state
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    with read_connection(args) as conn:
+        workers = workers_sql.list_workers(conn)
+        waiting = workers_sql.runs_without_worker(conn)
+    if args.json:
+        print_json(
+            {
+                "workers": [{**vars(w), "state": _worker_state(w)} for w in workers],
+                "runs_without_worker": [vars(r) for r in waiting],
+            }
+        )
+        return 0
+    if not workers:
+        print("No workers.")
+    else:
+        rows = [
+            {
+                **vars(w),
+                "state": _worker_state(w),
+                "agents": ", ".join(w.agents) or "-",
+                "recovered": f"by {w.recovered_by} ({w.recovered_runs} runs)"
+                if w.recovered_by
+                else "",
+            }
+            for w in workers
+        ]
+        print_table(
+            rows,
+            [
+                ("executor_id", "WORKER"),
+                ("state", "STATE"),
+                ("host", "HOST"),
+                ("pid", "PID"),
+                ("application_version", "VERSION"),
+                ("agents", "AGENTS"),
+                ("pending_runs", "RUNS"),
+                ("heartbeat_at", "HEARTBEAT"),
+                ("recovered", "RECOVERED"),
+            ],
+            width=36,
+        )
+    if waiting:
+        print(f"\n{len(waiting)} queued run(s) wait for a worker that serves their agent:")
+        print_table(
+            [vars(r) for r in waiting],
+            [
+                ("run_id", "RUN"),
+                ("session_id", "SESSION"),
+                ("agent_name", "AGENT"),
+                ("enqueued_at", "QUEUED"),
+            ],
+            width=44,
+        )
+    return 0
+
+
+def add_recover(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "recover",
+        help="hand a dead worker's unfinished runs back to the queues now",
+        description="Declare a worker dead and hand its unfinished runs back to the queues, "
+        "where a live worker serving each run's agent takes it. Refused while the worker's "
+        "lease is live (its runs are still its own). Live workers do this by themselves "
+        "once a lease lapses; this is for a fleet with none running, or to be sure.",
+    )
+    parser.add_argument("executor_id", metavar="WORKER")
+    add_database_url_option(parser)
+    parser.set_defaults(handler=run_recover)
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    url = resolve_url(args)
+    claimant = f"cli:{socket.gethostname()}:{os.getpid()}"
+    moved = recover_worker(url, args.executor_id, claimant)
+    print(f"Worker {args.executor_id} recovered: {len(moved)} run(s) handed back to the queues.")
+    for workflow_id in moved:
+        print(f"  {workflow_id}")
     return 0
 
 
@@ -335,6 +487,13 @@ def _run_detail(run: dict[str, Any]) -> str:
     return run["error"] or ""
 
 
+def _run_worker(run: dict[str, Any]) -> str:
+    """The worker executing a live run, or the queue it waits on."""
+    if run["workflow_status"] == "ENQUEUED":
+        return f"queued ({run['queue_name']})"
+    return run["worker"] or ""
+
+
 def run_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CLIError("--limit must be at least 1")
@@ -350,7 +509,7 @@ def run_runs(args: argparse.Namespace) -> int:
     if not runs:
         print("No runs.")
         return 0
-    rows = [{**r, "detail": _run_detail(r)} for r in runs]
+    rows = [{**r, "detail": _run_detail(r), "where": _run_worker(r)} for r in runs]
     print_table(
         rows,
         [
@@ -361,6 +520,7 @@ def run_runs(args: argparse.Namespace) -> int:
             ("status", "STATUS"),
             ("step_count", "STEPS"),
             ("started_at", "STARTED"),
+            ("where", "WORKER"),
             ("detail", "WAITING ON / ERROR"),
         ],
         width=44,
@@ -709,6 +869,9 @@ SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
     add_migrate,
     add_demo,
     add_serve,
+    add_worker,
+    add_workers,
+    add_recover,
     add_runs,
     add_transcript,
     add_usage,

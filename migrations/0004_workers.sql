@@ -21,3 +21,17 @@ CREATE TABLE IF NOT EXISTS helix.workers (
 );
 CREATE INDEX IF NOT EXISTS workers_live_idx ON helix.workers (application_name, application_version, heartbeat_at)
     WHERE state IN ('live', 'stopped');
+
+-- Which worker executes a run, and whether it waits on a queue: DBOS's own row, read at
+-- query time (the dbos schema may not exist yet when helix migrates a new database).
+CREATE OR REPLACE FUNCTION helix.run_worker(workflow_id text,
+    OUT executor_id text, OUT workflow_status text, OUT queue_name text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF to_regclass('dbos.workflow_status') IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE 'SELECT executor_id, status, queue_name FROM dbos.workflow_status
+             WHERE workflow_uuid = $1'
+        INTO executor_id, workflow_status, queue_name USING workflow_id;
+END $$;

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, RateLimit, RunQueue, tool
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
@@ -74,6 +74,15 @@ def fast(i: int) -> int:
     return i
 
 
+@tool
+async def pause() -> str:
+    """Takes a second, marking when it begins and ends (queue concurrency tests)."""
+    mark("pause.log", f"begin {time.time()}")
+    await asyncio.sleep(1.0)
+    mark("pause.log", f"end {time.time()}")
+    return "paused"
+
+
 @tool(require_approval=True)
 def guarded_delete(path: str) -> str:
     """Needs a human's approval."""
@@ -108,6 +117,8 @@ def respond(request: LLMRequest) -> dict:
         plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "approval":
         plan = [[("g1", "guarded_delete", {"path": "/data/old"})]]
+    elif scenario == "queued":
+        plan = [[("q1", "pause", {})]]
     else:  # commit, written, final
         plan = [[("t1", "record_a", {"value": "one"})]]
     step = len([m for m in request.messages if m.role == "assistant"])
@@ -164,9 +175,21 @@ if os.environ.get("HELIX_CODE_EDIT"):
         return "new code"
 
 
-agent = Agent("crash_agent", tools=[record_a, slow_b, fast, guarded_delete], output_schema=Report)
+agent = Agent(
+    "crash_agent", tools=[record_a, slow_b, fast, pause, guarded_delete], output_schema=Report
+)
+with_agent = not os.environ.get("CRASH_APP_WITHOUT_AGENT")
+limited = RunQueue(
+    "crash-limited",
+    [agent],
+    concurrency=1,
+    partition_by="model",
+    per_partition_rate_limit=RateLimit(50, 1.0),
+)
 helix = HelixDBOS(
-    [] if os.environ.get("CRASH_APP_WITHOUT_AGENT") else [agent],
+    [agent] if with_agent else [],
+    executes_runs=os.environ.get("CRASH_APP_EXECUTES_RUNS", "1") == "1",
+    queues=[limited] if with_agent and os.environ.get("CRASH_APP_QUEUE") else [],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=None if executor_id == "-" else executor_id,
@@ -179,13 +202,22 @@ helix.launch()
 
 async def main() -> None:
     if mode == "run":
-        handle = await helix.execute(agent, f"scenario {scenario}")
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        result = await handle.result()
-        print(
-            json.dumps({"status": result.status, "output": result.output, "error": result.error}),
-            flush=True,
-        )
+        handles = [
+            await helix.execute(agent, f"scenario {scenario}")
+            for _ in range(int(os.environ.get("CRASH_APP_RUNS", "1")))
+        ]
+        for handle in handles:
+            print(
+                json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True
+            )
+        for handle in handles:
+            result = await handle.result()
+            print(
+                json.dumps(
+                    {"status": result.status, "output": result.output, "error": result.error}
+                ),
+                flush=True,
+            )
     elif mode == "serve":
         print(
             json.dumps({"ready": helix.lease.identity.executor_id if helix.lease else None}),

@@ -34,10 +34,12 @@ def spawn(
     *extra: str,
     env: dict | None = None,
 ) -> subprocess.Popen:
+    # Each process's stderr goes to a file beside the markers, for a failing test to show.
+    stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
         [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
         env={**os.environ, **(env or {})},
     )

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from helpers import sql
+from tcp_proxy import CuttableProxy
 from test_crash import APP, assert_transcript_is_clean, lines, sigkill, spawn, wait_for
 
 from helix_dbos.store.database import libpq_url
@@ -186,5 +187,168 @@ def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
         for proc in (a, b):
             if proc is not None and proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def test_a_run_enqueued_by_a_process_that_runs_no_agents_is_executed_by_a_worker(
+    database_url, tmp_path
+):
+    front_marks, worker_marks = tmp_path / "front", tmp_path / "worker"
+    front_marks.mkdir()
+    worker_marks.mkdir()
+    worker = spawn("serve", database_url, "-", "tool", worker_marks)
+    front = None
+    try:
+        worker_id = started(worker)["ready"]
+        front = spawn(
+            "run", database_url, "-", "tool", front_marks, env={"CRASH_APP_EXECUTES_RUNS": "0"}
+        )
+        first = started(front)
+        front_id = executor_of(database_url, front)
+        assert started(front)["status"] == "completed"
+
+        assert sql(
+            database_url,
+            "SELECT status, executor_id, queue_name FROM dbos.workflow_status "
+            "WHERE workflow_uuid = %s",
+            f"helix-{first['run_id']}",
+        ) == [("SUCCESS", worker_id, "helix.agent.crash_agent")]
+        assert lines(front_marks, "llm.log") == [], "the front executed nothing"
+        assert lines(worker_marks, "record_a.log") == ["one"]
+        assert sql(
+            database_url,
+            "SELECT agents, executes_runs FROM helix.workers WHERE executor_id = %s",
+            front_id,
+        ) == [([], False)]
+        assert_transcript_is_clean(database_url, first["session_id"], first["run_id"])
+    finally:
+        for proc in (front, worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def test_a_run_queue_with_concurrency_one_runs_one_run_at_a_time(database_url, tmp_path):
+    env = {"CRASH_APP_QUEUE": "1", "CRASH_APP_RUNS": "3"}
+    proc = spawn("run", database_url, "-", "queued", tmp_path, env=env)
+    try:
+        runs = [started(proc) for _ in range(3)]
+        results = [started(proc) for _ in range(3)]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert [r["status"] for r in results] == ["completed"] * 3
+    rows = sql(
+        database_url,
+        "SELECT queue_name, queue_partition_key FROM dbos.workflow_status "
+        "WHERE workflow_uuid = ANY(%s)",
+        [f"helix-{r['run_id']}" for r in runs],
+    )
+    assert rows == [("crash-limited", "mock")] * 3, "partitioned by the agent's model"
+    marks = [line.split() for line in lines(tmp_path, "pause.log")]
+    spans = [(float(marks[i][1]), float(marks[i + 1][1])) for i in range(0, len(marks), 2)]
+    assert [m[0] for m in marks] == ["begin", "end"] * 3, "never two runs' tools at once"
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
+
+
+def run_cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "helix_dbos.cli", *args, "--database-url", database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def cli_json(database_url: str, *args: str) -> dict:
+    done = run_cli(database_url, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp_path):
+    """The operator's path: a worker dies and none is running; `recover` is refused while
+    its lease is live, then hands its run back; the run waits (listed by `workers`) until
+    a worker serving its agent starts, which completes it."""
+    a = spawn("start", database_url, "-", "tool", tmp_path)
+    b = None
+    try:
+        first = started(a)
+        run_id, session_id = first["run_id"], first["session_id"]
+        a_id = executor_of(database_url, a)
+        wait_for(lambda: (tmp_path / "in_slow_b").exists())
+        sigkill(a)
+
+        refused = run_cli(database_url, "recover", a_id)
+        assert refused.returncode == 2
+        assert f"Worker '{a_id}'" in refused.stderr and "is alive" in refused.stderr
+
+        listed = cli_json(database_url, "workers")
+        mine = [w for w in listed["workers"] if w["executor_id"] == a_id]
+        assert [(w["state"], w["pending_runs"]) for w in mine] == [("live", 1)]
+
+        time.sleep(4.5)  # the lease (4 s) lapses
+        listed = cli_json(database_url, "workers")
+        assert [w["state"] for w in listed["workers"] if w["executor_id"] == a_id] == ["expired"]
+
+        recovered = run_cli(database_url, "recover", a_id)
+        assert recovered.returncode == 0, recovered.stderr
+        assert f"Worker {a_id} recovered: 1 run(s) handed back" in recovered.stdout
+        assert workflow_row(database_url, run_id)[0] == "ENQUEUED"
+
+        listed = cli_json(database_url, "workers")
+        assert [r["run_id"] for r in listed["runs_without_worker"]] == [run_id]
+        table = run_cli(database_url, "workers")
+        assert "1 queued run(s) wait for a worker" in table.stdout and "dead" in table.stdout
+        runs = run_cli(database_url, "runs", "--session", session_id)
+        assert "queued (helix.agent.crash_agent)" in runs.stdout
+
+        b = spawn("serve", database_url, "-", "tool", tmp_path)
+        b_id = started(b)["ready"]
+        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        assert lines(tmp_path, "record_a.log") == ["one"]
+        assert_transcript_is_clean(database_url, session_id, run_id)
+        assert sql(
+            database_url,
+            "SELECT state, recovered_by LIKE 'cli:%%', recovered_runs FROM helix.workers "
+            "WHERE executor_id = %s",
+            a_id,
+        ) == [("dead", True, 1)]
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_elsewhere(
+    database_url, tmp_path
+):
+    """Worker A reaches PostgreSQL through a proxy; cutting it leaves A alive but unable
+    to renew its lease: A fences itself (exit 75) before B may claim it, and B completes
+    the run exactly once."""
+    proxy = CuttableProxy(database_url)
+    a = spawn("start", proxy.url, "-", "tool", tmp_path)
+    b = None
+    try:
+        first = started(a)
+        run_id, session_id = first["run_id"], first["session_id"]
+        b = spawn("serve", database_url, "-", "tool", tmp_path)
+        b_id = started(b)["ready"]
+        wait_for(lambda: (tmp_path / "in_slow_b").exists())
+
+        proxy.cut()
+        assert a.wait(timeout=30) == 75, "the cut-off worker fenced itself"
+        wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
+        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+
+        assert lines(tmp_path, "record_a.log") == ["one"]
+        assert lines(tmp_path, "slow_b.log") == ["two", "two"]
+        assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
+        assert_transcript_is_clean(database_url, session_id, run_id)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dbos._dbos as _dbos_module
+from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 
 
 def is_configured() -> bool:
@@ -53,6 +54,17 @@ def listening_queues() -> list[str] | None:
         return None
     queues: list[str] | None = instance._listening_queues
     return queues
+
+
+def listen_also(queue_name: str) -> None:
+    """Add a queue to a launched process's `listen_queues` (DBOS allows the list only
+    before launch; its queue thread re-reads it every second). Helix needs it for an
+    agent registered after launch: its worker must dequeue that agent's runs."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None or instance._listening_queues is None:
+        return  # not restricted: every queue is listened to already
+    if queue_name not in instance._listening_queues:
+        instance._listening_queues.append(queue_name)
 
 
 def app_name() -> str:

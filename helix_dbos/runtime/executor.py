@@ -8,16 +8,17 @@ import functools
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, SetWorkflowID, WorkflowStatus
+from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
@@ -36,9 +37,9 @@ from helix_dbos.orchestration.messages import (
 )
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.agent_loop import agent_run_workflow
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
+from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
@@ -56,7 +57,7 @@ from helix_dbos.store.database import (
 )
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.storable import check_storable
-from helix_dbos.store.workers import WorkerIdentity, WorkerRow, agent_queue
+from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
 from helix_dbos.streaming.reads import SharedChunkReads
@@ -105,8 +106,10 @@ class HelixDBOS:
         reconcile_seconds: float = 60,
         executes_runs: bool = True,
         worker_lease_seconds: float | None = None,
+        queues: Sequence[RunQueue] = (),
         listen_queues: Iterable[str] = (),
     ) -> None:
+        self.lease: WorkerLease | None = None  # taken by launch()
         self.agents: dict[str, Agent] = {}
         for agent in agents:
             self.register(agent)
@@ -141,12 +144,22 @@ class HelixDBOS:
         self._sweep: asyncio.Task[None] | None = None
         self.reconcile_seconds = reconcile_seconds
         self._chunk_reads = SharedChunkReads(self._load_chunks)
-        self.executes_runs = executes_runs
         self.worker_lease_seconds = worker_lease_seconds or float(
             os.environ.get("HELIX_WORKER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
         )
-        self.listen_queues = list(listen_queues)
-        self.lease: WorkerLease | None = None
+        self.dispatch = Dispatch(queues, executes_runs=executes_runs, listen_queues=listen_queues)
+
+    @property
+    def executes_runs(self) -> bool:
+        """Whether this process executes runs (a worker) or only enqueues them (a web
+        front); set before `launch()`."""
+        return self.dispatch.executes_runs
+
+    @executes_runs.setter
+    def executes_runs(self, value: bool) -> None:
+        if self.lease is not None:
+            raise RuntimeError("executes_runs is set before launch()")
+        self.dispatch.executes_runs = value
 
     # --- set-up -------------------------------------------------------------
 
@@ -155,6 +168,10 @@ class HelixDBOS:
         if existing is not None and existing is not agent:
             raise ValueError(f"Another agent named '{agent.name}' is already registered")
         self.agents[agent.name] = agent
+        if self.lease is not None and existing is None:  # registered after launch
+            self.dispatch.register_agent(agent.name)
+            if self.executes_runs:
+                self.lease.serve(agent.name)
 
     def _configure_dbos(self, app_name: str, executor_id: str | None) -> None:
         if dbos_internals.is_configured():
@@ -181,16 +198,17 @@ class HelixDBOS:
         runs of any worker whose lease lapses are handed back to the queues and resume on a
         worker that serves their agent; runs whose start was cut short by a crash are
         closed as failed."""
+        self.dispatch.check_agents(self.agents)
         identity = self._worker_identity()
-        self.lease = WorkerLease(self.database_url, identity)
-        self.lease.acquire()
+        lease = WorkerLease(self.database_url, identity)
+        lease.acquire()
         if not dbos_internals.is_launched():  # else the application launched DBOS itself
             self._hand_back_own_runs(identity)
             self._listen(identity)
             DBOS.launch()
-        for name in identity.agents:
-            DBOS.register_queue(agent_queue(name), on_conflict="never_update")
-        self.runtime.lease_check = self.lease.check
+        self.dispatch.register(self.agents)
+        self.lease = lease
+        self.runtime.lease_check = lease.check
         self.lease.start()
         try:
             loop = asyncio.get_running_loop()
@@ -230,7 +248,7 @@ class HelixDBOS:
         told to listen to; an application that chose its own queues keeps its choice."""
         if dbos_internals.listening_queues() is not None:
             return
-        DBOS.listen_queues([agent_queue(name) for name in me.agents] + self.listen_queues)
+        DBOS.listen_queues(self.dispatch.listen_list(me.agents))
 
     async def workers(self) -> list[WorkerRow]:
         """Every worker that ever registered on this database, live first."""
@@ -267,11 +285,15 @@ class HelixDBOS:
         session_id: str | None = None,
         state: Any = None,
         terminating: TerminatingConfig | None = None,
+        priority: int | None = None,
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
         `terminating` runs it in seed 004's autonomous mode: the named tools end
         the run, and the result carries `response` and `generated_messages`.
+        The run executes in this process, or is enqueued for a worker (see
+        `Dispatch`); `priority` (1 first, up to 2**31-1; unset runs before any) enqueues
+        it on its agent's queue.
         """
         check_storable(input=input, session_id=session_id)
         definition = self._agent(agent)
@@ -281,7 +303,9 @@ class HelixDBOS:
         if terminating is not None:
             definition.check_terminating(terminating)
         options = RunOptions(terminating=terminating)
-        return await self._open_and_start(definition, session_id, messages, initial_state, options)
+        return await self._open_and_start(
+            definition, session_id, messages, initial_state, options, priority
+        )
 
     async def _open_and_start(
         self,
@@ -290,6 +314,7 @@ class HelixDBOS:
         messages: list[Message],
         state: dict[str, Any] | None,
         options: RunOptions | None = None,
+        priority: int | None = None,
     ) -> RunHandle:
         request = OpenRunRequest(
             run_id=new_id("run"),
@@ -301,10 +326,12 @@ class HelixDBOS:
             default_state=agent.initial_state(None),
             max_steps=agent.max_steps,
         )
-        opened = await on_target_loop(lambda: self._open_and_start_locked(request))
+        opened = await on_target_loop(lambda: self._open_and_start_locked(request, agent, priority))
         return RunHandle(self, opened.session_id, opened.run_id, opened.workflow_id)
 
-    async def _open_and_start_locked(self, request: OpenRunRequest) -> OpenedRun:
+    async def _open_and_start_locked(
+        self, request: OpenRunRequest, agent: Agent, priority: int | None
+    ) -> OpenedRun:
         """Open the run and start its workflow under the run's start lock.
 
         No other process can then take the run for stale between the two (two
@@ -316,14 +343,14 @@ class HelixDBOS:
             await repo.lock_run_start(lock, request.run_id)
             try:
                 opened = await self._open(request)
-                with SetWorkflowID(opened.workflow_id):
-                    await DBOS.start_workflow_async(
-                        agent_run_workflow,
-                        opened.run_id,
-                        opened.session_id,
-                        request.agent_name,
-                        request.options,
-                    )
+                await self.dispatch.start(
+                    opened.workflow_id,
+                    opened.run_id,
+                    opened.session_id,
+                    agent,
+                    request.options,
+                    priority,
+                )
             finally:
                 try:
                     await repo.unlock_run_start(lock, request.run_id)

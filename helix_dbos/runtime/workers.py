@@ -13,6 +13,7 @@ before anyone may claim it, so a slow worker is never run twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -24,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from helix_dbos.errors import ExecutorIdInUseError
+from helix_dbos.errors import ExecutorIdInUseError, WorkerNotDeadError
 from helix_dbos.store import workers as sql
 from helix_dbos.store.database import connect
 
@@ -48,6 +49,25 @@ def fence_exit(reason: str) -> None:
     logger.critical("helix worker fenced: %s; exiting with code %d", reason, FENCE_EXIT_CODE)
     logging.shutdown()
     os._exit(FENCE_EXIT_CODE)
+
+
+def recover_worker(database_url: str, executor_id: str, claimant: str) -> list[str]:
+    """Hand a dead worker's unfinished runs back to the queues now, without waiting for a
+    live worker's sweep (and again for a worker already recovered, for runs it left
+    behind). Refused while the worker's lease is live: its runs are still its own."""
+    with connect(database_url, autocommit=True) as conn:
+        workers = {w.executor_id: w for w in sql.list_workers(conn)}
+        worker = workers.get(executor_id)
+        if worker is None:
+            known = ", ".join(sorted(workers)) or "none"
+            raise WorkerNotDeadError(f"No worker '{executor_id}' is registered (known: {known})")
+        moved = sql.claim_and_requeue(conn, executor_id, claimant, force=True)
+    if moved is None:
+        raise WorkerNotDeadError(
+            f"Worker '{executor_id}' (pid {worker.pid} on {worker.host}) is alive: its lease "
+            f"of {worker.lease_seconds:g}s has not lapsed, so its runs are still its own"
+        )
+    return moved
 
 
 class WorkerLease:
@@ -113,12 +133,23 @@ class WorkerLease:
         except psycopg.Error as exc:
             logger.warning("helix could not mark worker %s stopped: %s", self.identity, exc)
 
+    def serve(self, agent_name: str) -> None:
+        """Record an agent registered after launch among the agents this worker serves."""
+        if agent_name in self.identity.agents:
+            return
+        agents = tuple(sorted({*self.identity.agents, agent_name}))
+        self.identity = dataclasses.replace(self.identity, agents=agents)
+        with connect(self.database_url, autocommit=True) as conn:
+            sql.set_agents(conn, self.identity.executor_id, agents)
+
     # --- the fence ---------------------------------------------------------------
 
     def check(self) -> None:
         """Called before each step: a worker whose lease may have lapsed (a long stall, a
-        lost database) executes nothing more."""
-        if self._fenced or time.monotonic() - self._renewed_at > self.lease * FENCE_AFTER:
+        lost database) executes nothing more. After a clean stop it no longer fences: DBOS
+        is destroyed by then, so nothing this process runs can be checkpointed."""
+        stale = time.monotonic() - self._renewed_at > self.lease * FENCE_AFTER
+        if self._fenced or (stale and not self._stop.is_set()):
             self._fence("its lease was not renewed in time")
 
     def _fence(self, reason: str) -> None:

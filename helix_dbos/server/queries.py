@@ -49,7 +49,8 @@ def list_runs(
         params["sid"] = session_id
     clause = f"WHERE {' AND '.join(where)} " if where else ""
     return Query(
-        f"SELECT {_RUN_COLUMNS} FROM helix.runs r {clause}"
+        f"SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, w.queue_name "
+        f"FROM helix.runs r CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w {clause}"
         "ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s",
         params,
     )

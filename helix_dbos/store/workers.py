@@ -13,16 +13,13 @@ from typing import Any
 
 import psycopg
 
+from helix_dbos.definitions.queue import AGENT_QUEUE_PREFIX
+
 # DBOS dequeues a workflow only from the queue named on its row. A recovered agent run goes
 # to its agent's queue, which only processes serving that agent listen to; anything else
 # goes where DBOS's own recovery would send it.
-AGENT_QUEUE_PREFIX = "helix.agent."
 DBOS_RECOVERY_QUEUE = "_dbos_internal_queue"
 AGENT_WORKFLOW = "helix.agent_run"
-
-
-def agent_queue(agent_name: str) -> str:
-    return AGENT_QUEUE_PREFIX + agent_name
 
 
 @dataclass(frozen=True)
@@ -97,6 +94,12 @@ def heartbeat(conn: psycopg.Connection[Any], executor_id: str) -> bool:
         (executor_id,),
     ).fetchone()
     return row is not None
+
+
+def set_agents(conn: psycopg.Connection[Any], executor_id: str, agents: tuple[str, ...]) -> None:
+    conn.execute(
+        "UPDATE helix.workers SET agents = %s WHERE executor_id = %s", (list(agents), executor_id)
+    )
 
 
 def mark_stopped(conn: psycopg.Connection[Any], executor_id: str) -> None:
@@ -219,6 +222,37 @@ def list_workers(conn: psycopg.Connection[Any]) -> list[WorkerRow]:
         """
     ).fetchall()
     return [WorkerRow(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run on an agent's queue that no live worker serving the agent could take yet."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    queue_name: str
+    enqueued_at: datetime
+
+
+def runs_without_worker(conn: psycopg.Connection[Any]) -> list[QueuedRun]:
+    """Queued runs of agents that no live worker serves (they wait for one)."""
+    if not _dbos_schema_exists(conn):
+        return []
+    rows = conn.execute(
+        """
+        SELECT r.run_id, r.session_id, r.agent_name, ws.queue_name,
+               to_timestamp(ws.created_at / 1000.0)
+        FROM dbos.workflow_status ws JOIN helix.runs r ON r.workflow_id = ws.workflow_uuid
+        WHERE ws.status = 'ENQUEUED'
+          AND NOT EXISTS (
+            SELECT 1 FROM helix.workers w
+            WHERE w.state = 'live' AND r.agent_name = ANY(w.agents)
+              AND w.heartbeat_at >= now() - make_interval(secs => w.lease_seconds))
+        ORDER BY ws.created_at
+        """
+    ).fetchall()
+    return [QueuedRun(*r) for r in rows]
 
 
 def _dbos_schema_exists(conn: psycopg.Connection[Any]) -> bool:
