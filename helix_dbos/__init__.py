@@ -6,15 +6,18 @@ from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import AgentHooks
 from helix_dbos.definitions.queue import RateLimit, RunQueue
+from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
 from helix_dbos.definitions.tool import Tool, tool
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentDefinitionError,
     AgentNotRegisteredError,
+    ExecutorIdInUseError,
     HelixError,
     RunNotFoundError,
     SessionNotFoundError,
     ToolDefinitionError,
+    WorkerNotDeadError,
 )
 from helix_dbos.llm.mock import MockLLM
 from helix_dbos.orchestration.types import Message, ToolCall
@@ -29,6 +32,7 @@ __all__ = [
     "AgentHooks",
     "AgentNotRegisteredError",
     "AgentResult",
+    "ExecutorIdInUseError",
     "HelixDBOS",
     "HelixError",
     "LLMConfig",
@@ -41,11 +45,14 @@ __all__ = [
     "RateLimit",
     "SessionInfo",
     "SessionNotFoundError",
+    "SubAgentTool",
     "TerminatingConfig",
     "builtin_tools",
+    "sub_agent_tool",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolDefinitionError",
     "tool",
+    "WorkerNotDeadError",
 ]
