@@ -548,6 +548,7 @@ class HelixDBOS:
             await self._notify_waits(run, kinds, reason)
 
         await on_target_loop(send)
+        await self._each_live_child(session_id, self.interrupt, reason)
 
     async def abort(self, session_id: str, *, reason: str | None = None) -> None:
         """Cancel the live run now: its workflow is cancelled, running tools are stopped
@@ -556,6 +557,7 @@ class HelixDBOS:
         check_storable(reason=reason)
         run = await self._live_run(session_id)
         await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
+        await self._each_live_child(session_id, self.abort, reason)
         error = f"Run aborted: {reason}" if reason else "Run aborted"
         # Read before the close marks them aborted: the topics a waiting run listens on.
         waits = await self._read(repo.pending_kinds, run.run_id)
@@ -568,6 +570,18 @@ class HelixDBOS:
         # Wake a wait for a human so the cancelled workflow's coroutine ends now, not at
         # its deadline (the tool steps stop on the run-end notification of the close).
         await on_target_loop(lambda: self._notify_waits(run, waits, reason))
+
+    async def _each_live_child(
+        self,
+        session_id: str,
+        action: Callable[..., Coroutine[Any, Any, None]],
+        reason: str | None,
+    ) -> None:
+        """Interrupt and abort reach the run's live sub-agents (and, through the same
+        call, theirs): no child is left running alone."""
+        for child in await self._read(repo.live_child_runs, session_id):
+            with contextlib.suppress(RunNotActiveError):  # it ended meanwhile
+                await action(child.session_id, reason=reason)
 
     async def _notify_waits(self, run: RunInfo, kinds: list[GateKind], reason: str | None) -> None:
         for kind in kinds:
@@ -655,7 +669,7 @@ class HelixDBOS:
             for chunk in rows:
                 last = chunk.seq
                 yield chunk
-                if run_id is not None and chunk.type in TERMINAL_CHUNK_TYPES:
+                if chunk.run_id == run_id and chunk.type in TERMINAL_CHUNK_TYPES:
                     ended = True
             if ended or not follow:
                 return
@@ -768,10 +782,22 @@ class HelixDBOS:
         return [RunInfo(**r.__dict__) for r in await self._read(repo.list_runs, session_id)]
 
     async def get_usage(
-        self, *, session_id: str | None = None, run_id: str | None = None
+        self,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        include_children: bool = False,
     ) -> dict[str, int]:
+        """Calls and tokens of a session or run; `include_children` adds every sub-agent
+        session below the session (their tokens are counted once: a `subagent` row only
+        counts as a call, in `subagent_calls`)."""
         check_storable(session_id=session_id, run_id=run_id)
-        return await self._read(repo.usage_summary, session_id=session_id, run_id=run_id)
+        return await self._read(
+            repo.usage_summary,
+            session_id=session_id,
+            run_id=run_id,
+            include_children=include_children,
+        )
 
     def get_session_sync(self, session_id: str) -> SessionInfo:
         return run_sync(lambda: self.get_session(session_id))
