@@ -17,9 +17,12 @@ from helix_dbos.orchestration.completion import (
     DEFAULT_NUDGE_MESSAGE,
     CompletionMode,
 )
-from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
 
 SystemPrompt = str | Callable[[Any], str]
+#: `stop_when(step_result, state) -> bool`, evaluated after each step (seed 001 stopWhen);
+#: `state` is the state_schema model when the agent has one, else a dict.
+StopCondition = Callable[[StepResult, Any], bool]
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class Agent:
         terminating: TerminatingConfig | None = None,
         input_schema: type[BaseModel] | None = None,
         output_mode: OutputMode = "tool",
+        stop_when: StopCondition | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -135,6 +139,7 @@ class Agent:
         # without one, a sub-agent call takes `{"message": "..."}`.
         self.input_schema = input_schema
         self.output_mode: OutputMode = output_mode
+        self.stop_when = stop_when
         self._finish_schema: dict[str, Any] | None = None  # built once, on first use
         self._check_tools()
         self._check_output_mode()
@@ -258,6 +263,10 @@ class Agent:
                 f"Agent '{self.name}': state must be a dict or a pydantic model"
             )
         return dict(state)
+
+    def state_view(self, state: dict[str, Any]) -> Any:
+        """The state as user code sees it: the state_schema model, or a copy of the dict."""
+        return self.state_schema.model_validate(state) if self.state_schema else dict(state)
 
     def resolve_system_prompt(self, state: dict[str, Any]) -> str:
         if callable(self.system_prompt):

@@ -102,6 +102,7 @@ class AgentLoop:
         self.nudges = 0
         self.output_retries = 0
         self.max_tokens_fixes = 0
+        self.stop_reason: str | None = None  # "stop_when" when the custom condition ended it
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
 
@@ -133,6 +134,7 @@ class AgentLoop:
                 return await self._interrupted(step - 1)
             # 3.-4. Plan the reply and run its tools: the step's rows, in memory.
             commit = await self._take_step(step, reply)
+            self._check_stop_when(reply, commit)
             # 5. Rows: left for the next step's write-ahead, or written with the end.
             if commit.status is None:
                 self._unwritten = commit
@@ -279,6 +281,30 @@ class AgentLoop:
                 correction = max_tokens_correction(self.agent.max_tokens_correction, self.mode)
                 commit.messages.append(Message(role="user", content=correction))
 
+    def _check_stop_when(self, reply: ModelReply, commit: StepCommit) -> None:
+        """Seed 001's stopWhen: after a step that did not end the run, the agent's
+        `stop_when(step_result, state)` (the state after the step's tools) may end it,
+        completed; the stop reason goes into the result and a `run_stopped` chunk. It runs
+        in workflow code, so it must be deterministic; if it raises, the run fails."""
+        stop_when = self.agent.stop_when
+        if stop_when is None or commit.status is not None:
+            return
+        state = commit.state if commit.state is not None else reply.state
+        try:
+            stop = bool(stop_when(reply.result, self.agent.state_view(state)))
+        except Exception as exc:
+            commit.end("failed", error=f"stop_when raised {type(exc).__name__}: {exc}")
+            return
+        if not stop:
+            return
+        self.stop_reason = "stop_when"
+        # No output is made up: the reply's text, unless an output schema wants more.
+        text = getattr(reply.result, "content", None)
+        output = text if self.agent.output_schema is None and isinstance(text, str) else None
+        commit.end("completed", output=output)
+        payload = {"reason": self.stop_reason, "step": commit.step}
+        commit.events.append(ChunkRecord(f"{self.run_id}:stopped", "run_stopped", payload))
+
     def _step_cap_error(self) -> str:
         if self.terminating:
             return MAX_INVOCATIONS_ERROR
@@ -349,6 +375,7 @@ class AgentLoop:
             run_id=self.run_id,
             step_count=commit.step,
             response=response,
+            stop_reason=self.stop_reason,
         )
         result.terminating = self.terminating is not None
         return result

@@ -22,7 +22,20 @@ class AgentResult(BaseModel):
     # Terminating runs (seed 004): the terminating tool's output as a string, and the run's messages.
     response: str | None = None
     generated_messages: list[dict[str, Any]] | None = None
+    # Why the loop stopped when it was not the model finishing: "stop_when" (the
+    # agent's custom stop condition held after a step); None otherwise.
+    stop_reason: str | None = None
     _terminating: bool = PrivateAttr(default=False)
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        """DBOS pickles a run's result; one pickled by an older helix lacks the fields
+        added since: they get their defaults instead of an AttributeError on access."""
+        values = state.get("__dict__")
+        if isinstance(values, dict):
+            for name, info in type(self).model_fields.items():
+                if name not in values and not info.is_required():
+                    values[name] = info.get_default(call_default_factory=True)
+        super().__setstate__(state)
 
     @property
     def terminating(self) -> bool:
