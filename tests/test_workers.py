@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import sql
@@ -20,8 +21,10 @@ from tcp_proxy import CuttableProxy
 from test_crash import APP, assert_transcript_is_clean, lines, sigkill, spawn, wait_for
 
 from helix_dbos.store.database import libpq_url
+from helix_dbos.store.migrations import apply_migrations
 
 pytestmark = pytest.mark.crash
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def executor_of(database_url: str, proc: subprocess.Popen) -> str:
@@ -352,3 +355,48 @@ def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_els
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_url, tmp_path):
+    """`helix-dbos worker --app examples/fleet.py:helix` executes the run that
+    `python examples/fleet.py` enqueues; SIGTERM stops the worker cleanly."""
+    apply_migrations(database_url)  # the worker creates the schema too, but the test polls it first
+    env = {**os.environ, "HELIX_DATABASE_URL": database_url}
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "helix_dbos.cli", "worker", "--app", f"{EXAMPLES}/fleet.py:helix"],
+        stderr=log,
+        env=env,
+    )
+    try:
+        worker_id = executor_of(database_url, worker)
+        front = subprocess.run(
+            [sys.executable, f"{EXAMPLES}/fleet.py", "reset my password"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert front.returncode == 0, front.stderr
+        result = json.loads(front.stdout)
+        assert result["status"] == "completed"
+        assert result["output"]["worker"] == str(worker.pid), "the worker ran it, not the front"
+        assert "reset my password" in result["output"]["answer"]
+        assert sql(
+            database_url,
+            "SELECT executor_id, queue_name FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            f"helix-{result['run_id']}",
+        ) == [(worker_id, "fleet")]
+
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+        assert sql(
+            database_url, "SELECT state FROM helix.workers WHERE executor_id = %s", worker_id
+        ) == [("stopped",)]
+        assert (
+            f"worker {worker_id} serving fleet_assistant" in (tmp_path / "worker.log").read_text()
+        )
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
