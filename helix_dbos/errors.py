@@ -127,7 +127,9 @@ class ExecutorIdInUseError(HelixError):
         self.executor_id = executor_id
         super().__init__(
             f"Executor id '{executor_id}' is in use by a live worker (pid {pid} on {host}): "
-            "give this process another id (HELIX_EXECUTOR_ID), or leave it unset for a unique one"
+            "give this process another id (HELIX_EXECUTOR_ID or HelixDBOS(executor_id=...); "
+            "DBOSConfig's executor_id if your app configures DBOS itself), or leave it unset "
+            "for a unique one"
         )
 
 
