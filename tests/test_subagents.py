@@ -562,3 +562,34 @@ async def test_the_cli_answers_a_childs_wait_through_the_root_and_aborts_the_tre
     assert result.status == "aborted" and ran == ["hello"]
     assert (await helix.get_session(second_child)).status == "aborted"
     assert_every_call_paired(await helix.get_messages(second_child))
+
+
+async def test_a_wide_fan_out_completes_without_lock_conflicts(helix, make_agent, mock_llm, caplog):
+    """Thirty children from one step: the parent's live head write (after 0.1 s of tools)
+    and the dispatch transaction lock the parent's run and session rows in one order."""
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="w")])
+    width = 30
+    mock_llm.add_response(
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {"id": f"c{i}", "name": "subagent__w", "arguments": {"message": str(i)}}
+                for i in range(width)
+            ],
+        },
+        agent=parent.name,
+    )
+    mock_llm.add_responses(*(text(f"r{i}") for i in range(width)), agent=child.name)
+    mock_llm.add_response(text("all in"), agent=parent.name)
+
+    with caplog.at_level(logging.WARNING, logger="helix_dbos"):
+        result = await (await helix.execute(parent, "fan out")).result()
+
+    assert result.status == "completed"
+    results = tool_results(await helix.get_messages(result.session_id))
+    assert len(results) == width and not any(is_error for _, is_error in results.values())
+    assert sorted(content for content, _ in results.values()) == sorted(
+        f"r{i}" for i in range(width)
+    )
+    assert not [r for r in caplog.records if "deadlock" in r.getMessage().lower()]

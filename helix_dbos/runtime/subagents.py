@@ -194,10 +194,29 @@ async def open_children(
 ) -> dict[str, str]:
     """The body of `helix.open_children`; returns why each undispatchable child was not
     opened, by call id. The parent's stream shows each call start first (the same keyed
-    `tool_start` its step writes later), then each child's own chunks."""
+    `tool_start` its step writes later), then each child's own chunks.
+
+    Locks are taken in the order every other writer takes them (the parent's run row,
+    its session row, then a child's session row and its root's): the parent's live head
+    write runs at the same time and locks its run, then its session."""
     agents = current_runtime().agents
-    failures: dict[str, str] = {}
-    root = await repo.session_root(session, parent.session_id)
+    failures = {
+        c.call_id: (
+            f"agent '{c.agent_name}' is not registered in this process "
+            "(register sub-agents with HelixDBOS like any agent)"
+        )
+        for c in children
+        if c.agent_name not in agents
+    }
+    opening = [c for c in children if c.call_id not in failures]
+    if opening and await repo.update_live_run(
+        session,
+        parent.run_id,
+        status="waiting",
+        waiting_for=AWAITING_CHILDREN,
+        waiting_since_now=True,
+    ):
+        await repo.update_session(session, parent.session_id, status="waiting")
     await repo.insert_chunks(
         session,
         parent.session_id,
@@ -206,51 +225,42 @@ async def open_children(
         parent.step,
         [tool_start_chunk(parent.run_id, parent.step, call) for call in calls],
     )
-    opened = 0
-    for child in children:
-        agent = agents.get(child.agent_name)
-        if agent is None:
-            failures[child.call_id] = (
-                f"agent '{child.agent_name}' is not registered in this process "
-                "(register sub-agents with HelixDBOS like any agent)"
-            )
-            continue
-        await repo.insert_session(
-            session,
-            child.session_id,
-            child.agent_name,
-            agent.initial_state(None),
-            parent_session_id=parent.session_id,
-            root_session_id=root,
-        )
-        await repo.insert_run(
-            session,
-            run_id=child.run_id,
-            session_id=child.session_id,
-            workflow_id=child.workflow_id,
-            agent_name=child.agent_name,
-            turn=1,
-            max_steps=agent.max_steps,
-            options={"parent_run_id": parent.run_id, "tool_call_id": child.call_id},
-        )
-        await repo.append_messages(
-            session, child.session_id, child.run_id, [Message(role="user", content=child.input)]
-        )
-        await repo.update_session(session, child.session_id, status="running", turn_count=1)
-        started = ChunkRecord(f"{child.run_id}:started", "run_started", {"turn": 1})
-        await repo.insert_chunks(
-            session, child.session_id, child.run_id, child.agent_name, 0, [started]
-        )
-        opened += 1
-    if opened and await repo.update_live_run(
-        session,
-        parent.run_id,
-        status="waiting",
-        waiting_for=AWAITING_CHILDREN,
-        waiting_since_now=True,
-    ):
-        await repo.update_session(session, parent.session_id, status="waiting")
+    root = await repo.session_root(session, parent.session_id)
+    for child in opening:
+        await _open_child(session, parent, child, agents[child.agent_name], root)
     return failures
+
+
+async def _open_child(
+    session: repo.Executor, parent: StepCommit, child: ChildRun, agent: Agent, root: str
+) -> None:
+    """The child's session, run, input and `run_started` chunk."""
+    await repo.insert_session(
+        session,
+        child.session_id,
+        child.agent_name,
+        agent.initial_state(None),
+        parent_session_id=parent.session_id,
+        root_session_id=root,
+    )
+    await repo.insert_run(
+        session,
+        run_id=child.run_id,
+        session_id=child.session_id,
+        workflow_id=child.workflow_id,
+        agent_name=child.agent_name,
+        turn=1,
+        max_steps=agent.max_steps,
+        options={"parent_run_id": parent.run_id, "tool_call_id": child.call_id},
+    )
+    await repo.append_messages(
+        session, child.session_id, child.run_id, [Message(role="user", content=child.input)]
+    )
+    await repo.update_session(session, child.session_id, status="running", turn_count=1)
+    started = ChunkRecord(f"{child.run_id}:started", "run_started", {"turn": 1})
+    await repo.insert_chunks(
+        session, child.session_id, child.run_id, child.agent_name, 0, [started]
+    )
 
 
 async def children_done(session: repo.Executor, parent: StepCommit) -> None:
