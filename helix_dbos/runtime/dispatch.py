@@ -18,10 +18,18 @@ from dbos import DBOS, Queue, SetEnqueueOptions, SetWorkflowID
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.queue import RateLimit, RunQueue, agent_queue
-from helix_dbos.errors import AgentDefinitionError
+from helix_dbos.errors import AgentDefinitionError, InvalidInputError
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.agent_loop import agent_run_workflow
 from helix_dbos.runtime.step_types import RunOptions
+
+MAX_PRIORITY = 2**31 - 1  # DBOS's range: 1 (first) to 2**31-1
+
+
+def check_priority(priority: int | None) -> None:
+    """Refuse a priority DBOS would reject, before the run is opened."""
+    if priority is not None and not 1 <= priority <= MAX_PRIORITY:
+        raise InvalidInputError(f"priority must be between 1 and {MAX_PRIORITY}, not {priority}")
 
 
 def _register_queue(name: str, **settings: Any) -> Queue:

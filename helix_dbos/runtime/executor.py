@@ -39,7 +39,7 @@ from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger, set_runtime
-from helix_dbos.runtime.dispatch import Dispatch
+from helix_dbos.runtime.dispatch import Dispatch, check_priority
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
@@ -296,6 +296,7 @@ class HelixDBOS:
         it on its agent's queue.
         """
         check_storable(input=input, session_id=session_id)
+        check_priority(priority)
         definition = self._agent(agent)
         initial_state = definition.initial_state(state) if state is not None else None
         check_storable(state=initial_state)

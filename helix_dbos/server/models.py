@@ -41,6 +41,12 @@ class StartRequest(_Request):
     state: dict[str, Any] | None = Field(
         None, description="Initial custom state, validated against the agent's state_schema"
     )
+    priority: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="Enqueue the run on its agent's queue with this priority (1 runs first)",
+    )
 
 
 class ResumeRequest(_Request):

@@ -37,7 +37,11 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def start(body: StartRequest) -> RunStarted:
         ctx.check_ids(agent=body.agent, session_id=body.session_id)
         handle = await helix.execute(
-            body.agent, body.input, session_id=body.session_id, state=body.state
+            body.agent,
+            body.input,
+            session_id=body.session_id,
+            state=body.state,
+            priority=body.priority,
         )
         return RunStarted(
             session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
