@@ -35,6 +35,7 @@ from helix_dbos.definitions.subagent import SubAgentTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.live_chunks import tool_start_chunk
@@ -128,10 +129,22 @@ class SubAgentDispatch:
             if child.call_id in failures:
                 outcomes[child.call_id] = self._dispatch_failed(child, failures[child.call_id])
                 continue
-            with SetWorkflowID(child.workflow_id):
-                await DBOS.start_workflow_async(
-                    self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
+            try:
+                with SetWorkflowID(child.workflow_id):
+                    await DBOS.start_workflow_async(
+                        self.workflow,
+                        child.run_id,
+                        child.session_id,
+                        child.agent_name,
+                        RunOptions(),
+                    )
+            except Exception as exc:  # its run is closed, so nothing waits on it
+                reason = f"its workflow could not be started: {exc}"
+                await self.rt.transaction(
+                    "helix.close_child", close_run, child.session_id, child.run_id, reason
                 )
+                outcomes[child.call_id] = self._dispatch_failed(child, reason)
+                continue
             started.append(child)
         if started:
             await self._fire("on_agent_suspended", "waiting", started)
