@@ -135,3 +135,9 @@ class ExecutorIdInUseError(HelixError):
 
 class WorkerNotDeadError(HelixError):
     """`recover` refuses a worker whose heartbeat is live."""
+
+
+class LLMConfigurationError(HelixError, ValueError):
+    """An agent's model cannot be called as configured (no API key, an unknown provider
+    prefix, `mock` without a MockLLM): raised by `launch()` and `execute()` so the fix is
+    named at start-up instead of in a failed run."""

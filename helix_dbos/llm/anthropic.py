@@ -142,6 +142,14 @@ class AnthropicAdapter:
     def __repr__(self) -> str:
         return f"AnthropicAdapter(model={self.model!r})"
 
+    def configuration_problem(self) -> str | None:
+        """Why a call would fail before it is made: no credentials (see SelfChecking)."""
+        if self.api_key or os.environ.get("ANTHROPIC_API_KEY"):
+            return None
+        if os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+            return None
+        return "ANTHROPIC_API_KEY is not set: export it, or pass AnthropicAdapter(api_key=...)"
+
     def _get_client(self) -> anthropic.AsyncAnthropic:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:

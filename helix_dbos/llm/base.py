@@ -45,6 +45,17 @@ def _rebuild_provider_error(
 
 
 @runtime_checkable
+class SelfChecking(Protocol):
+    """An adapter that can tell before the first call why that call would fail.
+
+    `launch()` and `execute()` ask it, so a missing API key is an error naming the
+    variable at start-up, not a failed run with a zero-token usage row a second later.
+    """
+
+    def configuration_problem(self) -> str | None: ...
+
+
+@runtime_checkable
 class LLMAdapter(Protocol):
     async def generate_step(
         self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None

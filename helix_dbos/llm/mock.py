@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from helix_dbos.llm.base import TextDeltaCallback, step_result_adapter
@@ -58,12 +58,28 @@ def parse_step_result(value: StepResult | dict[str, Any]) -> StepResult:
 class MockLLM:
     """Scripted responses; records every request it was asked."""
 
-    def __init__(self, responder: Responder | None = None, *, model: str = "mock") -> None:
-        self._responder = responder
+    def __init__(
+        self,
+        responder: Responder | Iterable[StepResult | dict[str, Any]] | None = None,
+        *,
+        model: str = "mock",
+    ) -> None:
+        """`responder` is a function of the request, or the responses to queue in order
+        (`MockLLM([{"type": "text", "content": "hi"}])`); anything else raises here."""
+        self._responder: Responder | None = None
         self._queue: deque[StepResult] = deque()
         self._per_agent: dict[str, deque[StepResult]] = {}
         self.model = model
         self.inputs: list[LLMRequest] = []
+        if callable(responder):
+            self._responder = responder
+        elif isinstance(responder, (list, tuple)):
+            self.add_responses(*responder)
+        elif responder is not None:
+            raise TypeError(
+                "MockLLM(...) takes a function of the request or a list of responses, "
+                f"not {type(responder).__name__}"
+            )
 
     def add_response(
         self, response: StepResult | dict[str, Any], *, agent: str | None = None

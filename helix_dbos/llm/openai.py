@@ -175,6 +175,16 @@ class OpenAIAdapter:
     def __repr__(self) -> str:
         return f"OpenAIAdapter(model={self.model!r}, base_url={self.base_url!r})"
 
+    def configuration_problem(self) -> str | None:
+        """Why a call would fail before it is made: no key for api.openai.com (a
+        compatible server needs none; see SelfChecking)."""
+        if self.api_key or os.environ.get("OPENAI_API_KEY") or self.compatible_server:
+            return None
+        return (
+            "OPENAI_API_KEY is not set: export it, pass OpenAIAdapter(api_key=...), or set "
+            "LLMConfig(base_url=...) for an OpenAI-compatible server"
+        )
+
     @property
     def compatible_server(self) -> bool:
         """True when talking to something other than api.openai.com."""

@@ -19,8 +19,8 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.errors import AgentNotRegisteredError
-from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
+from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
 from helix_dbos.streaming.notifier import ChunkNotifier
@@ -113,6 +113,28 @@ class Runtime:
                 )
             return self.llm_override
         return self._adapter_factory(agent)
+
+    def configuration_problem(self, agent: Agent) -> str | None:
+        """Why `agent`'s LLM calls would fail as configured, or None: checked before any
+        run starts, so the fix is named up front (an unknown provider prefix lists the
+        valid ones; a missing key names its variable)."""
+        try:
+            adapter = self.adapter_for(agent)
+        except ValueError as exc:
+            said = str(exc)
+            return (
+                said
+                if said.startswith(f"Agent '{agent.name}'")
+                else f"Agent '{agent.name}': {said}"
+            )
+        problem = adapter.configuration_problem() if isinstance(adapter, SelfChecking) else None
+        return f"Agent '{agent.name}' (model '{agent.llm.model}'): {problem}" if problem else None
+
+    def check_agents(self, agents: list[Agent]) -> None:
+        """Raise LLMConfigurationError naming every agent whose model cannot be called."""
+        problems = [p for p in map(self.configuration_problem, agents) if p]
+        if problems:
+            raise LLMConfigurationError("; ".join(problems))
 
     async def transaction(
         self,

@@ -199,6 +199,8 @@ class HelixDBOS:
         worker that serves their agent; runs whose start was cut short by a crash are
         closed as failed."""
         self.dispatch.check_agents(self.agents)
+        if self.executes_runs:
+            self.runtime.check_agents(list(self.agents.values()))
         identity = self._worker_identity()
         lease = WorkerLease(self.database_url, identity)
         lease.acquire()
@@ -298,6 +300,8 @@ class HelixDBOS:
         check_storable(input=input, session_id=session_id)
         check_priority(priority)
         definition = self._agent(agent)
+        if self.executes_runs:  # the environment may have changed since launch()
+            self.runtime.check_agents([definition])
         initial_state = definition.initial_state(state) if state is not None else None
         check_storable(state=initial_state)
         messages = [Message(role="user", content=input)] if input is not None else []
