@@ -336,7 +336,10 @@ def _tool_result_block(message: Message) -> ToolResultBlockParam:
 def _thinking_block(
     thinking: ThinkingBlock,
 ) -> ThinkingBlockParam | RedactedThinkingBlockParam | None:
-    """The block to replay, or None for unsigned thinking (e.g. from another provider)."""
+    """The block to replay, or None for unsigned thinking or another provider's reasoning
+    (an OpenAI Responses reasoning item)."""
+    if thinking.item_id is not None:
+        return None
     if thinking.redacted:
         return {"type": "redacted_thinking", "data": thinking.text}
     if thinking.signature:

@@ -165,6 +165,16 @@ def openai_capabilities(model: str, *, compatible_server: bool = False) -> Model
     )
 
 
+#: OpenAI reasoning model families: their reasoning items are worth carrying across
+#: turns (the Responses API returns them encrypted when asked).
+_OPENAI_REASONING_PREFIXES: tuple[str, ...] = ("o1", "o3", "o4", "gpt-5", "codex")
+
+
+def is_openai_reasoning_model(model: str) -> bool:
+    """o-series, gpt-5 and codex models reason; gpt-4o and older do not."""
+    return model.startswith(_OPENAI_REASONING_PREFIXES)
+
+
 # --- Making schemas strict ---------------------------------------------------
 
 _NULL = {"type": "null"}

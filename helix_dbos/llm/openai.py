@@ -249,7 +249,7 @@ class OpenAIAdapter:
             else:
                 await _stream_draft(client, params, on_text_delta, draft)
         except openai.APIStatusError as exc:
-            return _status_error(exc, strict_tools)
+            return status_error(exc, strict_tools)
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise LLMProviderError(f"OpenAI connection error: {exc}", retryable=True) from exc
         except openai.APIError as exc:  # an error event inside a 200 stream
@@ -400,7 +400,7 @@ def _assistant_message(message: Message, *, send_reasoning: bool) -> AssistantMe
     item: AssistantMessageParam = {"role": "assistant", "content": content}
     if message.tool_calls:
         item["tool_calls"] = [_tool_call_param(call) for call in message.tool_calls]
-    reasoning = "".join(t.text for t in message.thinking if not t.redacted)
+    reasoning = "".join(t.text for t in message.thinking if not t.redacted and not t.item_id)
     if send_reasoning and reasoning:
         item["reasoning_content"] = reasoning
     return item
@@ -410,11 +410,11 @@ def _tool_call_param(call: ToolCall) -> ChatCompletionMessageToolCallParam:
     return {
         "id": call.id,
         "type": "function",
-        "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+        "function": {"name": call.name, "arguments": arguments_json(call.arguments)},
     }
 
 
-def _arguments_json(arguments: Any) -> str:
+def arguments_json(arguments: Any) -> str:
     """Replay what the model sent: the raw string when it was not valid JSON."""
     raw = arguments.get(RAW_ARGUMENTS_KEY) if isinstance(arguments, dict) else None
     if isinstance(raw, str):
@@ -582,10 +582,10 @@ def parse_usage(usage: CompletionUsage | None, model: str | None) -> LLMUsage:
 # --- Errors ------------------------------------------------------------------
 
 
-def _status_error(exc: openai.APIStatusError, strict_tools: StrictSchemas) -> ErrorStepResult:
+def status_error(exc: openai.APIStatusError, strict_tools: StrictSchemas) -> ErrorStepResult:
     """Raise retryable failures for DBOS; turn the rest into an ErrorStepResult."""
     status = exc.status_code
-    text = f"OpenAI API error {status}: {_error_message(exc)}"
+    text = f"OpenAI API error {status}: {error_message(exc)}"
     if is_retryable_status(status):
         raise LLMProviderError(text, retryable=True, status_code=status) from exc
     if strict_tools and status in (400, 422):
@@ -602,7 +602,7 @@ def _stream_error(exc: openai.APIError, draft: _Draft) -> ErrorStepResult:
     code = exc.body.get("code") if isinstance(exc.body, dict) else None
     status = error_status(code)
     label = f"OpenAI stream error {status}" if status is not None else "OpenAI stream error"
-    text = f"{label}: {_error_message(exc)}"
+    text = f"{label}: {error_message(exc)}"
     if is_retryable_stream_error(exc.type, code):
         raise LLMProviderError(text, retryable=True, status_code=status) from exc
     # The chunks before the error name the model that failed; no chunk, no name.
@@ -610,7 +610,7 @@ def _stream_error(exc: openai.APIError, draft: _Draft) -> ErrorStepResult:
     return ErrorStepResult(error=text, should_stop=True, stop_reason="error", usage=usage)
 
 
-def _error_message(exc: openai.APIError) -> str:
+def error_message(exc: openai.APIError) -> str:
     body = exc.body
     if isinstance(body, dict):
         error = body.get("error", body)

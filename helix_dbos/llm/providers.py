@@ -1,11 +1,12 @@
 """Resolve `provider:model` names to adapters.
 
 Model names carry their provider (`anthropic:claude-sonnet-4-6`,
-`openai:gpt-4o`). The registry maps a prefix to a factory so tests and users
-can plug in their own providers. The built-in factories import their adapter
-(and so its SDK) only when used: `import helix_dbos` reaches this module, and
-importing the `anthropic` and `openai` SDKs would add about 1.4 s to it (on top
-of about 0.6 s) for users of `MockLLM` or of their own provider.
+`openai:gpt-4o`, `openai-responses:o4-mini`). The registry maps a prefix to a
+factory so tests and users can plug in their own providers. The built-in
+factories import their adapter (and so its SDK) only when used: `import
+helix_dbos` reaches this module, and importing the `anthropic` and `openai`
+SDKs would add about 1.4 s to it (on top of about 0.6 s) for users of `MockLLM`
+or of their own provider.
 """
 
 from __future__ import annotations
@@ -70,5 +71,13 @@ def _openai(model: str, **kwargs: Any) -> LLMAdapter:
     return OpenAIAdapter(model, **kwargs)
 
 
+def _openai_responses(model: str, **kwargs: Any) -> LLMAdapter:
+    # Lazy: it imports the openai SDK (see the module docstring).
+    from helix_dbos.llm.openai_responses import OpenAIResponsesAdapter  # noqa: PLC0415
+
+    return OpenAIResponsesAdapter(model, **kwargs)
+
+
 register_provider("anthropic", _anthropic)
 register_provider("openai", _openai)
+register_provider("openai-responses", _openai_responses)

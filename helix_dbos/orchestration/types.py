@@ -31,8 +31,25 @@ OutputMode = Literal["tool", "native", "prompted"]
 ToolChoice = Literal["auto", "required"]
 
 
+def fill_field_defaults(model: type[BaseModel], state: dict[Any, Any]) -> None:
+    """Give a pickled model's missing fields their defaults, in place.
+
+    DBOS pickles step outputs and results; one pickled before a field was added lacks
+    it, and pydantic would raise AttributeError on access instead of using the default.
+    """
+    values = state.get("__dict__")
+    if isinstance(values, dict):
+        for name, info in model.model_fields.items():
+            if name not in values and not info.is_required():
+                values[name] = info.get_default(call_default_factory=True)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        fill_field_defaults(type(self), state)
+        super().__setstate__(state)
 
 
 class ToolCall(_Model):
@@ -50,11 +67,16 @@ class SubAgentCall(_Model):
 
 
 class ThinkingBlock(_Model):
-    """Reasoning content; kept verbatim because some providers require it back."""
+    """Reasoning content; kept verbatim because some providers require it back.
+
+    `item_id` is set only for an OpenAI Responses reasoning item (then `text` is its
+    summary and `signature` its encrypted content); other adapters skip such blocks.
+    """
 
     text: str = ""
     signature: str | None = None
     redacted: bool = False
+    item_id: str | None = None
 
 
 class LLMUsage(_Model):

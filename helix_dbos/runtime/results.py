@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from helix_dbos.orchestration.types import fill_field_defaults
+
 RunStatus = Literal["running", "waiting", "paused", "completed", "failed", "interrupted", "aborted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "interrupted", "aborted"})
 LIVE_STATUSES: frozenset[str] = frozenset({"running", "waiting", "paused"})
@@ -30,11 +32,7 @@ class AgentResult(BaseModel):
     def __setstate__(self, state: dict[Any, Any]) -> None:
         """DBOS pickles a run's result; one pickled by an older helix lacks the fields
         added since: they get their defaults instead of an AttributeError on access."""
-        values = state.get("__dict__")
-        if isinstance(values, dict):
-            for name, info in type(self).model_fields.items():
-                if name not in values and not info.is_required():
-                    values[name] = info.get_default(call_default_factory=True)
+        fill_field_defaults(type(self), state)
         super().__setstate__(state)
 
     @property

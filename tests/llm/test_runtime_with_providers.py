@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+import wire
 from helpers import sql
 from pydantic import BaseModel
 from wire import (
@@ -32,6 +33,7 @@ from wire import (
 from helix_dbos import LLMConfig, tool
 from helix_dbos.llm.anthropic import AnthropicAdapter
 from helix_dbos.llm.openai import OpenAIAdapter
+from helix_dbos.llm.openai_responses import OpenAIResponsesAdapter
 from helix_dbos.llm.providers import register_provider, unregister_provider
 
 
@@ -427,3 +429,56 @@ async def test_prompted_mode_through_openai_puts_the_schema_in_the_prompt(
     system = body["messages"][0]["content"]
     assert system.startswith("Judge.\n\n## Output Requirement\nReply with only a JSON object")
     assert '"label":{"title":"Label","type":"string"}' in system
+
+
+# --- OpenAI Responses API through the runtime ----------------------------------------
+
+
+async def test_responses_api_carries_reasoning_items_across_turns(helix, make_agent, database_url):
+    final_tool = wire.RESPONSES_REASONING_TOOL_CALL
+    final_text = wire.openai_response(
+        [
+            wire.responses_reasoning("rs_2", "", "gAAAAB-enc-2"),
+            wire.responses_message("Sunny in Paris."),
+        ]
+    )
+    recorder = Recorder(
+        httpx,
+        (200, wire.responses_stream(final_tool)),
+        (200, wire.responses_stream(final_text, ["Sunny ", "in Paris."])),
+    )
+
+    def factory(model: str, **_: Any) -> OpenAIResponsesAdapter:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(recorder.handle))
+        return OpenAIResponsesAdapter(model, api_key="sk-test", http_client=client)
+
+    register_provider("openai-responses-wire", factory)
+    try:
+        agent = make_agent(
+            tools=[get_weather], llm=LLMConfig(model="openai-responses-wire:o4-mini")
+        )
+        result = await (await helix.execute(agent, "Weather in Paris?")).result()
+    finally:
+        unregister_provider("openai-responses-wire")
+
+    assert result.status == "completed" and result.output == "Sunny in Paris."
+    second = recorder.bodies[1]
+    assert second["store"] is False and second["include"] == ["reasoning.encrypted_content"]
+    kinds = [item.get("type", item.get("role")) for item in second["input"]]
+    assert kinds == ["user", "reasoning", "function_call", "function_call_output"]
+    assert second["input"][1] == {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "The user wants the weather: call the tool."}],
+        "encrypted_content": "gAAAAB-enc-1",
+    }
+    messages = await helix.get_messages(result.session_id)
+    assert messages[1].thinking[0].item_id == "rs_1"
+    assert messages[3].thinking[0].signature == "gAAAAB-enc-2"
+    usage = sql(
+        database_url,
+        "SELECT model, input_tokens, cache_read_tokens, reasoning_tokens, success "
+        "FROM helix.usage WHERE run_id = %s AND kind = 'llm' ORDER BY step",
+        result.run_id,
+    )
+    assert usage == [(wire.RESPONSES_MODEL, 1200, 1024, 256, True)] * 2

@@ -529,3 +529,130 @@ def openai_stream_error_event(code: object = 400, message: str = "Token limit re
         f"data: {json.dumps({'error': {'code': code, 'message': message}})}\n\n",
     ]
     return "".join(frames).encode()
+
+
+# --- OpenAI Responses API ------------------------------------------------------
+
+RESPONSES_MODEL = "o4-mini-2025-04-16"
+
+
+def openai_response(
+    output: list[dict[str, Any]],
+    *,
+    status: str = "completed",
+    incomplete_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    model: str = RESPONSES_MODEL,
+) -> dict[str, Any]:
+    """A `response` object as returned by POST /v1/responses."""
+    return {
+        "id": "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b",
+        "object": "response",
+        "created_at": 1741476542,
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": False,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage
+        or {
+            "input_tokens": 1200,
+            "input_tokens_details": {"cached_tokens": 1024},
+            "output_tokens": 300,
+            "output_tokens_details": {"reasoning_tokens": 256},
+            "total_tokens": 1500,
+        },
+        "user": None,
+        "metadata": {},
+    }
+
+
+def responses_reasoning(item_id: str, summary: str, encrypted: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [{"type": "summary_text", "text": summary}] if summary else [],
+        "encrypted_content": encrypted,
+    }
+
+
+def responses_function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def responses_message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c3d8a74b",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+RESPONSES_REASONING_TOOL_CALL = openai_response(
+    [
+        responses_reasoning("rs_1", "The user wants the weather: call the tool.", "gAAAAB-enc-1"),
+        responses_function_call("call_w1", "get_weather", '{"city": "Paris"}'),
+    ]
+)
+
+
+def responses_sse(events: Iterable[dict[str, Any]]) -> bytes:
+    """`event: <type>` / `data: <json>` frames, as the Responses API streams them."""
+    frames = []
+    for n, event in enumerate(events):
+        frames.append(
+            f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': n})}\n\n"
+        )
+    return "".join(frames).encode()
+
+
+def responses_stream(final: dict[str, Any], deltas: Iterable[str] = ()) -> bytes:
+    """created, the text deltas, then `response.completed` (or the final status's event)."""
+    started = {**final, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": started}]
+    events += [
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": delta,
+            "logprobs": [],
+        }
+        for delta in deltas
+    ]
+    last = {"completed": "response.completed", "incomplete": "response.incomplete"}
+    events.append({"type": last.get(final["status"], "response.failed"), "response": final})
+    return responses_sse(events)
+
+
+def responses_stream_error(code: str | None, message: str) -> bytes:
+    """A stream that starts, then sends an `error` event (the HTTP status stays 200)."""
+    started = {**openai_response([]), "status": "in_progress", "usage": None}
+    return responses_sse(
+        [
+            {"type": "response.created", "response": started},
+            {"type": "error", "code": code, "message": message, "param": None},
+        ]
+    )
