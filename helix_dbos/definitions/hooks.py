@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_dbos.log_events import HOOK_FAILED, log_event
 from helix_dbos.orchestration.types import Message, ToolCall
 
 Hook = Callable[[Any], None | Awaitable[None]]
-logger = logging.getLogger("helix_dbos")
 
 
 @dataclass(frozen=True)
@@ -87,5 +87,18 @@ async def fire_safely(hook: Hook | None, event: Any) -> None:
     """Hooks observe; a failing hook is logged and never breaks the run."""
     try:
         await fire(hook, event)
-    except Exception:
-        logger.exception("helix hook %s raised", getattr(hook, "__name__", hook))
+    except Exception as exc:
+        context = getattr(event, "context", None)
+        log_event(
+            HOOK_FAILED,
+            logging.ERROR,
+            f"hook {getattr(hook, '__name__', repr(hook))} raised {type(exc).__name__}: {exc}",
+            exc_info=True,
+            hook=getattr(hook, "__name__", repr(hook)),
+            event_type=type(event).__name__,
+            error=f"{type(exc).__name__}: {exc}",
+            run_id=getattr(context, "run_id", None),
+            session_id=getattr(context, "session_id", None),
+            agent_name=getattr(context, "agent_name", None),
+            step=getattr(context, "step", None),
+        )

@@ -16,12 +16,14 @@ rows, and every write is keyed, so none lands twice.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from dbos import DBOS, StepOptions
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.log_events import LLM_FAILED, OUTPUT_VALIDATION_FAILED, RUN_ENDED, log_event
 from helix_dbos.orchestration.completion import (
     MAX_NUDGES_ERROR,
     MAX_STEPS_ERROR,
@@ -128,6 +130,17 @@ class AgentLoop:
                 )
             except Exception as exc:
                 error = f"LLM call failed after retries: {describe_llm_failure(exc)}"
+                log_event(  # workflow code: a recovery that replays this logs it again
+                    LLM_FAILED,
+                    logging.ERROR,
+                    error,
+                    run_id=self.run_id,
+                    session_id=self.session_id,
+                    agent_name=self.agent.name,
+                    step=step,
+                    model=self.agent.llm.model,
+                    error=error,
+                )
                 usage = failed_llm_usage(self.run_id, step, exc)
                 return await self.end_without_step(step, "failed", error, usage=usage)
             if isinstance(reply, InterruptRequested):
@@ -241,14 +254,19 @@ class AgentLoop:
         the reply itself): a loud warning, and the run fails after `max_output_retries`
         more tries unless the step completed another way."""
         self.output_retries += 1
-        logger.warning(
-            "Agent '%s' (run %s): invalid output from %s (attempt %d of %d): %s",
-            self.agent.name,
-            self.run_id,
-            source,
-            self.output_retries,
-            self.agent.max_output_retries + 1,
-            error,
+        log_event(
+            OUTPUT_VALIDATION_FAILED,
+            logging.WARNING,
+            f"agent '{self.agent.name}' (run {self.run_id}): invalid output from {source} "
+            f"(attempt {self.output_retries} of {self.agent.max_output_retries + 1}): {error}",
+            run_id=self.run_id,
+            session_id=self.session_id,
+            agent_name=self.agent.name,
+            step=commit.step,
+            source=source,
+            attempt=self.output_retries,
+            max_attempts=self.agent.max_output_retries + 1,
+            error=error,
         )
         if self.output_retries > self.agent.max_output_retries and commit.status is None:
             commit.end(
@@ -399,7 +417,20 @@ async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
     guarded by the run's status, so a step replayed after a crash before its
     checkpoint changes nothing."""
     async with current_runtime().engine.begin() as conn:
-        return await commit_final(conn, commit, unwritten)
+        ended = await commit_final(conn, commit, unwritten)
+    if ended and commit.status is not None:
+        log_event(
+            RUN_ENDED[commit.status],
+            logging.INFO if commit.status == "completed" else logging.WARNING,
+            commit.error,
+            run_id=commit.run_id,
+            session_id=commit.session_id,
+            agent_name=commit.agent_name,
+            step=commit.step,
+            status=commit.status,
+            error=commit.error,
+        )
+    return ended
 
 
 _MISSING = object()

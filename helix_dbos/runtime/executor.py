@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
 from pydantic import ValidationError
@@ -32,6 +33,7 @@ from helix_dbos.errors import (
 )
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
+from helix_dbos.log_events import RUN_ABORTED, gate_event, log_event
 from helix_dbos.orchestration.messages import (
     synthesize_finish_tool_result,
 )
@@ -482,11 +484,18 @@ class HelixDBOS:
         try:
             ANSWER_MODELS[kind].model_validate(payload)
         except ValidationError as exc:
+            log_event(
+                gate_event(kind, "validation_failed"),
+                logging.WARNING,
+                session_id=session_id,
+                tool_call_id=tool_call_id,
+                error=str(exc),
+            )
             raise InvalidAnswerError(
                 f"Malformed answer for tool call '{tool_call_id}': {exc}"
             ) from exc
 
-        async def tx() -> None:
+        async def tx() -> repo.ToolCallRow:
             async with self.runtime.engine.begin() as conn:
                 row = await repo.find_tool_call(conn, session_id, tool_call_id, for_update=True)
                 if row is None:
@@ -513,8 +522,21 @@ class HelixDBOS:
                     TOPICS[kind],
                     idempotency_key=f"{row.run_id}:{tool_call_id}",
                 )
+                return row
 
-        await on_target_loop(tx)
+        row = await on_target_loop(tx)
+        action = "submitted"
+        if kind == "approval":
+            action = "approved" if payload.get("approved") else "denied"
+        log_event(
+            gate_event(kind, action),
+            session_id=session_id,
+            run_id=row.run_id,
+            tool_call_id=tool_call_id,
+            tool_name=row.tool_name,
+            error=payload.get("error"),
+            reason=payload.get("reason"),
+        )
 
     async def pending_tool_calls(self, session_id: str) -> list[dict[str, Any]]:
         """Calls of the session waiting for a human: id, tool, kind, input, deadline."""
@@ -564,13 +586,30 @@ class HelixDBOS:
         await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
         await self._each_live_child(session_id, self.abort, reason)
         error = f"Run aborted: {reason}" if reason else "Run aborted"
-        # Read before the close marks them aborted: the topics a waiting run listens on.
-        waits = await self._read(repo.pending_kinds, run.run_id)
+        # Read before the close marks them aborted: the calls a waiting run waits on.
+        pending = [
+            r
+            for r in await self._read(repo.pending_tool_calls, session_id)
+            if r.run_id == run.run_id
+        ]
+        waits = sorted({cast(GateKind, r.kind) for r in pending})
         await on_target_loop(
             lambda: self.runtime.transaction(
                 "helix.abort_run", close_run, session_id, run.run_id, error, "aborted"
             )
         )
+        ids: dict[str, Any] = {"session_id": session_id, "run_id": run.run_id}
+        for r in pending:
+            log_event(
+                gate_event(r.kind, "aborted"),
+                logging.WARNING,
+                tool_call_id=r.tool_call_id,
+                tool_name=r.tool_name,
+                reason=reason,
+                cause="aborted",
+                **ids,
+            )
+        log_event(RUN_ABORTED, logging.WARNING, reason=reason, agent_name=run.agent_name, **ids)
         self.runtime.history.forget(session_id)
         # Wake a wait for a human so the cancelled workflow's coroutine ends now, not at
         # its deadline (the tool steps stop on the run-end notification of the close).

@@ -10,6 +10,7 @@ from `recv`'s recorded result, so a replay takes the same path.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_event
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit, write_head
-from helix_dbos.runtime.context import Runtime, current_runtime, logger
+from helix_dbos.runtime.context import Runtime, current_runtime
 from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.tool_step import tool_context
 from helix_dbos.store import repository as repo
@@ -119,18 +121,26 @@ class Resolution:
     result: Any = None
     error: str | None = None
     reason: str | None = None
+    kind: GateKind | None = None  # what the call waited for (for its log event)
 
     @classmethod
     def of(cls, call_id: str, answer: Answer) -> Resolution:
-        p = answer.payload
+        p, kind = answer.payload, answer.kind
         if p is None:
-            return cls(call_id, "timed_out")
+            return cls(call_id, "timed_out", kind=kind)
         if isinstance(p, ApprovalAnswer):
-            return cls(call_id, "approved" if p.approved else "denied", reason=p.reason)
+            status: Literal["approved", "denied"] = "approved" if p.approved else "denied"
+            return cls(call_id, status, reason=p.reason, kind=kind)
         if isinstance(p, ToolResultAnswer):
             failed = p.error is not None
-            return cls(call_id, "failed" if failed else "completed", result=p.result, error=p.error)
-        return cls(call_id, "completed", result=p.model_dump())
+            return cls(
+                call_id,
+                "failed" if failed else "completed",
+                result=p.result,
+                error=p.error,
+                kind=kind,
+            )
+        return cls(call_id, "completed", result=p.model_dump(), kind=kind)
 
 
 async def evaluate_gates(
@@ -213,6 +223,21 @@ async def _suspend(
             for p in pending
         ],
     )
+    ids: dict[str, Any] = {
+        "run_id": run_id,
+        "session_id": session_id,
+        "agent_name": agent_name,
+        "step": step,
+    }
+    for p in pending:
+        log_event(
+            gate_event(p.kind, "suspended"),
+            tool_call_id=p.tool_call_id,
+            tool_name=p.tool_name,
+            timeout_seconds=p.timeout_seconds,
+            **ids,
+        )
+    log_event(RUN_SUSPENDED, waiting_for=waiting_for, status=status, **ids)
     return deadlines
 
 
@@ -229,15 +254,39 @@ async def _resume(
             error=r.error,
             reason=r.reason,
         )
-    if await repo.update_live_run(
+    resumed = await repo.update_live_run(
         session, run_id, status="running", waiting_for=None, waiting_since=None
-    ):
+    )
+    if resumed:
         await repo.update_session(session, session_id, status="running")
         ids = [r.tool_call_id for r in resolutions]
         chunk = ChunkRecord(
             f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids}
         )
         await repo.insert_chunks(session, session_id, run_id, None, None, [chunk])
+    _log_resolutions(session_id, run_id, resolutions, resumed=resumed)
+
+
+def _log_resolutions(
+    session_id: str, run_id: str, resolutions: list[Resolution], *, resumed: bool
+) -> None:
+    """`<kind>.timeout` and `<kind>.aborted` per call the wait closed without an answer,
+    and `run.resumed` if the run works again (an abort may have closed it)."""
+    ids: dict[str, Any] = {"run_id": run_id, "session_id": session_id}
+    for r in resolutions:
+        if r.kind is None or r.status not in ("timed_out", "interrupted"):
+            continue
+        action, cause = ("timeout", None) if r.status == "timed_out" else ("aborted", "interrupted")
+        log_event(
+            gate_event(r.kind, action),
+            logging.WARNING,
+            tool_call_id=r.tool_call_id,
+            reason=r.reason,
+            cause=cause,
+            **ids,
+        )
+    if resumed:
+        log_event(RUN_RESUMED, tool_call_ids=[r.tool_call_id for r in resolutions], **ids)
 
 
 class HumanWait:
@@ -286,7 +335,7 @@ class HumanWait:
                 break
         resolutions = [Resolution.of(call_id, answer) for call_id, answer in answers.items()]
         resolutions += [
-            Resolution(p.tool_call_id, "interrupted", reason=interrupt.reason)
+            Resolution(p.tool_call_id, "interrupted", reason=interrupt.reason, kind=p.kind)
             for p in pending
             if interrupt is not None and p.tool_call_id not in answers
         ]
@@ -323,28 +372,34 @@ class HumanWait:
                 try:
                     return InterruptNotice.model_validate(message)
                 except ValidationError as exc:
-                    logger.warning("Run %s ignored a malformed interrupt: %s", self.run_id, exc)
+                    self._ignored(kind, topic, f"a malformed interrupt: {exc}")
                     continue
             try:
                 parsed = model.model_validate(message)
             except ValidationError as exc:
-                logger.warning(
-                    "Run %s ignored a malformed message on %s: %s", self.run_id, topic, exc
-                )
+                self._ignored(kind, topic, f"a malformed message: {exc}")
                 continue
             call_id = parsed.tool_call_id
             if call_id not in waiting:
-                logger.warning(
-                    "Run %s ignored an answer on %s for %s: no such pending call (duplicate or late)",
-                    self.run_id,
-                    topic,
-                    call_id,
-                )
+                self._ignored(kind, topic, "no such pending call (duplicate or late)", call_id)
                 continue
             answered = time.time()
             answers[call_id] = Answer(kind, parsed, (answered - started) * 1000)
             waiting.discard(call_id)
         return None
+
+    def _ignored(self, kind: GateKind, topic: str, why: str, call_id: str | None = None) -> None:
+        """A message the wait ignored (logged from workflow code: a replay logs it again)."""
+        log_event(
+            gate_event(kind, "validation_failed"),
+            logging.WARNING,
+            f"run {self.run_id} ignored a message on {topic}: {why}",
+            run_id=self.run_id,
+            session_id=self.session_id,
+            topic=topic,
+            tool_call_id=call_id,
+            error=why,
+        )
 
     async def _fire(self, hook_name: str, status: str, details: dict[str, Any]) -> None:
         hook = getattr(self.agent.hooks, hook_name)

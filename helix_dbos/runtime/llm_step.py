@@ -8,6 +8,7 @@ checkpoint, so a step costs the same at message 10 and message 1,000.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -16,6 +17,7 @@ from dbos import error as dbos_errors
 
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, log_event
 from helix_dbos.orchestration.completion import (
     CompletionMode,
     build_system_prompt,
@@ -147,6 +149,10 @@ async def llm_step(
     seen = await _transcript(rt, session_id, previous)
     if seen is None:
         return InterruptRequested()
+    if step == 1:  # inside the step: logged again only if the step runs again
+        log_event(
+            RUN_STARTED, run_id=run_id, session_id=session_id, agent_name=agent_name, step=step
+        )
     history, state = seen
     mode = agent.completion_for(run_terminating(agent, options))
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
@@ -211,11 +217,35 @@ async def _generate(
         await deltas.flush()
     except LLMProviderError as exc:
         if exc.retryable:
+            _log_retry(agent, request, run_id, session_id, step, exc)
             raise  # DBOS retries the step with backoff
         return ErrorStepResult(error=str(exc))
     except Exception as exc:  # a broken adapter fails the run, not the process
         return ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
     return result
+
+
+def _log_retry(
+    agent: Agent, request: LLMRequest, run_id: str, session_id: str, step: int, exc: Exception
+) -> None:
+    """`llm.retry`: this attempt failed retryably; DBOS tries again unless it was the last."""
+    status = DBOS.step_status
+    attempt = status.current_attempt + 1 if status and status.current_attempt is not None else None
+    max_attempts = status.max_attempts if status else None
+    log_event(
+        LLM_RETRY,
+        logging.WARNING,
+        f"attempt {attempt} of {max_attempts} of step {step} failed: {exc}",
+        run_id=run_id,
+        session_id=session_id,
+        agent_name=agent.name,
+        step=step,
+        model=request.model,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        status_code=getattr(exc, "status_code", None),
+        error=str(exc),
+    )
 
 
 def _reply_chunks(agent: Agent, run_id: str, step: int, result: StepResult) -> list[ChunkRecord]:
