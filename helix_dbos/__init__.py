@@ -2,7 +2,7 @@
 
 # Imported for its effect too: it registers seed 003's built-ins by name.
 from helix_dbos.builtins import builtin_tools
-from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
+from helix_dbos.definitions.agent import Agent, LLMConfig, PersistentAgent, TerminatingConfig
 from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import AgentHooks
 from helix_dbos.definitions.queue import RateLimit, RunQueue
@@ -40,6 +40,7 @@ __all__ = [
     "LLMConfigurationError",
     "Message",
     "MockLLM",
+    "PersistentAgent",
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",

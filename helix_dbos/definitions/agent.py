@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from helix_dbos.definitions.companions import CompanionMode, companion_tools
 from helix_dbos.definitions.hooks import AgentHooks
 from helix_dbos.definitions.tool import Tool, named_tool
 from helix_dbos.errors import AgentDefinitionError
@@ -93,6 +94,22 @@ def _resolve_tool(item: Tool | str) -> Tool:
     return named_tool(item) if isinstance(item, str) else item
 
 
+@dataclass(frozen=True)
+class PersistentAgent:
+    """A persistent sub-agent (seed 002): the parent drives it with the `companion__*`
+    tools; `blocking`: the parent waits for its answer, `non_blocking`: the parent works
+    on and hears of its completion in a later model input."""
+
+    agent: Agent
+    mode: CompanionMode = "blocking"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("blocking", "non_blocking"):
+            raise AgentDefinitionError(
+                f"PersistentAgent '{self.agent.name}': mode must be 'blocking' or 'non_blocking'"
+            )
+
+
 class Agent:
     """An agent definition. Immutable in spirit: register it once, before launch."""
 
@@ -115,6 +132,7 @@ class Agent:
         input_schema: type[BaseModel] | None = None,
         output_mode: OutputMode = "tool",
         stop_when: StopCondition | None = None,
+        persistent_agents: list[PersistentAgent] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -125,6 +143,11 @@ class Agent:
         self.name = name
         self.system_prompt = system_prompt
         self.tools: list[Tool] = [_resolve_tool(t) for t in tools or []]
+        self.persistent_agents = list(persistent_agents or [])
+        modes = {p.agent.name: p.mode for p in self.persistent_agents}
+        if len(modes) != len(self.persistent_agents):
+            raise AgentDefinitionError(f"Agent '{name}': a persistent agent is listed twice")
+        self.tools += companion_tools(modes)
         self.output_schema = output_schema
         self.state_schema = state_schema
         self.llm = llm or LLMConfig()
@@ -191,6 +214,9 @@ class Agent:
             )
 
     # --- derived views used by the runtime ---------------------------------
+
+    def persistent_agent(self, name: str) -> PersistentAgent | None:
+        return next((p for p in self.persistent_agents if p.agent.name == name), None)
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -288,7 +288,7 @@ async def child_result(child: ChildRun) -> ToolOutcome:
     """The body of a `helix.subagent:<name>` step: the child's run, once it ended, as
     the call's outcome (its output, or why it did not complete)."""
     rt = current_runtime()
-    run = await _run_end(rt, child.run_id)
+    run = await run_end(rt, child.run_id)
     tokens, duration_ms = await rt.read(repo.run_usage_total, child.run_id)
     if run.status == "completed":
         return ToolOutcome(
@@ -310,7 +310,7 @@ async def child_result(child: ChildRun) -> ToolOutcome:
     )
 
 
-async def _run_end(rt: Runtime, run_id: str) -> RunRow:
+async def run_end(rt: Runtime, run_id: str) -> RunRow:
     """Wait for a run's final status, sleeping on its run-end notification."""
     notifier = await rt.notifier() if rt.notifier is not None else None
     key = run_end_key(run_id)

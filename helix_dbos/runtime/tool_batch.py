@@ -23,6 +23,7 @@ from dbos import DBOS
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
+from helix_dbos.runtime.companions import CompanionCalls
 from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.hitl import (
     HumanWait,
@@ -82,6 +83,7 @@ class ToolBatch:
         self.outcomes: dict[str, ToolOutcome] = {}
         self.interrupt: InterruptNotice | None = None  # a wait for a human was interrupted
         self.children = SubAgentDispatch(rt, agent, commit, workflow)
+        self.companions = CompanionCalls(rt, agent, commit, workflow)
 
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
@@ -110,7 +112,10 @@ class ToolBatch:
         plain = [
             c
             for c in calls
-            if c.id not in gates and not self._in_workflow(c) and not self.children.is_sub_agent(c)
+            if c.id not in gates
+            and not self._in_workflow(c)
+            and not self.children.is_sub_agent(c)
+            and not self.companions.is_companion(c)
         ]
         started = await self.children.dispatch(subs, self.outcomes)
         state = await self._parallel(plain, state, started)
@@ -118,6 +123,9 @@ class ToolBatch:
         for call in calls:
             if self._in_workflow(call):
                 state = await self._in_workflow_code(call, state)
+        for call in calls:  # seed 002: "Companion tools have their own phase"
+            if self.companions.is_companion(call):
+                self.outcomes[call.id] = await self.companions.run(call)
         gated = [c for c in calls if c.id in gates]
         if gated:
             state = await self._gated(gated, gates, state)
@@ -134,6 +142,8 @@ class ToolBatch:
                 state = await self._gated([call], gates, state)
             elif self._in_workflow(call):
                 state = await self._in_workflow_code(call, state)
+            elif self.companions.is_companion(call):
+                self.outcomes[call.id] = await self.companions.run(call)
             elif self.children.is_sub_agent(call):
                 started = await self.children.dispatch([call], self.outcomes)
                 await self._parallel([], state, started)
