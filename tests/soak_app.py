@@ -101,6 +101,13 @@ def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": arguments}
 
 
+def interrupted(index: int) -> bool:
+    """This run is interrupted from outside while it waits for a human (a raw
+    `{"interrupt": true}` on the topics it waits on); its pending calls are paired with
+    'Interrupted: <reason>' and it ends `interrupted` after its wait step."""
+    return index % 6 == 4
+
+
 def approves(path: str) -> bool:
     return not path.startswith("/keep")
 
@@ -308,69 +315,106 @@ async def serve(helix: HelixDBOS, life: int, first: int, count: int) -> None:
     await asyncio.sleep(3600)  # SIGKILLed by the test
 
 
-def answer(database_url: str, marker_dir: Path, seed: int) -> None:
-    """Answer from another process, as any DBOS client would: no helix code involved.
+TOPICS = {"approval": "helix.approval", "client": "helix.tool_result"}
+PENDING = """
+SELECT t.run_id, t.tool_call_id, t.workflow_id, t.kind, t.input,
+       (SELECT m.content FROM helix.messages m
+        WHERE m.run_id = t.run_id AND m.role = 'user' ORDER BY m.seq LIMIT 1)
+FROM helix.tool_calls t JOIN helix.runs r USING (run_id)
+WHERE t.status = 'pending' AND r.agent_name = ANY(%s)
+ORDER BY t.run_id, t.tool_call_id
+"""
+
+
+def reply(kind: str, call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The answer to one pending call, in the README's JSON shapes."""
+    if kind == "client":
+        return {"tool_call_id": call_id, **client_answer(arguments["city"])}
+    body: dict[str, Any] = {"tool_call_id": call_id, "approved": approves(arguments["path"])}
+    if not body["approved"]:
+        body["reason"] = "keep it"
+    return body
+
+
+class Answerer:
+    """Answers from another process, as any DBOS client would: no helix code involved.
     A database error (the shared server out of connections) is waited out."""
-    rng = random.Random(seed)
-    client = DBOSClient(system_database_url=libpq_url(database_url))
-    log = os.open(marker_dir / "answers.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    due: dict[tuple[str, str], float] = {}
-    sent: set[tuple[str, str]] = set()
-    conn: psycopg.Connection[Any] | None = None
-    while not (marker_dir / "stop").exists():
-        time.sleep(0.1)
+
+    def __init__(self, database_url: str, marker_dir: Path, seed: int) -> None:
+        self.database_url = database_url
+        self.rng = random.Random(seed)
+        self.client = DBOSClient(system_database_url=libpq_url(database_url))
+        self.log = os.open(
+            marker_dir / "answers.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+        )
+        self.due: dict[tuple[str, str], float] = {}
+        self.sent: set[tuple[str, str]] = set()
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def pending(self) -> list[tuple[Any, ...]]:
         try:
-            if conn is None or conn.closed:
-                conn = psycopg.connect(libpq_url(database_url), autocommit=True)
-            rows = conn.execute(
-                "SELECT t.run_id, t.tool_call_id, t.workflow_id, t.kind, t.input "
-                "FROM helix.tool_calls t JOIN helix.runs r USING (run_id) "
-                "WHERE t.status = 'pending' AND r.agent_name = ANY(%s)",
-                (list(AGENTS),),
-            ).fetchall()
+            if self.conn is None or self.conn.closed:
+                self.conn = psycopg.connect(libpq_url(self.database_url), autocommit=True)
+            return self.conn.execute(PENDING, (list(AGENTS),)).fetchall()
         except psycopg.Error as exc:
             print(f"answerer: {exc}", file=sys.stderr, flush=True)
-            conn = None
-            continue
+            self.conn = None
+            return []
+
+    def send(self, workflow_id: str, messages: list[tuple[dict[str, Any], str]]) -> bool:
+        try:
+            for body, topic in messages:
+                self.client.send(workflow_id, body, topic)
+        except Exception as exc:  # sent again next time: one more copy, applied once
+            print(f"answerer: send failed: {exc}", file=sys.stderr, flush=True)
+            return False
+        return True
+
+    def record(self, run_id: str, call_id: str, topic: str, copies: int) -> None:
+        self.sent.add((run_id, call_id))
+        line = {"run": run_id, "call": call_id, "topic": topic, "copies": copies}
+        os.write(self.log, (json.dumps(line) + "\n").encode())
+
+    def answer_once(self) -> None:
+        rows = self.pending()
         now = time.monotonic()
-        for run_id, call_id, workflow_id, kind, arguments in rows:
-            key = (run_id, call_id)
-            if key in sent:
+        for run_id, call_id, workflow_id, kind, arguments, first_message in rows:
+            if (run_id, call_id) in self.sent:
                 continue
-            when = due.setdefault(key, now + rng.uniform(0, 1.2))
-            if now < when:
+            if now < self.due.setdefault((run_id, call_id), now + self.rng.uniform(0, 1.2)):
                 continue
-            if kind == "approval":
-                topic = "helix.approval"
-                body: dict[str, Any] = {
-                    "tool_call_id": call_id,
-                    "approved": approves(arguments["path"]),
-                }
-                if not body["approved"]:
-                    body["reason"] = "keep it"
-            else:
-                topic = "helix.tool_result"
-                body = {"tool_call_id": call_id, **client_answer(arguments["city"])}
-            copies = 2 if rng.random() < 0.25 else 1  # a retried send: applied once
-            try:
-                for _ in range(copies):
-                    client.send(workflow_id, body, topic)
-            except Exception as exc:  # sent again next time: one more copy, applied once
-                print(f"answerer: send failed: {exc}", file=sys.stderr, flush=True)
+            if interrupted(int(first_message.split()[-1])):
+                # One interrupt answers every pending call of the run; it goes on each
+                # topic the run waits on, as HelixDBOS.interrupt() sends it: the run
+                # collects one kind of answer at a time and reads only that kind's topic.
+                calls = [(r[1], r[3]) for r in rows if r[0] == run_id]
+                body = {"interrupt": True, "reason": "soak"}
+                topics = sorted({TOPICS[k] for _, k in calls})
+                if self.send(workflow_id, [(body, t) for t in topics]):
+                    for other, _ in calls:
+                        self.record(run_id, other, "interrupt", 1)
                 continue
-            sent.add(key)
-            line = {"run": run_id, "call": call_id, "topic": topic, "copies": copies}
-            os.write(log, (json.dumps(line) + "\n").encode())
-    if conn is not None:
-        conn.close()
-    client.destroy()
+            topic = TOPICS[kind]
+            copies = 2 if self.rng.random() < 0.25 else 1  # a retried send: applied once
+            message = (reply(kind, call_id, arguments), topic)
+            if self.send(workflow_id, [message] * copies):
+                self.record(run_id, call_id, topic, copies)
+
+    def run(self, stop: Path) -> None:
+        while not stop.exists():
+            time.sleep(0.1)
+            self.answer_once()
+        if self.conn is not None:
+            self.conn.close()
+        self.client.destroy()
 
 
 def main() -> None:
     global markers
     mode, database_url = sys.argv[1:3]
     if mode == "answer":
-        answer(database_url, Path(sys.argv[3]), int(sys.argv[4]))
+        marker_dir = Path(sys.argv[3])
+        Answerer(database_url, marker_dir, int(sys.argv[4])).run(marker_dir / "stop")
         return
     executor_id, marker_dir, life, first, count = sys.argv[3:8]
     markers = Markers(Path(marker_dir) / "events.log", int(life), database_url)

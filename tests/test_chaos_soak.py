@@ -11,11 +11,13 @@ fresh one (a live worker claims the dead one once its lease lapses and its runs 
 back through the agents' queues). New runs start in every life, so kills land in every
 phase of a run. A worker that fences itself (exit 75) is started again.
 
-Then, with plain SQL and the marker log: every run is terminal, completed, and its status
-matches its DBOS workflow; every transcript is exactly the scripted one (no duplicate, no
-unpaired tool call); one LLM usage row per step and one usage row per executed call; one
-terminal chunk per run; every answer applied once; and no tool or LLM step that DBOS had
-checkpointed ran again, nor one step in two processes at once.
+One run in six is interrupted while it waits, by a raw `{"interrupt": true}` from the
+answering process. Then, with plain SQL and the marker log: every run is terminal, ended
+as scripted (completed or interrupted), and its status matches its DBOS workflow; every
+transcript is exactly the scripted one (no duplicate, no unpaired tool call); one LLM
+usage row per step and one usage row per executed call; one terminal chunk per run;
+every answer applied once; and no tool or LLM step that DBOS had checkpointed ran again,
+nor one step in two processes at once.
 
 CI runs a short version (6 runs, 3 kills, 2 workers: well under a minute). A longer one:
     HELIX_SOAK_RUNS=120 HELIX_SOAK_KILLS=24 pytest -s tests/test_chaos_soak.py
@@ -232,8 +234,18 @@ def test_chaos_soak(database_url, tmp_path):
     if KILLS >= 2 or (KILLS and WORKERS > 1):
         assert claimed, workers
 
+    # Nothing of the soak's application is left running or queued in DBOS.
+    figures["workflows_not_ended"] = q(
+        database_url,
+        "SELECT count(*) FROM dbos.workflow_status WHERE application_version = %s "
+        "AND status <> ALL(%s)",
+        soak_app.APP_VERSION,
+        list(DBOS_TERMINAL),
+    )[0][0]
+    assert figures["workflows_not_ended"] == 0
+
     by_index = {index: (run_id, session_id) for index, run_id, session_id in runs}
-    check_statuses(database_url, run_ids, figures)
+    check_statuses(database_url, by_index, figures)
     check_transcripts(database_url, by_index, tmp_path, figures)
     check_usage_and_chunks(database_url, by_index, figures)
     killed_at = {w.life: w.ended_at for w in lives}
@@ -290,7 +302,11 @@ def stuck_report(database_url: str, run_ids: list[str]) -> str:
 # --- the invariants -------------------------------------------------------------------
 
 
-def check_statuses(database_url: str, run_ids: list[str], figures: dict[str, Any]) -> None:
+def check_statuses(
+    database_url: str, by_index: dict[int, tuple[str, str]], figures: dict[str, Any]
+) -> None:
+    """Each run ended as scripted, and as its workflow and its session say."""
+    run_ids = [r for r, _ in by_index.values()]
     rows = q(
         database_url,
         "SELECT r.run_id, r.status, w.status, s.status, r.error FROM helix.runs r "
@@ -304,12 +320,15 @@ def check_statuses(database_url: str, run_ids: list[str], figures: dict[str, Any
     mismatches = [r for r in rows if r[2] not in MATCHING_WORKFLOW.get(r[1], set()) or r[3] != r[1]]
     figures["status_mismatches"] = len(mismatches)
     assert not mismatches, mismatches
-    failed = [r for r in rows if r[1] != "completed"]
-    assert not failed, f"every scripted run completes: {failed}"
+    by_run = {run_id: index for index, (run_id, _) in by_index.items()}
+    unexpected = [r for r in rows if r[1] != expected_run(by_run[r[0]])["status"]]
+    assert not unexpected, f"every run ends as scripted: {unexpected}"
 
 
 def expected_run(index: int) -> dict[str, Any]:
-    """The transcript, output and usage that the script (soak_app.plan_for) leads to."""
+    """The status, transcript, output and usage that the script (soak_app.plan_for)
+    leads to. An interrupted run ends after its wait step: its human calls are paired
+    with 'Interrupted: soak' (not run, no usage row), its plain calls ran before."""
     messages: list[tuple[str, str | None, str | None, bool]] = [("user", None, None, False)]
     usage: list[tuple[int, str, str | None]] = []
     tally = results = errors = 0
@@ -317,11 +336,16 @@ def expected_run(index: int) -> dict[str, Any]:
     for step, calls in enumerate(steps, start=1):
         messages.append(("assistant", None, None, False))
         usage.append((step, "llm", None))
+        human = [c for c in calls if c["name"] in ("guarded", "locate")]
+        stopped = bool(human) and soak_app.interrupted(index)
         for call in calls:
             name, arguments = call["name"], call["arguments"]
             failed = (name == "guarded" and not soak_app.approves(arguments["path"])) or (
                 name == "locate" and "error" in soak_app.client_answer(arguments["city"])
             )
+            if stopped and call in human:
+                messages.append(("tool", call["id"], name, True))
+                continue
             messages.append(("tool", call["id"], name, failed))
             results += 1
             errors += failed
@@ -331,6 +355,15 @@ def expected_run(index: int) -> dict[str, Any]:
                 usage.append((step, "client_tool_wait_ms", call["id"]))
             elif not failed:
                 usage.append((step, "tool", call["id"]))
+        if stopped:
+            return {
+                "status": "interrupted",
+                "messages": messages,
+                "output": None,
+                "usage": usage,
+                "steps": step,
+            }
+    assert not soak_app.interrupted(index), "an interrupted run has a wait step"
     last = len(steps) + 1
     finals = soak_app.final_calls(index, last, results, errors)
     messages.append(("assistant", None, None, False))
@@ -344,7 +377,13 @@ def expected_run(index: int) -> dict[str, Any]:
         output: Any = {"summary": summary, "results": results}
     else:
         output = {"answer": summary, "tally": tally}
-    return {"messages": messages, "output": output, "usage": usage, "steps": last}
+    return {
+        "status": "completed",
+        "messages": messages,
+        "output": output,
+        "usage": usage,
+        "steps": last,
+    }
 
 
 def check_transcripts(
@@ -420,7 +459,11 @@ def check_transcripts(
         [r for r, _ in by_index.values()],
     )
     assert sorted((a["run"], a["call"]) for a in answers) == sorted((c[0], c[1]) for c in calls)
-    assert all(c[3] in ("approved", "denied", "completed", "failed") for c in calls), calls
+    assert all(
+        c[3] in ("approved", "denied", "completed", "failed", "interrupted") for c in calls
+    ), calls
+    interrupted = {(a["run"], a["call"]) for a in answers if a["topic"] == "interrupt"}
+    assert interrupted == {(c[0], c[1]) for c in calls if c[3] == "interrupted"}
     figures["answers"] = len(answers)
     figures["answers_sent_twice"] = sum(1 for a in answers if a["copies"] == 2)
 
