@@ -53,6 +53,7 @@ from helix_dbos.orchestration.types import (
     ToolCallsStepResult,
 )
 from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final, write_head
+from helix_dbos.runtime.companions import companion_notices
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
@@ -107,6 +108,7 @@ class AgentLoop:
         self.stop_reason: str | None = None  # "stop_when" when the custom condition ended it
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
+        self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
         step = 0
@@ -116,6 +118,8 @@ class AgentLoop:
                 return await self.end_without_step(step - 1, "failed", self._step_cap_error())
             # 1. The previous step's rows start writing while DBOS checks the LLM step.
             previous = self._write_ahead()
+            if self.hears_companions:  # after those rows: a non-blocking child's news
+                await self._companion_notices(previous)
             # 2. The LLM step: it waits for that write, reads the transcript, asks the model.
             try:
                 reply = await DBOS.run_step_async(
@@ -327,6 +331,18 @@ class AgentLoop:
         if self.terminating:
             return MAX_INVOCATIONS_ERROR
         return MAX_STEPS_ERROR.format(max_steps=self.max_steps)
+
+    async def _companion_notices(self, previous: WriteAhead | None) -> None:
+        """Non-blocking persistent children that ended since the last model call are
+        announced in the transcript, after the previous step's rows (seed 002: the
+        parent "gets completion notification later")."""
+        if previous is not None:
+            await previous.result()
+        added = await self.rt.transaction(
+            "helix.companion_notices", companion_notices, self.session_id, self.run_id
+        )
+        if added:
+            self.rt.history.forget(self.session_id)  # the LLM step reads them
 
     # --- writing rows ---------------------------------------------------------------------
 
