@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from helix_dbos import MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import StepResult, ToolCallsStepResult
 from helix_dbos.runtime.results import AgentResult
+from helix_dbos.streaming.chunks import RunStopped
 
 
 class Counter(BaseModel):
@@ -60,6 +61,10 @@ async def test_stop_when_sees_the_state_after_the_step_and_ends_the_run(
         result.run_id,
     )
     assert chunks == [({"reason": "stop_when", "step": 2},)]
+    streamed = [c async for c in helix.stream(result.session_id, run_id=result.run_id)]
+    stopped = [c for c in streamed if c.type == "run_stopped"]
+    assert [c.data for c in stopped] == [RunStopped(reason="stop_when", step=2)]
+    assert streamed[-1].type == "run_completed"
     messages = await helix.get_messages(result.session_id)
     assert messages[-1].role == "tool" and messages[-1].tool_call_id == "h2"
     assert (await helix.get_session(result.session_id)).state == {"hits": 2}

@@ -10,6 +10,7 @@ Payloads by type:
 - output {output}; error {error}
 - run_started {turn}; run_resumed {tool_call_ids}; run_interrupted {reason};
   run_completed {output}; run_failed {error}; run_aborted {error}
+- run_stopped {reason, step}: a custom stop condition ended the run (before run_completed)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ ChunkType = Literal[
     "run_completed",
     "run_failed",
     "run_aborted",
+    "run_stopped",
 ]
 CHUNK_TYPES: tuple[str, ...] = ChunkType.__args__  # type: ignore[attr-defined]
 TERMINAL_CHUNK_TYPES: frozenset[str] = frozenset(
@@ -109,6 +111,11 @@ class RunInterrupted(_Payload):
     reason: str | None = None
 
 
+class RunStopped(_Payload):
+    reason: str
+    step: int
+
+
 ChunkPayload = (
     TextDelta
     | Thinking
@@ -122,6 +129,7 @@ ChunkPayload = (
     | RunStarted
     | RunResumed
     | RunInterrupted
+    | RunStopped
 )
 PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     "text_delta": TextDelta,
@@ -141,6 +149,7 @@ PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     "run_completed": Output,
     "run_failed": Error,
     "run_aborted": Error,
+    "run_stopped": RunStopped,
 }
 
 
