@@ -1,10 +1,12 @@
-"""A research team: a lead agent fans out to two researcher sub-agents, in parallel.
+"""A research team: a lead fans out to two researcher sub-agents in parallel, and keeps
+a persistent critic companion that reviews the draft.
 
     python examples/research_team.py
 
 Each researcher is a DBOS child workflow of the lead's run, in a session of its own;
 its answer comes back to the lead as a tool result, and its chunks flow into the lead's
-stream. It runs on the embedded PostgreSQL (./.helix/pgdata, or HELIX_DATABASE_URL) with
+stream. The critic is a persistent child (`companion__spawnAgent`), in the stable session
+`<lead session>-agent-critic-1`. It runs on the embedded PostgreSQL (./.helix/pgdata, or HELIX_DATABASE_URL) with
 a scripted model, then prints what the root stream saw, the tree of sessions with each
 agent's usage, and the tokens of the whole tree: plain SQL, as in the README.
 """
@@ -17,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, sub_agent_tool, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, PersistentAgent, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.event_loop import on_target_loop
 
@@ -40,10 +42,12 @@ def search(source: str, query: str) -> str:
 
 web = Agent("web_researcher", system_prompt="You search the web.", tools=[search])
 archive = Agent("archive_researcher", system_prompt="You search the archive.", tools=[search])
+critic = Agent("critic", system_prompt="You review drafts in one sentence.")
 lead = Agent(
     "lead",
-    system_prompt="You lead a research team: delegate, then write the brief.",
+    system_prompt="You lead a research team: delegate, have the draft reviewed, write the brief.",
     tools=[sub_agent_tool(web, name="web"), sub_agent_tool(archive, name="archive")],
+    persistent_agents=[PersistentAgent(critic, mode="blocking")],
     output_schema=Brief,
 )
 
@@ -51,6 +55,8 @@ lead = Agent(
 def scripted_model(request: LLMRequest) -> dict[str, Any]:
     """A stand-in for a real model, a function of the transcript."""
     results = [m for m in request.messages if m.role == "tool"]
+    if request.agent_name == "critic":
+        return {"type": "text", "content": "Solid: two independent sources agree."}
     if request.agent_name == "lead":
         if not results:
             return {
@@ -65,8 +71,14 @@ def scripted_model(request: LLMRequest) -> dict[str, Any]:
                     },
                 ],
             }
+        findings = [m for m in results if (m.tool_name or "").startswith("subagent__")]
+        draft = " ".join(str(m.content) for m in findings)
+        if len(results) == len(findings):  # not reviewed yet: ask the critic
+            review = {"agentType": "critic", "message": f"Review this draft: {draft}"}
+            call = {"id": "review", "name": "companion__spawnAgent", "arguments": review}
+            return {"type": "tool_calls", "tool_calls": [call]}
         brief = {
-            "summary": " ".join(str(m.content) for m in results),
+            "summary": f"{draft} (Review: {results[-1].content})",
             "sources": ["web", "archive"],
         }
         return {
@@ -110,7 +122,7 @@ GROUP BY 1
 
 
 async def main() -> None:
-    helix = HelixDBOS([lead, web, archive], llm=MockLLM(scripted_model))
+    helix = HelixDBOS([lead, web, archive, critic], llm=MockLLM(scripted_model))
     helix.launch()
     try:
         handle = await helix.execute(lead, "Write a brief about owls.")

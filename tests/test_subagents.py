@@ -503,15 +503,20 @@ def test_the_research_team_example_prints_the_session_tree(database_url):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "Brief (completed): {'summary': 'Owls can turn" in out
+    assert "(Review: Solid: two independent sources agree.)" in out
     tree = [line.split() for line in out.splitlines() if line.startswith("  ") and "ses_" in line]
-    # lead (2 LLM calls, 2 sub-agent calls), then both researchers (2 LLM calls, 1 tool).
+    # lead (3 LLM calls; 2 sub-agent calls and 1 blocking companion turn), then its
+    # children: the critic companion (1 LLM call), both researchers (2 LLM calls, 1 tool).
     assert all(int(row[5]) > 0 for row in tree)
-    assert tree[0][:5] == ["lead", "completed", "2", "0", "2"]
+    assert tree[0][:5] == ["lead", "completed", "3", "0", "3"]
     assert sorted(row[:5] for row in tree[1:]) == [
         ["archive_researcher", "completed", "2", "1", "0"],
+        ["critic", "completed", "1", "0", "0"],
         ["web_researcher", "completed", "2", "1", "0"],
     ]
-    assert "Whole tree: 3 sessions" in out and "(6 LLM calls)" in out
+    critic_row = next(row for row in tree if row[0] == "critic")
+    assert critic_row[6] == f"{tree[0][6]}-agent-critic-1"
+    assert "Whole tree: 4 sessions" in out and "(8 LLM calls)" in out
     # The root stream showed the researchers' own chunks, tagged with their agent.
     assert any("web_researcher" in line and "tool_end" in line for line in out.splitlines())
 

@@ -38,6 +38,7 @@ from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.runtime.subagents import (
@@ -136,7 +137,7 @@ class CompanionCalls:
             "helix.companion_open",
             open_companion_turn,
             self.commit,
-            call.id,
+            call,
             getattr(args, "agentType", None),
             _name(args),
             str(getattr(args, "message", "")),
@@ -204,14 +205,24 @@ def _error(error: str) -> ToolOutcome:
 async def open_companion_turn(
     session: repo.Executor,
     parent: StepCommit,
-    call_id: str,
+    call: ToolCall,
     agent_type: str | None,
     name: str | None,
     message: str,
     spawn: bool,
 ) -> Opened:
     """The body of `helix.companion_open`: find or create the named child, refuse or
-    report a busy one, else open a turn with `message` in its session."""
+    report a busy one, else open a turn with `message` in its session. The parent's
+    stream shows the call's start first (the keyed `tool_start` its step writes later)."""
+    call_id = call.id
+    await repo.insert_chunks(
+        session,
+        parent.session_id,
+        parent.run_id,
+        parent.agent_name,
+        parent.step,
+        [tool_start_chunk(parent.run_id, parent.step, call)],
+    )
     rt = current_runtime()
     persistent = rt.agent(parent.agent_name).persistent_agent(agent_type or "")
     agent = rt.agents.get(agent_type or "")
