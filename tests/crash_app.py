@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, RateLimit, RunQueue, tool
+from helix_dbos import Agent, AgentHooks, HelixDBOS, MockLLM, RateLimit, RunQueue, tool
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
@@ -175,8 +175,33 @@ if os.environ.get("HELIX_CODE_EDIT"):
         return "new code"
 
 
+def marking_hooks() -> AgentHooks:
+    """CRASH_APP_HOOKS=1: every hook firing is marked in hooks.log (`name:step:detail`),
+    and on_agent_start / after_tool change the state (committed with their steps)."""
+
+    def hook(name: str):  # type: ignore[no-untyped-def]
+        def fire(event):  # type: ignore[no-untyped-def]
+            call = getattr(event, "call", None)
+            message = getattr(event, "message", None)
+            detail = call.id if call else (message.role if message else "")
+            mark("hooks.log", f"{name}:{event.context.step}:{detail}")
+            if name == "on_agent_start":
+                event.context.update_state({"after_tool": 0})
+            if name == "after_tool":
+                event.context.update_state(lambda s: {**s, "after_tool": s["after_tool"] + 1})
+
+        return fire
+
+    names = ["on_agent_start", "before_llm_call", "after_llm_call", "before_tool"]
+    names += ["after_tool", "on_message", "on_agent_complete"]
+    return AgentHooks(**{n: hook(n) for n in names})
+
+
 agent = Agent(
-    "crash_agent", tools=[record_a, slow_b, fast, pause, guarded_delete], output_schema=Report
+    "crash_agent",
+    tools=[record_a, slow_b, fast, pause, guarded_delete],
+    output_schema=Report,
+    hooks=marking_hooks() if os.environ.get("CRASH_APP_HOOKS") else AgentHooks(),
 )
 with_agent = not os.environ.get("CRASH_APP_WITHOUT_AGENT")
 limited = RunQueue(
@@ -195,7 +220,8 @@ helix = HelixDBOS(
     executor_id=None if executor_id == "-" else executor_id,
     application_version="crash-test",
     reconcile_seconds=float(os.environ.get("CRASH_APP_RECONCILE_SECONDS", "60")),
-    worker_lease_seconds=4,  # a relaunch under the same id waits for the killed one's lease
+    # a relaunch under the same id waits for the killed one's lease
+    worker_lease_seconds=float(os.environ.get("CRASH_APP_LEASE_SECONDS", "4")),
 )
 helix.launch()
 

@@ -54,6 +54,15 @@ def workflow_row(database_url: str, run_id: str) -> tuple:
     )[0]
 
 
+def stop(*procs: subprocess.Popen | None) -> None:
+    """Kill what a test started (a stopped process is woken first, so it can die)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def started(proc: subprocess.Popen) -> dict:
     assert proc.stdout is not None
     return json.loads(proc.stdout.readline())
@@ -101,10 +110,7 @@ def test_two_processes_with_default_settings_never_touch_each_others_runs(databa
         assert lines(a_marks, "guarded_delete.log") == ["/data/old"], "A ran its own tool"
         assert lines(b_marks, "guarded_delete.log") == []
     finally:
-        for proc in (a, b):
-            if proc is not None:
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(a, b)
 
 
 def test_a_second_live_process_under_the_same_executor_id_is_refused(database_url, tmp_path):
@@ -125,8 +131,7 @@ def test_a_second_live_process_under_the_same_executor_id_is_refused(database_ur
             database_url, "SELECT pid, state FROM helix.workers WHERE executor_id = %s", executor
         ) == [(a.pid, "live")]
     finally:
-        a.kill()
-        a.wait(timeout=30)
+        stop(a)
 
 
 def test_runs_of_a_worker_killed_for_good_complete_on_a_survivor(database_url, tmp_path):
@@ -156,10 +161,7 @@ def test_runs_of_a_worker_killed_for_good_complete_on_a_survivor(database_url, t
             a_id,
         ) == [("dead", b_id, 1)]
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(a, b)
 
 
 def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
@@ -187,11 +189,7 @@ def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
         assert_transcript_is_clean(database_url, session_id, run_id)
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(a, b)
 
 
 def test_a_run_enqueued_by_a_process_that_runs_no_agents_is_executed_by_a_worker(
@@ -226,10 +224,7 @@ def test_a_run_enqueued_by_a_process_that_runs_no_agents_is_executed_by_a_worker
         ) == [([], False)]
         assert_transcript_is_clean(database_url, first["session_id"], first["run_id"])
     finally:
-        for proc in (front, worker):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(front, worker)
 
 
 def test_a_run_queue_with_concurrency_one_runs_one_run_at_a_time(database_url, tmp_path):
@@ -239,8 +234,7 @@ def test_a_run_queue_with_concurrency_one_runs_one_run_at_a_time(database_url, t
         runs = [started(proc) for _ in range(3)]
         results = [started(proc) for _ in range(3)]
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        stop(proc)
     assert [r["status"] for r in results] == ["completed"] * 3
     rows = sql(
         database_url,
@@ -273,8 +267,9 @@ def cli_json(database_url: str, *args: str) -> dict:
 def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp_path):
     """The operator's path: a worker dies and none is running; `recover` is refused while
     its lease is live, then hands its run back; the run waits (listed by `workers`) until
-    a worker serving its agent starts, which completes it."""
-    a = spawn("start", database_url, "-", "tool", tmp_path)
+    a worker serving its agent starts, which completes it. A 15 s lease keeps the first
+    checks inside it on a loaded machine."""
+    a = spawn("start", database_url, "-", "tool", tmp_path, env={"CRASH_APP_LEASE_SECONDS": "15"})
     b = None
     try:
         first = started(a)
@@ -289,11 +284,16 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
 
         listed = cli_json(database_url, "workers")
         mine = [w for w in listed["workers"] if w["executor_id"] == a_id]
-        assert [(w["state"], w["pending_runs"]) for w in mine] == [("live", 1)]
+        assert [w["pending_runs"] for w in mine] == [1]
+        assert mine[0]["state"] in ("live", "expired")  # no claim yet: no other worker runs
 
-        time.sleep(4.5)  # the lease (4 s) lapses
-        listed = cli_json(database_url, "workers")
-        assert [w["state"] for w in listed["workers"] if w["executor_id"] == a_id] == ["expired"]
+        def lapsed() -> bool:
+            listed = cli_json(database_url, "workers")
+            return [w["state"] for w in listed["workers"] if w["executor_id"] == a_id] == [
+                "expired"
+            ]
+
+        wait_for(lapsed, timeout=30)
 
         recovered = run_cli(database_url, "recover", a_id)
         assert recovered.returncode == 0, recovered.stderr
@@ -319,10 +319,7 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
             a_id,
         ) == [("dead", True, 1)]
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(a, b)
 
 
 def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_elsewhere(
@@ -351,10 +348,7 @@ def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_els
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
         assert_transcript_is_clean(database_url, session_id, run_id)
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        stop(a, b)
 
 
 def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_url, tmp_path):
@@ -397,6 +391,4 @@ def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_
             f"worker {worker_id} serving fleet_assistant" in (tmp_path / "worker.log").read_text()
         )
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=30)
+        stop(worker)
