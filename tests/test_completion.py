@@ -295,11 +295,13 @@ async def test_hooks_fire_in_canonical_order_on_every_completion_path(helix, mak
     result = await (await helix.execute(agent, "go")).result()
     assert result.status == "completed"
     assert events == [
+        "message:None",  # the model's message (issue 16: on_message for assistant messages)
         "before:bump",
         "execute:bump",
         "state:bump",
         "message:bump",
         "after:bump:True",
+        "message:None",
         "before:done",
         "message:done",
         "after:done:True",
@@ -312,7 +314,8 @@ async def test_hooks_fire_in_canonical_order_on_every_completion_path(helix, mak
         calls(("f", FINISH, {"sentiment": "x", "confidence": 1})), agent=finisher.name
     )
     await (await helix.execute(finisher, "go")).result()
-    assert events == ["complete:completed"]
+    # The model's message, and __finish__'s synthesized result (made in workflow code).
+    assert events == ["message:None", f"message:{FINISH}", "complete:completed"]
 
 
 async def test_dynamic_system_prompt_sees_the_state(helix, make_agent, mock_llm):

@@ -1,8 +1,20 @@
 """Lifecycle hooks. Each receives one event object and may be sync or async.
 
-Tool hooks fire inside the tool's durable step, in the order
-before_tool -> execute -> on_state_change -> on_message -> after_tool,
-so a completed step never fires them again after a crash.
+Every hook fires inside a durable step that exists anyway, so a completed step never
+fires its hooks again after a crash (one that had not completed runs again, hooks and
+all). One agent step fires, in this order (seed 002's canonical order):
+
+    on_agent_start (first step of a run)
+    on_message for the previous step's nudges and corrections
+    before_llm_call -> the model -> after_llm_call    (the `helix.llm` step)
+    on_message for the model's message
+    per tool call: before_tool -> execute -> on_state_change -> on_message -> after_tool
+    on_agent_suspended / on_agent_resumed around a wait, and at the end
+    on_agent_complete or on_agent_failed.
+
+Hooks of the LLM and tool steps can change the session state through their context
+(`event.context.update_state(...)`); the change is part of that step's checkpointed
+output and is committed with the agent step, like a tool's.
 """
 
 from __future__ import annotations
@@ -13,18 +25,58 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
+from helix_dbos.definitions.context import ToolContext
+from helix_dbos.errors import StateUpdateError
 from helix_dbos.log_events import HOOK_FAILED, log_event
-from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.orchestration.types import LLMRequest, LLMUsage, Message, StepResult, ToolCall
 
 Hook = Callable[[Any], None | Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class HookContext:
+    """Who fires the hook; `state` is the session state the step works on, if the hook
+    may change it (the LLM step's and tool steps' hooks)."""
+
     session_id: str
     run_id: str
     agent_name: str
     step: int
+    state: ToolContext | None = field(default=None, repr=False, compare=False)
+
+    def get_state(self) -> Any:
+        """A copy of the session state (a `state_schema` instance, or a dict)."""
+        if self.state is None:
+            raise StateUpdateError("This hook has no session state")
+        return self.state.get_state()
+
+    def update_state(self, update: Callable[[Any], Any] | dict[str, Any] | BaseModel) -> None:
+        """Change the session state, as `ToolContext.update_state` does; the change is
+        committed with the step the hook fires in."""
+        if self.state is None:
+            raise StateUpdateError(
+                "This hook cannot change the state: only hooks of the LLM and tool steps can"
+            )
+        self.state.update_state(update)
+
+
+@dataclass(frozen=True)
+class LLMCallEvent:
+    """before_llm_call (no result yet) and after_llm_call (`result`, or `error` when the
+    call failed and DBOS retries the step: each attempt is one call)."""
+
+    context: HookContext
+    request: LLMRequest
+    attempt: int = 1
+    result: StepResult | None = None
+    error: str | None = None
+    duration_ms: float | None = None
+
+    @property
+    def usage(self) -> LLMUsage | None:
+        return self.result.usage if self.result is not None else None
 
 
 @dataclass(frozen=True)
@@ -53,7 +105,8 @@ class MessageEvent:
 
 @dataclass(frozen=True)
 class RunEvent:
-    """on_agent_complete / on_agent_suspended / on_agent_resumed / on_agent_failed."""
+    """on_agent_start / on_agent_complete / on_agent_suspended / on_agent_resumed /
+    on_agent_failed."""
 
     context: HookContext
     status: str
@@ -64,6 +117,9 @@ class RunEvent:
 
 @dataclass(frozen=True)
 class AgentHooks:
+    on_agent_start: Hook | None = None
+    before_llm_call: Hook | None = None
+    after_llm_call: Hook | None = None
     before_tool: Hook | None = None
     after_tool: Hook | None = None
     on_state_change: Hook | None = None

@@ -31,32 +31,28 @@ from helix_dbos.orchestration.completion import (
     max_tokens_correction,
 )
 from helix_dbos.orchestration.messages import (
-    create_assistant_message,
     create_tool_result_message,
     synthesize_finish_tool_result,
 )
 from helix_dbos.orchestration.planning import (
     StepProcessingPlan,
     calls_to_run,
-    plan_step_processing,
 )
 from helix_dbos.orchestration.terminating import (
     MAX_INVOCATIONS_ERROR,
     response_text,
-    truncate_at_terminating,
 )
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     Message,
-    StepResult,
     ToolCall,
-    ToolCallsStepResult,
 )
 from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final, write_head
 from helix_dbos.runtime.companions import companion_notices
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
+from helix_dbos.runtime.llm_hooks import announce
 from helix_dbos.runtime.llm_step import (
     describe_llm_failure,
     failed_llm_usage,
@@ -65,6 +61,7 @@ from helix_dbos.runtime.llm_step import (
     llm_usage_record,
     run_terminating,
 )
+from helix_dbos.runtime.reply_plan import plan_reply
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
@@ -162,38 +159,28 @@ class AgentLoop:
 
     async def _take_step(self, step: int, reply: ModelReply) -> StepCommit:
         """Plan the model's reply (seed 001) and run its tools; returns what the step writes."""
-        result, terminating_call = self._truncate_at_terminating(reply.result)
-        plan = plan_step_processing(
-            result,
-            mode=self.mode,
-            validate_output=self.agent.validate_output if self.agent.output_schema else None,
-        )
+        planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
+        result, terminating_call, plan = planned.result, planned.terminating_call, planned.plan
         commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        if reply.state_changed:  # the LLM step's hooks changed it
+            commit.state = reply.state
         commit.usage.append(llm_usage_record(self.run_id, step, result))
-        if plan.assistant_message_plan is not None:
-            commit.messages.append(create_assistant_message(plan.assistant_message_plan))
+        assistant = planned.assistant_message  # its on_message fired in the LLM step
+        if assistant is not None:
+            commit.messages.append(assistant)
             commit.head_messages = len(commit.messages)
         if plan.is_terminal and plan.status_update is not None:
             update = plan.status_update
             commit.end(update.status, output=update.output, error=update.error)
         self._apply_finish(plan, commit)
         if plan.output_error is not None:  # native/prompted: the reply is not the output
-            commit.messages.append(Message(role="user", content=plan.output_error))
+            commit.say(Message(role="user", content=plan.output_error))
             self._invalid_output("the reply", plan.output_error, commit)
         calls = calls_to_run(plan)  # seed 001's subAgentCalls too: none is left unanswered
         if calls:
             await self._run_tools(calls, reply.state, commit, terminating_call)
         self._apply_nudges(plan, commit)
         return commit
-
-    def _truncate_at_terminating(self, result: StepResult) -> tuple[StepResult, ToolCall | None]:
-        """Seed 004: calls after a terminating call are dropped, unexecuted and unstored."""
-        if self.terminating is None or not isinstance(result, ToolCallsStepResult):
-            return result, None
-        kept, terminating_call = truncate_at_terminating(
-            result.tool_calls, self.terminating.tool_ids
-        )
-        return result.model_copy(update={"tool_calls": kept}), terminating_call
 
     async def _run_tools(
         self,
@@ -243,10 +230,10 @@ class AgentLoop:
         if not plan.finish_call_ids:
             return
         if plan.finish_error is None:
-            commit.messages.append(synthesize_finish_tool_result(plan.finish_call_ids[0]))
+            commit.say(synthesize_finish_tool_result(plan.finish_call_ids[0]))
             return
         for call_id in plan.finish_call_ids:
-            commit.messages.append(
+            commit.say(
                 create_tool_result_message(
                     call_id, FINISH_TOOL_NAME, success=False, error=plan.finish_error
                 )
@@ -289,7 +276,7 @@ class AgentLoop:
                 commit.end("failed", error=MAX_NUDGES_ERROR)
             else:
                 nudge = completion_nudge(self.mode, custom)
-                commit.messages.append(Message(role="user", content=nudge))
+                commit.say(Message(role="user", content=nudge))
         elif plan.pending_tool_calls or plan.finish_call_ids:
             self.nudges = 0
         if plan.needs_max_tokens_correction:
@@ -301,7 +288,7 @@ class AgentLoop:
                 )
             else:
                 correction = max_tokens_correction(self.agent.max_tokens_correction, self.mode)
-                commit.messages.append(Message(role="user", content=correction))
+                commit.say(Message(role="user", content=correction))
 
     def _check_stop_when(self, reply: ModelReply, commit: StepCommit) -> None:
         """Seed 001's stopWhen: after a step that did not end the run, the agent's
@@ -432,8 +419,13 @@ async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
     """The body of `helix.commit_final`: one transaction whose writes are keyed or
     guarded by the run's status, so a step replayed after a crash before its
     checkpoint changes nothing."""
-    async with current_runtime().engine.begin() as conn:
+    rt = current_runtime()
+    async with rt.engine.begin() as conn:
         ended = await commit_final(conn, commit, unwritten)
+    if ended:  # on_message for what workflow code said last (once: a replay ends nothing)
+        said = (unwritten.unannounced if unwritten is not None else []) + commit.unannounced
+        context = HookContext(commit.session_id, commit.run_id, commit.agent_name, commit.step)
+        await announce(rt.agent(commit.agent_name), context, said)
     if ended and commit.status is not None:
         log_event(
             RUN_ENDED[commit.status],

@@ -43,10 +43,18 @@ class StepCommit:
     # The step's head: its first `head_messages` messages (the model's message) and its
     # LLM usage, which may be written before the rest (`write_head`).
     head_messages: int = 0
+    # Messages made in workflow code (nudges, corrections, results of calls that never
+    # ran): their on_message hook fires in the step that writes them.
+    unannounced: list[Message] = field(default_factory=list)
 
     def written_messages(self, wrote: StepWrite) -> list[Message]:
         """The messages a write of this step inserted (its head may have gone before)."""
         return self.messages if wrote.with_head else self.messages[self.head_messages :]
+
+    def say(self, message: Message) -> None:
+        """Add a message made in workflow code (its on_message fires when it is written)."""
+        self.messages.append(message)
+        self.unannounced.append(message)
 
     def end(self, status: FinalStatus, *, output: Any = None, error: str | None = None) -> None:
         """This step ends the run; its rows are written with the final status."""
@@ -59,15 +67,16 @@ class StepCommit:
         prefix = f"{self.run_id}:{self.step}"
         if start_chunk:
             self.events.append(tool_start_chunk(self.run_id, self.step, call))
-        self.messages.append(
-            create_tool_result_message(
-                call.id,
-                call.name,
-                result=outcome.content,
-                success=outcome.success,
-                error=outcome.error,
-            )
+        message = create_tool_result_message(
+            call.id,
+            call.name,
+            result=outcome.content,
+            success=outcome.success,
+            error=outcome.error,
         )
+        self.messages.append(message)
+        if outcome.duration_ms is None:  # it never ran, so no tool step fired its hooks
+            self.unannounced.append(message)
         if outcome.duration_ms is not None:
             self.usage.append(
                 UsageRecord(

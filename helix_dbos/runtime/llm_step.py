@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from typing import Any
 
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_errors
 
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
+from helix_dbos.definitions.hooks import HookContext
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, log_event
 from helix_dbos.orchestration.completion import (
@@ -39,6 +41,8 @@ from helix_dbos.orchestration.types import (
 from helix_dbos.runtime.commit import WriteAhead
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
+from helix_dbos.runtime.llm_hooks import LLMStepHooks, announce, attempt_number
+from helix_dbos.runtime.reply_plan import plan_reply
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
     InterruptRequested,
@@ -147,17 +151,48 @@ async def llm_step(
     rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, previous)
+    unannounced = previous.commit.unannounced if previous is not None else []
     if seen is None:
+        await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
         return InterruptRequested()
-    if step == 1:  # inside the step: logged again only if the step runs again
+    if step == 1 and attempt_number() == 1:  # inside the step: again only if it runs again
         log_event(
             RUN_STARTED, run_id=run_id, session_id=session_id, agent_name=agent_name, step=step
         )
     history, state = seen
-    mode = agent.completion_for(run_terminating(agent, options))
+    hooks = LLMStepHooks(agent, session_id, run_id, step, state)
+    await hooks.open(unannounced)
+    terminating = run_terminating(agent, options)
+    mode = agent.completion_for(terminating)
+    opened = hooks.state
+    request = _request(agent, mode, history, opened)
+    await hooks.before_call(request)
+    if hooks.state != opened:  # the hook changed the state the request is built from
+        request = _request(agent, mode, history, hooks.state)
+    started = time.perf_counter()
+    try:
+        generated = await _generate(rt, agent, request, session_id, run_id, step)
+    except Exception as exc:  # retryable: DBOS runs the step again
+        await hooks.after_call(request, _ms_since(started), error=str(exc))
+        hooks.done(retrying=True)
+        raise
+    # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
+    result = storable_model(generated)
+    await hooks.after_call(request, _ms_since(started), result=result)
+    await hooks.message(plan_reply(agent, terminating, mode, result).assistant_message)
+    hooks.done()
+    await write_chunks(
+        rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
+    )
+    return ModelReply(result=result, state=hooks.state, state_changed=hooks.changed)
+
+
+def _request(
+    agent: Agent, mode: CompletionMode, history: list[Message], state: dict[str, Any]
+) -> LLMRequest:
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     tools = offered_tools(agent, mode)
-    request = LLMRequest(
+    return LLMRequest(
         agent_name=agent.name,
         model=agent.llm.model,
         messages=build_messages_for_llm(history, system, state),
@@ -170,12 +205,10 @@ async def llm_step(
         # Only a tool call can finish: adapters force one where the provider allows it.
         tool_choice="required" if mode.requires_tool and tools else "auto",
     )
-    # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
-    result = storable_model(await _generate(rt, agent, request, session_id, run_id, step))
-    await write_chunks(
-        rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
-    )
-    return ModelReply(result=result, state=state)
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
 async def _transcript(

@@ -37,10 +37,12 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class ModelReply:
-    """The LLM step's output: the model's parsed step, and the session state it saw."""
+    """The LLM step's output: the model's parsed step, and the session state it saw
+    (`state_changed`: as the step's hooks left it, to be committed with the step)."""
 
     result: StepResult
     state: dict[str, Any]
+    state_changed: bool = False
 
 
 @dataclass(frozen=True)

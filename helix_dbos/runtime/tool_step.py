@@ -76,9 +76,10 @@ async def tool_step(
     rt = current_runtime()
     rt.lease_check()  # a worker that may have lost its lease runs no tool
     agent = rt.agent(agent_name)
-    hook_ctx = HookContext(session_id, run_id, agent_name, step)
     cancel = asyncio.Event()  # set when the run is aborted: `ctx.cancelled` turns true
     ctx = tool_context(agent, session_id, run_id, step, call, state, cancel)
+    # The hooks share the tool's state: their changes are part of this step's outcome.
+    hook_ctx = HookContext(session_id, run_id, agent_name, step, state=ctx)
     started = time.perf_counter()
     await fire_safely(agent.hooks.before_tool, ToolEvent(hook_ctx, call))
     execution = asyncio.ensure_future(_execute(agent, call, ctx))
@@ -112,6 +113,7 @@ async def tool_step(
             agent.hooks.on_state_change, StateChangeEvent(hook_ctx, state, new_state, call.name)
         )
     await _fire_result_hooks(agent, hook_ctx, call, result, error, duration_ms)
+    new_state = ctx.state_dict  # after the hooks, which may have changed it too
     return ToolOutcome.executed(
         result=result,
         error=error,
