@@ -1,10 +1,12 @@
 """A real helix_dbos process with a lead and two researcher sub-agents, for crash tests.
 
-usage: subagent_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
+usage: subagent_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR SCENARIO [RUN_ID]
 
-"start" starts the lead's run and sleeps until the test SIGKILLs it while both children
-are inside their slow tool; "recover" relaunches under the same executor id, waits for
-the lead's run to end and prints it. The LLM is a function of the transcript, so the
+"start" starts the lead's run and sleeps until the test SIGKILLs it; "recover" relaunches
+under the same executor id, waits for the lead's run to end and prints it. Scenarios:
+"children": the lead fans out to two researchers, killed while both are in their slow
+tool; "companion": the lead spawns a non-blocking persistent critic, then sends it a
+message while it is in its slow tool, killed while the lead waits for it to stop. The LLM is a function of the transcript, so the
 relaunched process answers as the killed one would have; every tool execution and LLM
 call is appended to a file in MARKER_DIR for the test to count.
 """
@@ -18,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, sub_agent_tool, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, PersistentAgent, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
 
-mode, database_url, executor_id, marker_dir = sys.argv[1:5]
+mode, database_url, executor_id, marker_dir, scenario = sys.argv[1:6]
 markers = Path(marker_dir)
 
 
@@ -53,9 +55,50 @@ def topic_of(request: LLMRequest) -> str:
     return next(str(m.content) for m in request.messages if m.role == "user")
 
 
+@tool
+async def wait_for_critic(session_id: str) -> str:
+    """The lead waits until its critic's session has completed."""
+    while (await helix.get_session(session_id)).status != "completed":
+        await asyncio.sleep(0.05)
+    return "critic done"
+
+
+def call(call_id: str, name: str, arguments: dict) -> dict:
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+    }
+
+
+def companion_lead(request: LLMRequest, results: list) -> dict:
+    """spawn the critic (non-blocking), message it while it works, wait, then report."""
+    if not results:
+        return call(
+            "c1", "companion__spawnAgent", {"agentType": "critic", "message": "v1", "name": "c"}
+        )
+    if len(results) == 1:
+        return call("c2", "companion__sendMessage", {"name": "c", "message": "v2"})
+    if len(results) == 2:
+        session = json.loads(str(results[0].content))["session_id"]
+        return call("w", "wait_for_critic", {"session_id": session})
+    notices = [str(m.content) for m in request.messages if str(m.content).startswith("[companion")]
+    return {"type": "text", "content": " | ".join(notices)}
+
+
+def critic_reply(request: LLMRequest, results: list) -> dict:
+    message = [m for m in request.messages if m.role == "user"][-1].content
+    if message == "v1":
+        return call("s", "slow", {"topic": "v1"})
+    return {"type": "text", "content": f"approved {message}"}
+
+
 def respond(request: LLMRequest) -> dict:
     mark(f"llm_{request.agent_name}.log", str(len(request.messages)))
     results = [m for m in request.messages if m.role == "tool"]
+    if request.agent_name == "critic":
+        return critic_reply(request, results)
+    if request.agent_name == "lead" and scenario == "companion":
+        return companion_lead(request, results)
     if request.agent_name == "lead":
         if not results:
             return {
@@ -81,14 +124,21 @@ def respond(request: LLMRequest) -> dict:
 
 
 researcher = Agent("researcher", tools=[note, slow])
-lead = Agent("lead", tools=[sub_agent_tool(researcher)])
+critic = Agent("critic", tools=[slow])
+lead = Agent(
+    "lead",
+    tools=[sub_agent_tool(researcher), wait_for_critic],
+    persistent_agents=[PersistentAgent(critic, mode="non_blocking")],
+)
 helix = HelixDBOS(
-    [lead, researcher],
+    [lead, researcher, critic],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,
     application_version="subagent-crash-test",
-    worker_lease_seconds=4,  # a relaunch under the same id waits for the killed one's lease
+    # A relaunch under the same id waits for the killed one's lease; long enough that a
+    # loaded machine (other test runs on 2 cores) does not fence a live worker.
+    worker_lease_seconds=10,
 )
 helix.launch()
 
@@ -99,7 +149,7 @@ async def main() -> None:
         print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
         await asyncio.sleep(3600)  # killed by the test before this ends
         return
-    run_id = sys.argv[5]
+    run_id = sys.argv[6]
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         run = await helix.get_run(run_id)

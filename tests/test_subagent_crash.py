@@ -19,9 +19,9 @@ APP = Path(__file__).with_name("subagent_crash_app.py")
 pytestmark = pytest.mark.crash
 
 
-def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
+def spawn(mode: str, database_url: str, executor: str, markers: Path, scenario: str, *extra: str):
     return subprocess.Popen(
-        [sys.executable, str(APP), mode, database_url, executor, str(markers), *extra],
+        [sys.executable, str(APP), mode, database_url, executor, str(markers), scenario, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -44,7 +44,7 @@ def lines(markers: Path, name: str) -> list[str]:
 
 def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url, tmp_path):
     executor = f"subagent-crash-{uuid.uuid4().hex[:8]}"
-    proc = spawn("start", database_url, executor, tmp_path)
+    proc = spawn("start", database_url, executor, tmp_path, "children")
     assert proc.stdout is not None
     started = json.loads(proc.stdout.readline())
     run_id, session_id = started["run_id"], started["session_id"]
@@ -56,7 +56,7 @@ def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
 
-    relaunched = spawn("recover", database_url, executor, tmp_path, run_id)
+    relaunched = spawn("recover", database_url, executor, tmp_path, "children", run_id)
     out, _ = relaunched.communicate(timeout=150)
     assert relaunched.returncode == 0, out
     outcome = json.loads(out.strip().splitlines()[-1])
@@ -110,3 +110,66 @@ def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url
             child_session,
         )
         assert usage == [("llm", 3), ("tool", 2)], "no duplicate usage row in a child"
+
+
+def test_kill_while_a_companion_receives_a_message(database_url, tmp_path):
+    """The lead has sent its running critic a message (an interrupt) and waits for it to
+    stop; the critic is inside its slow tool. After the relaunch the critic stops, gets
+    exactly one new turn with the message, and the lead hears of its end exactly once."""
+    executor = f"companion-crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("start", database_url, executor, tmp_path, "companion")
+    assert proc.stdout is not None
+    started = json.loads(proc.stdout.readline())
+    run_id, session_id = started["run_id"], started["session_id"]
+    critic_session = f"{session_id}-agent-c"
+
+    def interrupt_sent() -> bool:
+        rows = sql(
+            database_url,
+            "SELECT count(*) FROM dbos.notifications n JOIN helix.runs r "
+            "ON r.workflow_id = n.destination_uuid WHERE r.session_id = %s "
+            "AND n.topic = 'helix.interrupt'",
+            critic_session,
+        )
+        return (tmp_path / "in_slow_v1").exists() and rows[0][0] == 1
+
+    wait_for(interrupt_sent)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    relaunched = spawn("recover", database_url, executor, tmp_path, "companion", run_id)
+    out, _ = relaunched.communicate(timeout=150)
+    assert relaunched.returncode == 0, out
+    outcome = json.loads(out.strip().splitlines()[-1])
+
+    assert outcome["status"] == "completed", outcome
+    assert outcome["output"] == "[companion 'c' (critic) completed with: approved v2]"
+    runs = sql(
+        database_url,
+        "SELECT turn, status FROM helix.runs WHERE session_id = %s ORDER BY turn",
+        critic_session,
+    )
+    assert runs == [(1, "interrupted"), (2, "completed")], "one new turn, not two"
+    messages = sql(
+        database_url,
+        "SELECT role, content FROM helix.messages WHERE session_id = %s AND role = 'user'",
+        critic_session,
+    )
+    assert messages == [("user", "v1"), ("user", "v2")]
+    assert len(lines(tmp_path, "slow_v1.log")) == 2, "the call in flight runs again"
+    # The critic's model: one call in turn 1 (the interrupt stops it before a second), one in 2.
+    assert len(lines(tmp_path, "llm_critic.log")) == 2
+    notices = sql(
+        database_url,
+        "SELECT count(*) FROM helix.messages WHERE session_id = %s AND role = 'user' "
+        "AND content LIKE '[companion%%'",
+        session_id,
+    )
+    assert notices == [(1,)]
+    results = sql(
+        database_url,
+        "SELECT tool_call_id FROM helix.messages WHERE session_id = %s AND role = 'tool' "
+        "ORDER BY seq",
+        session_id,
+    )
+    assert results == [("c1",), ("c2",), ("w",)]

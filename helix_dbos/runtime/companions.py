@@ -68,6 +68,7 @@ class Opened:
     """What `helix.companion_open` decided: a turn opened, a child busy, or an error."""
 
     child: ChildRun | None = None
+    name: str | None = None
     mode: str = "blocking"
     busy: Busy | None = None
     error: str | None = None
@@ -126,7 +127,7 @@ class CompanionCalls:
             return await DBOS.run_step_async(child_step_options(child), child_result, child)
         return _result(
             {
-                "name": _name(args) or child.session_id.rsplit("-agent-", 1)[-1],
+                "name": opened.name,
                 "session_id": child.session_id,
                 "status": "running",
             }
@@ -250,7 +251,7 @@ async def open_companion_turn(
                 "companion__sendMessage"
             )
         waits = tuple(await repo.pending_kinds(session, live.run_id))
-        return Opened(busy=Busy(live.run_id, live.workflow_id, waits), mode=ref.mode)
+        return Opened(busy=Busy(live.run_id, live.workflow_id, waits), name=ref.name, mode=ref.mode)
     row = await repo.get_session(session, ref.session_id, for_update=True)
     assert row is not None
     key = f"{parent.run_id}:{parent.step}:{call_id}"
@@ -287,7 +288,7 @@ async def open_companion_turn(
         f"helix-{run_id}",
         message,
     )
-    return Opened(child=child, mode=ref.mode)
+    return Opened(child=child, name=ref.name, mode=ref.mode)
 
 
 async def run_end_status(run_id: str) -> str:
