@@ -223,6 +223,16 @@ helix = HelixDBOS(
     # a relaunch under the same id waits for the killed one's lease
     worker_lease_seconds=float(os.environ.get("CRASH_APP_LEASE_SECONDS", "4")),
 )
+if os.environ.get("CRASH_APP_SLOW_LAUNCH"):  # DBOS's launch outlasting the fence (2.4 s)
+    from dbos import DBOS as _SlowDBOS
+
+    _launch = _SlowDBOS.launch
+
+    def slow_launch() -> None:
+        time.sleep(float(os.environ["CRASH_APP_SLOW_LAUNCH"]))
+        _launch()
+
+    _SlowDBOS.launch = slow_launch  # type: ignore[method-assign]
 helix.launch()
 
 

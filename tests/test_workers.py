@@ -134,6 +134,18 @@ def test_a_second_live_process_under_the_same_executor_id_is_refused(database_ur
         stop(a)
 
 
+def test_a_launch_that_outlasts_the_fence_does_not_fence_the_worker(database_url, tmp_path):
+    """The lease is renewed while DBOS launches (it once was not: a launch longer than 60%
+    of the lease made the worker exit 75 right after it)."""
+    proc = spawn("serve", database_url, "-", "tool", tmp_path, env={"CRASH_APP_SLOW_LAUNCH": "3.5"})
+    try:
+        assert started(proc)["ready"]
+        time.sleep(3)  # past the fence's threshold (2.4 s) again
+        assert proc.poll() is None, f"the worker exited with {proc.returncode}"
+    finally:
+        stop(proc)
+
+
 def test_runs_of_a_worker_killed_for_good_complete_on_a_survivor(database_url, tmp_path):
     a = spawn("start", database_url, "-", "tool", tmp_path)
     b = None

@@ -95,7 +95,7 @@ class Runtime:
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
         # Set by the worker lease: raises or exits if this worker may have lost its lease.
-        self.lease_check: Callable[[], None] = _no_lease
+        self.lease_check: Callable[[], None] = no_lease
 
     def agent(self, name: str) -> Agent:
         try:
@@ -179,7 +179,7 @@ class Runtime:
             return await func(conn, *args, **kwargs)
 
 
-def _no_lease() -> None:
+def no_lease() -> None:
     """A runtime without a worker lease (not launched through HelixDBOS) never fences."""
 
 

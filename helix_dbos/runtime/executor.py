@@ -40,7 +40,7 @@ from helix_dbos.orchestration.messages import (
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.closing import close_run
-from helix_dbos.runtime.context import Runtime, logger, set_runtime
+from helix_dbos.runtime.context import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.dispatch import Dispatch, check_priority
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
@@ -206,14 +206,21 @@ class HelixDBOS:
         identity = self._worker_identity()
         lease = WorkerLease(self.database_url, identity)
         lease.acquire()
-        if not dbos_internals.is_launched():  # else the application launched DBOS itself
-            self._hand_back_own_runs(identity)
-            self._listen(identity)
-            DBOS.launch()
-        self.dispatch.register(self.agents)
-        self.lease = lease
+        # Heartbeat from now on: DBOS's launch can outlast the fence, and the runs it
+        # recovers are fenced like any other.
+        lease.start()
         self.runtime.lease_check = lease.check
-        self.lease.start()
+        try:
+            if not dbos_internals.is_launched():  # else the application launched DBOS itself
+                self._hand_back_own_runs(identity)
+                self._listen(identity)
+                DBOS.launch()
+            self.dispatch.register(self.agents)
+        except BaseException:
+            self.runtime.lease_check = no_lease
+            lease.stop()
+            raise
+        self.lease = lease
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # from sync code: start it on the loop DBOS runs workflows on
