@@ -39,6 +39,8 @@ LLM_FAILED = "llm.failed"  # retries ran out, or the error was not retryable (wo
 OUTPUT_VALIDATION_FAILED = "output.validation_failed"
 # Hooks.
 HOOK_FAILED = "hook.failed"
+# Sub-agents (seed 002): a child that could not be dispatched (workflow code).
+SUBAGENT_DISPATCH_FAILED = "subagent.dispatch_failed"
 
 # Gated calls, one family per kind of wait (seed 002's `client_tool.*`).
 GATE_PREFIX = {"client": "client_tool", "approval": "approval", "human_input": "human_input"}

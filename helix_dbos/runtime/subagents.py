@@ -22,6 +22,7 @@ workflow code (DBOS cannot start a workflow from inside a step), through:
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -33,11 +34,12 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.definitions.subagent import SubAgentTool
 from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.log_events import SUBAGENT_DISPATCH_FAILED, log_event
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
+from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
@@ -49,7 +51,6 @@ from helix_dbos.streaming.notifier import run_end_key
 AgentWorkflow = Callable[[str, str, str, RunOptions], Coroutine[Any, Any, Any]]
 
 AWAITING_CHILDREN = "awaiting_children"
-DISPATCH_FAILED_EVENT = "subagent.dispatch_failed"
 _NAMESPACE = uuid.UUID("5b7d8a52-6f0e-4d55-9d0c-2f1c3c9d4a10")
 # How often a waiting parent re-reads its child's run when no notification came.
 CHILD_POLL_SECONDS = 5.0
@@ -161,19 +162,16 @@ class SubAgentDispatch:
         """Seed 002: a dispatch failure reaches the model as a tool error, with an error
         chunk and an ERROR log event; siblings are unaffected."""
         error = f"Sub-agent '{child.agent_name}' could not be dispatched: {reason}"
-        logger.error(
-            "%s: %s (run %s, call %s)",
-            DISPATCH_FAILED_EVENT,
+        log_event(  # workflow code: a recovery that replays this logs it again
+            SUBAGENT_DISPATCH_FAILED,
+            logging.ERROR,
             error,
-            self.commit.run_id,
-            child.call_id,
-            extra={
-                "event": DISPATCH_FAILED_EVENT,
-                "run_id": self.commit.run_id,
-                "session_id": self.commit.session_id,
-                "tool_call_id": child.call_id,
-                "agent_name": child.agent_name,
-            },
+            run_id=self.commit.run_id,
+            session_id=self.commit.session_id,
+            agent_name=self.agent.name,
+            step=self.commit.step,
+            tool_call_id=child.call_id,
+            child_agent_name=child.agent_name,
         )
         payload = {"error": error, "tool_call_id": child.call_id, "tool_name": child.tool_name}
         key = f"{self.commit.run_id}:{self.commit.step}:{child.call_id}:dispatch_failed"
