@@ -117,7 +117,11 @@ class DemoRun:
 async def run(helix: HelixDBOS, question: str = QUESTION) -> DemoRun:
     """One run to completion, then its transcript and usage, read with plain SQL."""
     handle = await helix.execute(AGENT_NAME, question)
-    result = await handle.result()
+    return await collect(helix, await handle.result())
+
+
+async def collect(helix: HelixDBOS, result: AgentResult) -> DemoRun:
+    """The finished run's transcript, usage and state, read back with plain SQL."""
     engine = helix.runtime.engine
     transcript = await on_target_loop(
         lambda: queries.fetch_async(engine, queries.transcript(result.session_id))

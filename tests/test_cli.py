@@ -309,6 +309,12 @@ async def test_demo_runs_the_quickstart_agent_end_to_end(database_url):
     assert table.returncode == 0, table.stderr
     assert "Transcript (helix-dbos transcript ses_" in table.stdout
     assert "submit_verdict(" in table.stdout and "MODEL  LLM CALLS" in table.stdout
+    # A line per step on stderr, live from the run's stream (stdout stays the report).
+    steps = table.stderr.splitlines()
+    assert steps[0].startswith("run run_") and steps[0].endswith("started (turn 1)")
+    assert 'step 1 · tool fetch_reviews({"product": "helix"})' in steps
+    assert "step 2 · model: The reviews are mostly positive." in steps
+    assert steps[-1] == "step 2 · run completed"
 
 
 async def test_resume_runs_a_new_turn_with_the_apps_agents(database_url):

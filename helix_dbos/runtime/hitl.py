@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from dbos import DBOS
@@ -217,7 +218,10 @@ async def _suspend(
                     "tool_call_id": p.tool_call_id,
                     "tool_name": p.tool_name,
                     "input": p.input,
-                    "deadline": deadlines[p.tool_call_id],
+                    # ISO 8601 like every time helix shows (/status, the CLI's JSON)
+                    "deadline": datetime.fromtimestamp(
+                        deadlines[p.tool_call_id], tz=timezone.utc
+                    ).isoformat(),
                 },
             )
             for p in pending

@@ -78,7 +78,7 @@ class HumanRequest(_Payload):
     tool_call_id: str
     tool_name: str
     input: Any = None
-    deadline: float | None = None
+    deadline: datetime | None = None  # ISO 8601 in the payload (older rows: an epoch)
 
 
 class StatePatch(_Payload):

@@ -1,0 +1,160 @@
+"""approve, deny, submit, interrupt, abort: checked with SQL, sent with DBOSClient.
+
+They never launch DBOS, so they work against a server running elsewhere, and an answer
+is applied once whichever way it arrives (the CLI, the inbox, DBOS.send).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, resolve_url
+from helix_dbos.cli.output import print_json
+from helix_dbos.server.remote import RemoteControl, Target
+
+Call = Annotated[
+    str,
+    typer.Argument(
+        metavar="CALL",
+        help="The tool call id (see `helix-dbos runs --status waiting`).",
+        show_default=False,
+    ),
+]
+
+
+@contextmanager
+def remote(database_url: str | None) -> Iterator[RemoteControl]:
+    control = RemoteControl(resolve_url(database_url))
+    try:
+        yield control
+    finally:
+        control.close()
+
+
+def report(json_output: bool, action: str, target: Target, text: str, **extra: Any) -> int:
+    """One sentence for people, or the same facts as JSON."""
+    if json_output:
+        print_json(
+            {
+                "action": action,
+                "session_id": target.session_id,
+                "run_id": target.run_id,
+                "workflow_id": target.workflow_id,
+                **extra,
+            }
+        )
+    else:
+        print(text)
+    return 0
+
+
+def _answer(approved: bool) -> Callable[..., int]:
+    def answer(
+        session: Session,
+        call: Call,
+        reason: Reason = None,
+        json_output: Json = False,
+        database_url: DatabaseUrl = None,
+    ) -> int:
+        with remote(database_url) as control:
+            target = control.approve(session, call, approved, reason)
+        verb = "Approved" if approved else "Denied"
+        return report(
+            json_output,
+            verb.lower(),
+            target,
+            f"{verb} {target.tool_name} (call {call}) of run {target.run_id}.",
+            tool_call_id=call,
+            tool_name=target.tool_name,
+        )
+
+    answer.__doc__ = (
+        "Approve a tool call that waits for approval."
+        if approved
+        else "Deny a tool call that waits for approval; the model gets the reason."
+    )
+    return answer
+
+
+def submit(
+    session: Session,
+    call: Call,
+    result: Annotated[
+        str | None, typer.Option("--result", metavar="JSON", help="The tool's result, as JSON.")
+    ] = None,
+    error: Annotated[
+        str | None, typer.Option("--error", metavar="TEXT", help="The tool failed with this.")
+    ] = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Hand in a client tool's result (--result JSON) or its error (--error TEXT)."""
+    if (result is None) == (error is None):
+        raise CLIError("pass exactly one of --result JSON or --error TEXT")
+    value: Any = None
+    if result is not None:
+        try:
+            value = json.loads(result)
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"--result is not valid JSON: {exc}") from exc
+    with remote(database_url) as control:
+        target = control.submit(session, call, result=value, error=error)
+    what = "an error" if error is not None else "the result"
+    return report(
+        json_output,
+        "submitted",
+        target,
+        f"Submitted {what} for {target.tool_name} (call {call}) of run {target.run_id}.",
+        tool_call_id=call,
+        tool_name=target.tool_name,
+    )
+
+
+def interrupt(
+    session: Session,
+    reason: Reason = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Stop the session's live run at its next step boundary.
+
+    A run that waits for a human stops at once.
+    """
+    with remote(database_url) as control:
+        target = control.interrupt(session, reason)
+    return report(
+        json_output,
+        "interrupt_requested",
+        target,
+        f"Interrupt requested for run {target.run_id}; it stops at its next step boundary.",
+    )
+
+
+def abort(
+    session: Session,
+    reason: Reason = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Cancel the session's live run now; dangling calls get error results."""
+    with remote(database_url) as control:
+        target = control.abort(session, reason)
+    return report(
+        json_output,
+        "aborted",
+        target,
+        f"Aborted run {target.run_id}; the session can be continued with `helix-dbos resume`.",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("approve")(_answer(True))
+    app.command("deny")(_answer(False))
+    app.command("submit")(submit)
+    app.command("interrupt")(interrupt)
+    app.command("abort")(abort)

@@ -1,0 +1,116 @@
+"""What the commands share: their options, the database they talk to, the app they load."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import typer
+
+from helix_dbos.cli.output import spinner
+from helix_dbos.errors import SessionNotFoundError
+from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.server import queries
+from helix_dbos.store.database import DATABASE_URL_ENV, connect, redact_url, resolve_database_url
+
+EXIT_ERROR = 2
+TOKEN_ENV = "HELIX_SERVER_TOKEN"
+
+
+class CLIError(Exception):
+    """A usage problem main() reports as one line on stderr (exit 2)."""
+
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        metavar="URL",
+        help="PostgreSQL URL (default: $HELIX_DATABASE_URL, else the embedded server in "
+        "$HELIX_DATA_DIR or ./.helix/pgdata)",
+        show_default=False,
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.", show_default=False)
+]
+AppSpec = Annotated[
+    str,
+    typer.Option(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="Your HelixDBOS instance, or a function returning one: `myapp.agents:helix`, "
+        "or a file: `examples/server.py:helix`.",
+        show_default=False,
+    ),
+]
+Session = Annotated[
+    str, typer.Argument(metavar="SESSION", help="The session id.", show_default=False)
+]
+Reason = Annotated[str | None, typer.Option("--reason", help="Why (the model sees it).")]
+
+
+def resolve_url(database_url: str | None) -> str:
+    """The database URL; starting the embedded PostgreSQL can take a few seconds."""
+    if database_url or os.environ.get(DATABASE_URL_ENV):
+        return resolve_database_url(database_url)
+    with spinner("starting the embedded PostgreSQL"):
+        return resolve_database_url(None)
+
+
+@contextmanager
+def read_connection(database_url: str | None) -> Iterator[Any]:
+    """A read-only psycopg connection; a database without the helix schema says so."""
+    url = resolve_url(database_url)
+    with connect(url, autocommit=True) as conn:
+        try:
+            yield conn
+        except psycopg.errors.UndefinedTable as exc:
+            raise CLIError(
+                f"the helix schema is missing in {redact_url(url)}: run `helix-dbos migrate`"
+            ) from exc
+
+
+def require_session(conn: Any, session_id: str) -> None:
+    if not queries.fetch_sync(conn, queries.session_exists(session_id)):
+        raise SessionNotFoundError(session_id)
+
+
+def load_helix(spec: str) -> HelixDBOS:
+    """Import `module:attr` (or `path/file.py:attr`): a HelixDBOS, or a factory returning one."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CLIError(f"--app must look like module:attr or file.py:attr, not {spec!r}")
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        if not path.exists():
+            raise CLIError(f"--app file {module_name} does not exist")
+        sys.path.insert(0, str(path.parent))
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(module_name)
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise CLIError(f"--app: {module_name} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not isinstance(target, HelixDBOS) and callable(target):
+        target = target()
+    if not isinstance(target, HelixDBOS):
+        raise CLIError(
+            f"--app {spec} is a {type(target).__name__}, not a HelixDBOS (or a factory of one)"
+        )
+    return target

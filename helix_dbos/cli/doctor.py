@@ -1,0 +1,204 @@
+"""doctor: check what a first run needs, and say what to fix.
+
+Each check is a small function returning a `Check` (ok, warn or fail, what was found,
+the fix). Nothing is changed: the embedded PostgreSQL is started only when no URL is set
+(as any command would), and migrations are counted, not applied.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
+from helix_dbos.cli.output import print_json, print_renderable
+from helix_dbos.runtime.executor import DEFAULT_APP_VERSION
+from helix_dbos.store import workers as workers_sql
+from helix_dbos.store.database import DATABASE_URL_ENV, connect, embedded_data_dir, redact_url
+from helix_dbos.store.migrations import applied_migrations, load_migrations
+
+Level = Literal["ok", "warn", "fail"]
+MIN_PYTHON = (3, 10)  # pyproject's requires-python
+PROVIDER_KEYS = {"ANTHROPIC_API_KEY": "anthropic", "OPENAI_API_KEY": "openai"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: Level
+    found: str
+    fix: str = ""
+
+
+def check_python() -> Check:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info[:2] < MIN_PYTHON:
+        return Check("python", "fail", version, "use Python 3.10 or newer")
+    return Check("python", "ok", f"{version} ({sys.executable})")
+
+
+def check_dbos() -> Check:
+    try:
+        version = importlib.metadata.version("dbos")
+    except importlib.metadata.PackageNotFoundError:
+        return Check("dbos", "fail", "not installed", "pip install 'dbos>=3.4,<4'")
+    major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if not (3, 4) <= major_minor < (4, 0):
+        return Check("dbos", "fail", version, "pip install 'dbos>=3.4,<4'")
+    return Check("dbos", "ok", f"DBOS Transact {version}")
+
+
+def check_database(url: str) -> Check:
+    where = redact_url(url)
+    if not os.environ.get(DATABASE_URL_ENV) and "host=" in url:
+        where = f"embedded PostgreSQL in {embedded_data_dir()}"
+    try:
+        with connect(url, connect_timeout=5) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+    except Exception as exc:
+        return Check(
+            "database",
+            "fail",
+            f"{where}: {' '.join(str(exc).split())}",
+            f"start that server, fix {DATABASE_URL_ENV}, or unset it to use the embedded one",
+        )
+    return Check("database", "ok", f"PostgreSQL {row[0] if row else '?'} at {where}")
+
+
+def check_migrations(url: str) -> Check:
+    available = [m.version for m in load_migrations()]
+    try:
+        applied = set(applied_migrations(url))
+    except Exception as exc:
+        return Check("migrations", "fail", f"cannot read them: {exc}", "fix the database first")
+    pending = [v for v in available if v not in applied]
+    if pending:
+        return Check(
+            "migrations",
+            "warn",
+            f"{len(pending)} of {len(available)} pending ({', '.join(pending)})",
+            "run `helix-dbos migrate` (HelixDBOS applies them on start too)",
+        )
+    return Check("migrations", "ok", f"all {len(available)} applied")
+
+
+def check_provider_keys() -> Check:
+    present = [name for name in PROVIDER_KEYS if os.environ.get(name)]
+    if present:
+        return Check("provider keys", "ok", ", ".join(present) + " set")
+    return Check(
+        "provider keys",
+        "warn",
+        "neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set",
+        "export one to run anthropic:* or openai:* models (the demo and MockLLM need none)",
+    )
+
+
+def check_worker_identity(url: str) -> Check:
+    version = os.environ.get("HELIX_APP_VERSION", DEFAULT_APP_VERSION)
+    executor = os.environ.get("HELIX_EXECUTOR_ID")
+    identity = (
+        f"executor id {executor or f'{socket.gethostname()}-<pid>-<random>'}, version {version}"
+    )
+    try:
+        with connect(url, autocommit=True) as conn:
+            live = [
+                w for w in workers_sql.list_workers(conn) if w.state == "live" and not w.expired
+            ]
+    except Exception:
+        return Check("worker identity", "ok", identity + " (no worker table yet)")
+    holder = next((w for w in live if w.executor_id == executor), None)
+    if holder is not None:
+        return Check(
+            "worker identity",
+            "fail",
+            f"{identity}: in use by a live worker (host {holder.host}, pid {holder.pid})",
+            "unset HELIX_EXECUTOR_ID (ids are unique per process) or stop that worker",
+        )
+    others = sorted({w.application_version for w in live} - {version})
+    if others:
+        return Check(
+            "worker identity",
+            "warn",
+            f"{identity}; live workers run version {', '.join(others)}",
+            "workers recover only workers of their own version: set HELIX_APP_VERSION alike",
+        )
+    return Check("worker identity", "ok", f"{identity}; {len(live)} live worker(s)")
+
+
+def check_app(spec: str) -> Check:
+    try:
+        helix = load_helix(spec)
+    except Exception as exc:
+        return Check("app", "fail", f"{spec}: {exc}", "fix --app (module:attr or file.py:attr)")
+    problems = [p for p in map(helix.runtime.configuration_problem, helix.agents.values()) if p]
+    if problems:
+        return Check("app", "fail", "; ".join(problems), "set the key, or fix the model name")
+    return Check("app", "ok", f"{len(helix.agents)} agent(s): {', '.join(sorted(helix.agents))}")
+
+
+def run_checks(database_url: str | None, app: str | None) -> list[Check]:
+    checks = [check_python(), check_dbos()]
+    try:
+        url = resolve_url(database_url)
+    except Exception as exc:
+        checks.append(
+            Check("database", "fail", str(exc), "set HELIX_DATABASE_URL or install pgserver")
+        )
+        return [*checks, check_provider_keys()]
+    database = check_database(url)
+    checks.append(database)
+    later: list[Callable[[], Check]] = [check_provider_keys]
+    if database.level == "ok":
+        later = [
+            lambda: check_migrations(url),
+            check_provider_keys,
+            lambda: check_worker_identity(url),
+        ]
+    if app and database.level == "ok":
+        later.append(lambda: check_app(app))
+    return checks + [check() for check in later]
+
+
+STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def doctor(
+    app: Annotated[
+        str | None,
+        typer.Option("--app", metavar="MODULE:ATTR", help="Also check these agents' models."),
+    ] = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Check what helix needs and say what to fix.
+
+    Python, DBOS, the database, migrations, provider keys and the worker identity (and
+    with --app, every agent's model). Exit code 1 when a check fails.
+    """
+    checks = run_checks(database_url, app)
+    if json_output:
+        print_json([asdict(c) for c in checks])
+    else:
+        table = Table(box=None, show_edge=False, pad_edge=False, show_header=False)
+        table.add_column("check", no_wrap=True)
+        table.add_column("level", no_wrap=True)
+        table.add_column("found", overflow="fold")
+        for c in checks:
+            found = Text(c.found) + (Text(f"\n  fix: {c.fix}", style="dim") if c.fix else Text())
+            table.add_row(Text(c.name), Text(c.level, style=STYLE[c.level]), found)
+        print_renderable(table)
+    return 1 if any(c.level == "fail" for c in checks) else 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

@@ -1,0 +1,204 @@
+"""serve, worker, workers, recover: the processes of a fleet and the view over them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+
+from helix_dbos.cli.common import (
+    TOKEN_ENV,
+    AppSpec,
+    CLIError,
+    DatabaseUrl,
+    Json,
+    load_helix,
+    read_connection,
+    resolve_url,
+)
+from helix_dbos.cli.output import Column, print_json, print_table
+from helix_dbos.runtime.workers import recover_worker
+from helix_dbos.server import bearer_token, create_app
+from helix_dbos.store import workers as workers_sql
+from helix_dbos.store.workers import WorkerRow
+
+
+def serve(
+    app: AppSpec,
+    host: Annotated[str, typer.Option("--host", help="Interface.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help=f"Bearer token clients must send (default: ${TOKEN_ENV})."),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve without authentication (trusted local network only).",
+        ),
+    ] = False,
+    default_agent: Annotated[
+        str | None, typer.Option("--default-agent", help="Agent for chat requests naming none.")
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    no_execute: Annotated[
+        bool,
+        typer.Option(
+            "--no-execute", help="Execute no runs here: enqueue them for `helix-dbos worker`."
+        ),
+    ] = False,
+) -> int:
+    """Serve the HTTP API, the SSE stream and the approvals inbox (/inbox).
+
+    Authentication is required: a bearer token (--token or $HELIX_SERVER_TOKEN), or
+    --allow-unauthenticated for local development.
+    """
+    token = token or os.environ.get(TOKEN_ENV)
+    if not token and not allow_unauthenticated:
+        raise CLIError(
+            f"refusing to serve without authentication: pass --token (or set {TOKEN_ENV}), "
+            "or --allow-unauthenticated for local development"
+        )
+    helix = load_helix(app)
+    if no_execute:
+        helix.executes_runs = False
+    server = create_app(
+        helix,
+        authenticate=bearer_token(token) if token else None,
+        allow_unauthenticated=not token,
+        default_agent=default_agent,
+    )
+    base = f"http://{host}:{port}"
+    inbox = f"{base}/inbox" + ("?token=…" if token else "")
+    role = "enqueuing runs of" if no_execute else "serving"
+    print(
+        f"helix-dbos: {role} {len(helix.agents)} agent(s) ({', '.join(sorted(helix.agents))}) "
+        f"on {base}; inbox at {inbox}; API docs at {base}/docs",
+        file=sys.stderr,
+    )
+    uvicorn.run(server, host=host, port=port, log_level=log_level)
+    return 0
+
+
+def worker(app: AppSpec) -> int:
+    """Run a worker that executes queued and recovered runs of the app's agents.
+
+    It runs until SIGTERM or Ctrl-C, then stops cleanly. Exit code 75 means it fenced
+    itself after losing its lease: start it again.
+    """
+    helix = load_helix(app)
+    helix.executes_runs = True
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    helix.launch()
+    lease = helix.lease
+    assert lease is not None
+    print(
+        f"helix-dbos: worker {lease.identity.executor_id} serving "
+        f"{', '.join(lease.identity.agents) or 'no agent'} "
+        f"(lease {lease.lease:g}s); Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        helix.shutdown()
+    return 0
+
+
+def worker_state(worker: WorkerRow) -> str:
+    if worker.state == "live" and worker.expired:
+        return "expired"
+    return worker.state
+
+
+WORKER_COLUMNS = [
+    Column("executor_id", "WORKER"),
+    Column("state", "STATE"),
+    Column("host", "HOST"),
+    Column("pid", "PID"),
+    Column("application_version", "VERSION"),
+    Column("agents", "AGENTS", wraps=True),
+    Column("pending_runs", "RUNS"),
+    Column("heartbeat_at", "HEARTBEAT"),
+    Column("recovered", "RECOVERED", wraps=True),
+]
+QUEUED_COLUMNS = [
+    Column("run_id", "RUN"),
+    Column("session_id", "SESSION"),
+    Column("agent_name", "AGENT"),
+    Column("enqueued_at", "QUEUED"),
+]
+
+
+def worker_row(w: WorkerRow) -> dict[str, Any]:
+    recovered = f"by {w.recovered_by} ({w.recovered_runs} runs)" if w.recovered_by else ""
+    return {
+        **vars(w),
+        "state": worker_state(w),
+        "agents": ", ".join(w.agents) or "-",
+        "recovered": recovered,
+    }
+
+
+def workers(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
+    """List workers, their leases and runs, and queued runs no live worker serves."""
+    with read_connection(database_url) as conn:
+        found = workers_sql.list_workers(conn)
+        waiting = workers_sql.runs_without_worker(conn)
+    if json_output:
+        print_json(
+            {
+                "workers": [{**vars(w), "state": worker_state(w)} for w in found],
+                "runs_without_worker": [vars(r) for r in waiting],
+            }
+        )
+        return 0
+    if not found:
+        print("No workers.")
+    else:
+        print_table([worker_row(w) for w in found], WORKER_COLUMNS, width=36)
+    if waiting:
+        print(f"\n{len(waiting)} queued run(s) wait for a worker that serves their agent:")
+        print_table([vars(r) for r in waiting], QUEUED_COLUMNS, width=44)
+    return 0
+
+
+def recover(
+    executor_id: Annotated[
+        str, typer.Argument(metavar="WORKER", help="The worker's executor id.", show_default=False)
+    ],
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Hand a dead worker's unfinished runs back to the queues now.
+
+    Refused while its lease is live; live workers do this by themselves once it lapses.
+    """
+    url = resolve_url(database_url)
+    claimant = f"cli:{socket.gethostname()}:{os.getpid()}"
+    moved = recover_worker(url, executor_id, claimant)
+    if json_output:
+        print_json({"worker": executor_id, "recovered_by": claimant, "workflow_ids": moved})
+        return 0
+    print(f"Worker {executor_id} recovered: {len(moved)} run(s) handed back to the queues.")
+    for workflow_id in moved:
+        print(f"  {workflow_id}")
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("worker")(worker)
+    app.command("workers")(workers)
+    app.command("recover")(recover)

@@ -1,0 +1,187 @@
+"""runs, transcript, usage: plain SQL reads that never launch DBOS."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from helix_dbos.cli.common import DatabaseUrl, Json, Session, read_connection, require_session
+from helix_dbos.cli.output import Column, json_default, print_json, print_table
+from helix_dbos.server import queries
+
+
+class RunStatus(str, Enum):
+    waiting = "waiting"
+    running = "running"
+    paused = "paused"
+    completed = "completed"
+    failed = "failed"
+    interrupted = "interrupted"
+    aborted = "aborted"
+
+
+class UsageBy(str, Enum):
+    model = "model"
+    session = "session"
+    agent = "agent"
+
+
+def run_detail(run: dict[str, Any]) -> str:
+    """What a waiting run waits on, or why a run failed."""
+    if run["tool_calls"]:
+        return "; ".join(
+            f"{c['kind'].replace('_', ' ')}: {c['tool_name']} (call {c['tool_call_id']})"
+            + (" answered" if c["answered"] else "")
+            for c in run["tool_calls"]
+        )
+    return run["error"] or ""
+
+
+def run_worker(run: dict[str, Any]) -> str:
+    """The worker executing a live run, or the queue it waits on."""
+    if run["workflow_status"] == "ENQUEUED":
+        return f"queued ({run['queue_name']})"
+    return run["worker"] or ""
+
+
+RUN_COLUMNS = [
+    Column("run_id", "RUN"),
+    Column("session_id", "SESSION"),
+    Column("agent_name", "AGENT"),
+    Column("turn", "TURN"),
+    Column("status", "STATUS"),
+    Column("step_count", "STEPS"),
+    Column("started_at", "STARTED"),
+    Column("where", "WORKER"),
+    Column("detail", "WAITING ON / ERROR", wraps=True),
+]
+
+
+def runs(
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs in this status.")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="ID", help="Only this session's runs.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most N runs.")] = 20,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """List runs, most recent first; `--status waiting` shows what each waits on."""
+    with read_connection(database_url) as conn:
+        if session:
+            require_session(conn, session)
+        found = queries.runs_with_calls_sync(
+            conn, status=status.value if status else None, session_id=session, limit=limit
+        )
+    if json_output:
+        print_json(found)
+    elif not found:
+        print("No runs.")
+    else:
+        rows = [{**r, "detail": run_detail(r), "where": run_worker(r)} for r in found]
+        print_table(rows, RUN_COLUMNS, width=44)
+    return 0
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """A message on one line: its text, then each tool call it makes."""
+    parts = [message["content"]] if message["content"] else []
+    parts += [
+        f"-> {c.get('name')}({json.dumps(c.get('arguments'), default=json_default)}) [{c.get('id')}]"
+        for c in message["tool_calls"] or []
+    ]
+    if message["role"] == "tool":
+        label = f"[{message['tool_call_id']}]" + (" error" if message["is_error"] else "")
+        parts = [f"{label} {' '.join(parts)}"]
+    return " ".join(parts)
+
+
+def transcript_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "seq": m["seq"],
+            "role": m["role"] if m["role"] != "tool" else f"tool:{m['tool_name']}",
+            "text": message_text(m),
+        }
+        for m in messages
+    ]
+
+
+TRANSCRIPT_COLUMNS = [
+    Column("seq", "SEQ"),
+    Column("role", "ROLE"),
+    Column("text", "MESSAGE", wraps=True),
+]
+
+
+def print_transcript(messages: list[dict[str, Any]], *, width: int = 100) -> None:
+    print_table(transcript_rows(messages), TRANSCRIPT_COLUMNS, width=width)
+
+
+def transcript(
+    session: Session, json_output: Json = False, database_url: DatabaseUrl = None
+) -> int:
+    """Print a session's messages in order (helix.messages)."""
+    with read_connection(database_url) as conn:
+        require_session(conn, session)
+        messages = queries.fetch_sync(conn, queries.transcript(session))
+    if json_output:
+        print_json(messages)
+    else:
+        print_transcript(messages)
+    return 0
+
+
+USAGE_COLUMNS = [
+    Column("llm_calls", "LLM CALLS"),
+    Column("tool_calls", "TOOL CALLS"),
+    Column("input_tokens", "INPUT"),
+    Column("output_tokens", "OUTPUT"),
+    Column("cache_read_tokens", "CACHE READ"),
+    Column("cache_write_tokens", "CACHE WRITE"),
+    Column("reasoning_tokens", "REASONING"),
+]
+
+
+def print_usage_table(rows: list[dict[str, Any]], by: str) -> None:
+    """By model there are only LLM calls, so the tool-call column is left out."""
+    columns = [c for c in USAGE_COLUMNS if not (by == "model" and c.key == "tool_calls")]
+    if len(rows) > 1:
+        total = {"key": "(total)"} | {c.key: sum(r[c.key] for r in rows) for c in columns}
+        rows = [*rows, total]
+    print_table(rows, [Column("key", by.upper()), *columns])
+
+
+def usage(
+    by: Annotated[UsageBy, typer.Option("--by", help="Group by model, session or agent.")] = (
+        UsageBy.model
+    ),
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="ID", help="Only this session.")
+    ] = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """Token and call counts from helix.usage, by model (LLM calls), session or agent."""
+    with read_connection(database_url) as conn:
+        if session:
+            require_session(conn, session)
+        rows = queries.fetch_sync(conn, queries.usage(by=by.value, session_id=session))
+    if json_output:
+        print_json([{by.value: r.pop("key"), **r} for r in rows])
+    elif not rows:
+        print("No usage recorded.")
+    else:
+        print_usage_table(rows, by.value)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
+    app.command("transcript")(transcript)
+    app.command("usage")(usage)
