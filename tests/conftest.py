@@ -19,26 +19,29 @@ import pytest
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
 from helix_dbos.store.database import libpq_url, resolve_database_url, with_database
+from helix_dbos.store.embedded import stop_embedded
 
 REPO = Path(__file__).resolve().parent.parent
-EMBEDDED_TEST_DIR = REPO / ".helix" / "test-pgdata"
-
-
-def _server_url() -> str:
-    explicit = os.environ.get("HELIX_TEST_DATABASE_URL")
-    if explicit:
-        return explicit
-    return (
-        resolve_database_url(None, data_dir=EMBEDDED_TEST_DIR)
-        if not os.environ.get("HELIX_DATABASE_URL")
-        else os.environ["HELIX_DATABASE_URL"]
-    )
 
 
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
+def embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This session's own embedded PostgreSQL folder (no path shared with another session),
+    and the server in it stopped at the end: the suite leaves no PostgreSQL running."""
+    path = tmp_path_factory.mktemp("pgdata")
+    yield path
+    stop_embedded(path)
+
+
+def _server_url(embedded: Path) -> str:
+    explicit = os.environ.get("HELIX_TEST_DATABASE_URL") or os.environ.get("HELIX_DATABASE_URL")
+    return explicit or resolve_database_url(None, data_dir=embedded)
+
+
+@pytest.fixture(scope="session")
+def database_url(embedded_dir: Path) -> Iterator[str]:
     """A fresh database for this test session; dropped afterwards."""
-    server = _server_url()
+    server = _server_url(embedded_dir)
     name = f"helix_test_{uuid.uuid4().hex[:10]}"
     admin = libpq_url(with_database(server, "postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:

@@ -32,14 +32,13 @@ from helix_dbos.store.database import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_PG_DIR = "/tmp/helix-test-pg"
 SOCKET_URL = "postgresql://postgres:@/postgres?host=/tmp/pgtest"
 
 
 @pytest.fixture(scope="module")
-def server_url() -> str:
-    """A real server: $HELIX_TEST_DATABASE_URL, else the shared embedded test server."""
-    return os.environ.get("HELIX_TEST_DATABASE_URL") or embedded_database_url(TEST_PG_DIR)
+def server_url(embedded_dir: Path) -> str:
+    """A real server: $HELIX_TEST_DATABASE_URL, else this session's embedded server."""
+    return os.environ.get("HELIX_TEST_DATABASE_URL") or embedded_database_url(embedded_dir)
 
 
 @pytest.fixture
@@ -141,11 +140,11 @@ def test_missing_pgserver_gives_install_hint(
         resolve_database_url(data_dir=tmp_path / "pg")
 
 
-def test_embedded_server_is_reused_within_a_process() -> None:
-    first = embedded_database_url(TEST_PG_DIR)
-    handle = database._EMBEDDED_SERVERS[Path(TEST_PG_DIR).resolve()]
-    assert embedded_database_url(TEST_PG_DIR) == first
-    assert database._EMBEDDED_SERVERS[Path(TEST_PG_DIR).resolve()] is handle
+def test_embedded_server_is_reused_within_a_process(embedded_dir: Path) -> None:
+    first = embedded_database_url(embedded_dir)
+    handle = database._EMBEDDED_SERVERS[embedded_dir.resolve()]
+    assert embedded_database_url(embedded_dir) == first
+    assert database._EMBEDDED_SERVERS[embedded_dir.resolve()] is handle
     with connect(first) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 

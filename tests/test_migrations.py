@@ -26,7 +26,6 @@ from helix_dbos.store.migrations import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_PG_DIR = "/tmp/helix-test-pg"
 FIRST = "0001_helix_schema"
 SHIPPED = sorted(path.stem for path in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
 HELIX_TABLES = {
@@ -38,13 +37,15 @@ HELIX_TABLES = {
     "stream_chunks",
     "memory",
     "progress",
+    "workers",
+    "companions",
 }
 
 
 @pytest.fixture(scope="module")
-def server_url() -> str:
-    """A real server: $HELIX_TEST_DATABASE_URL, else the shared embedded test server."""
-    return os.environ.get("HELIX_TEST_DATABASE_URL") or embedded_database_url(TEST_PG_DIR)
+def server_url(embedded_dir: Path) -> str:
+    """A real server: $HELIX_TEST_DATABASE_URL, else this session's embedded server."""
+    return os.environ.get("HELIX_TEST_DATABASE_URL") or embedded_database_url(embedded_dir)
 
 
 def _drop(server_url: str, name: str) -> None:
