@@ -124,6 +124,7 @@ async def test_runs_transcript_and_usage_as_json_and_tables(database_url, finish
             "cache_read_tokens": 0,
             "cache_write_tokens": 0,
             "reasoning_tokens": 0,
+            "cost_usd": None,  # MockLLM's model "mock" is in no price table
         }
     ]
     by_agent = await helix_dbos(database_url, "usage", "--by", "agent")

@@ -27,6 +27,7 @@ class UsageBy(str, Enum):
     model = "model"
     session = "session"
     agent = "agent"
+    root = "root"  # a root session with its sub-agents' sessions
 
 
 def run_detail(run: dict[str, Any]) -> str:
@@ -145,29 +146,45 @@ USAGE_COLUMNS = [
     Column("cache_read_tokens", "CACHE READ"),
     Column("cache_write_tokens", "CACHE WRITE"),
     Column("reasoning_tokens", "REASONING"),
+    Column("cost_usd", "COST USD"),
 ]
 
 
 def print_usage_table(rows: list[dict[str, Any]], by: str) -> None:
     """By model there are only LLM calls, so the tool-call column is left out."""
     columns = [c for c in USAGE_COLUMNS if not (by == "model" and c.key == "tool_calls")]
+    rows = [{**r, "cost_usd": _usd(r.get("cost_usd"))} for r in rows]
     if len(rows) > 1:
-        total = {"key": "(total)"} | {c.key: sum(r[c.key] for r in rows) for c in columns}
+        total = {"key": "(total)"} | {c.key: _total(rows, c.key) for c in columns}
         rows = [*rows, total]
     print_table(rows, [Column("key", by.upper()), *columns])
 
 
+def _usd(value: float | None) -> float | None:
+    """A cost to the millionth of a dollar; empty where nothing was priced."""
+    return round(value, 6) if value is not None else None
+
+
+def _total(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    if not values:
+        return None
+    return _usd(sum(values)) if key == "cost_usd" else sum(values)
+
+
 def usage(
-    by: Annotated[UsageBy, typer.Option("--by", help="Group by model, session or agent.")] = (
-        UsageBy.model
-    ),
+    by: Annotated[
+        UsageBy,
+        typer.Option("--by", help="Group by model, session, agent or root session."),
+    ] = UsageBy.model,
     session: Annotated[
         str | None, typer.Option("--session", metavar="ID", help="Only this session.")
     ] = None,
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
-    """Token and call counts from helix.usage, by model (LLM calls), session or agent."""
+    """Calls, tokens and cost in USD from helix.usage, by model (LLM calls), session, agent
+    or root session (with its sub-agents' sessions)."""
     with read_connection(database_url) as conn:
         if session:
             require_session(conn, session)

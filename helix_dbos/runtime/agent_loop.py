@@ -164,7 +164,7 @@ class AgentLoop:
         commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
         if reply.state_changed:  # the LLM step's hooks changed it
             commit.state = reply.state
-        commit.usage.append(llm_usage_record(self.run_id, step, result))
+        commit.usage.append(llm_usage_record(self.run_id, step, result, self.agent.llm.provider))
         assistant = planned.assistant_message  # its on_message fired in the LLM step
         if assistant is not None:
             commit.messages.append(assistant)

@@ -19,6 +19,7 @@ from dbos import error as dbos_errors
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.hooks import HookContext
 from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.llm.pricing import llm_cost_usd
 from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, log_event
 from helix_dbos.orchestration.completion import (
     CompletionMode,
@@ -81,15 +82,19 @@ def describe_llm_failure(exc: Exception) -> str:
     return str(exc)
 
 
-def llm_usage_record(run_id: str, step: int, result: StepResult) -> UsageRecord:
+def llm_usage_record(
+    run_id: str, step: int, result: StepResult, provider: str | None = None
+) -> UsageRecord:
     """The step's `llm` usage row: what the provider reported (its model, `None` when it
-    named none), `success` false for a call that failed."""
+    named none), `success` false for a call that failed, and its price in USD."""
+    usage = result.usage or LLMUsage()
     return UsageRecord(
         f"{run_id}:{step}:llm",
         "llm",
         step,
-        llm=result.usage or LLMUsage(),
+        llm=usage,
         success=not isinstance(result, ErrorStepResult),
+        cost_usd=llm_cost_usd(usage, provider),
     )
 
 

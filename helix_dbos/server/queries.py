@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-UsageBy = Literal["model", "session", "agent"]
+UsageBy = Literal["model", "session", "agent", "root"]
 WAITING_STATUSES = ("waiting", "paused")
 
 _RUN_COLUMNS = (
@@ -77,23 +77,42 @@ def transcript(session_id: str) -> Query:
 
 
 def usage(*, by: UsageBy = "model", session_id: str | None = None) -> Query:
-    """Calls and tokens grouped by model (LLM calls only), session or agent."""
-    column = {"model": "model", "session": "session_id", "agent": "agent_name"}[by]
-    where: list[str] = ["kind = 'llm'"] if by == "model" else []
+    """Calls, tokens and cost in USD grouped by model (LLM calls only), session, agent or
+    root session (a session with every sub-agent session below it). `cost_usd` is NULL
+    where no call of the group was priced (a model the price table does not know).
+
+    A `subagent` row repeats its child's tokens, so by root session, where the child's
+    own rows count too, only the rows of the work itself are summed (its cost is only
+    ever on `llm` rows)."""
+    column = {
+        "model": "u.model",
+        "session": "u.session_id",
+        "agent": "u.agent_name",
+        "root": "COALESCE(s.root_session_id, u.session_id)",
+    }[by]
+    where: list[str] = ["u.kind = 'llm'"] if by == "model" else []
     params: dict[str, Any] = {}
     if session_id:
-        where.append("session_id = %(sid)s")
+        where.append(f"{column if by == 'root' else 'u.session_id'} = %(sid)s")
         params["sid"] = session_id
+    join = "JOIN helix.sessions s ON s.session_id = u.session_id " if by == "root" else ""
     clause = f"WHERE {' AND '.join(where)} " if where else ""
+    only = " FILTER (WHERE u.kind <> 'subagent')" if by == "root" else ""
+    tokens = ", ".join(
+        f"COALESCE(sum(u.{c}){only}, 0) AS {c}"
+        for c in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+        )
+    )
     return Query(
-        f"SELECT {column} AS key, count(*) FILTER (WHERE kind = 'llm') AS llm_calls, "
-        "count(*) FILTER (WHERE kind = 'tool') AS tool_calls, "
-        "COALESCE(sum(input_tokens), 0) AS input_tokens, "
-        "COALESCE(sum(output_tokens), 0) AS output_tokens, "
-        "COALESCE(sum(cache_read_tokens), 0) AS cache_read_tokens, "
-        "COALESCE(sum(cache_write_tokens), 0) AS cache_write_tokens, "
-        "COALESCE(sum(reasoning_tokens), 0) AS reasoning_tokens "
-        f"FROM helix.usage {clause}GROUP BY 1 ORDER BY llm_calls DESC, tool_calls DESC, 1",
+        f"SELECT {column} AS key, count(*) FILTER (WHERE u.kind = 'llm') AS llm_calls, "
+        f"count(*) FILTER (WHERE u.kind = 'tool') AS tool_calls, {tokens}, "
+        "CAST(sum(u.cost_usd) AS float8) AS cost_usd "
+        f"FROM helix.usage u {join}{clause}GROUP BY 1 ORDER BY llm_calls DESC, tool_calls DESC, 1",
         params,
     )
 

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from sqlalchemy import TextClause, text
@@ -77,6 +78,7 @@ class UsageRecord:
     tool_name: str | None = None
     duration_ms: float | None = None
     success: bool = True
+    cost_usd: Decimal | None = None  # an LLM call's price (helix_dbos.llm.pricing)
 
 
 _SESSION_COLUMNS = (
@@ -389,6 +391,7 @@ def usage_record(record: UsageRecord, agent_name: str) -> dict[str, Any]:
         "tool_name": record.tool_name,
         "duration_ms": record.duration_ms,
         "success": record.success,
+        "cost_usd": str(record.cost_usd) if record.cost_usd is not None else None,
     }
 
 
@@ -396,7 +399,7 @@ _USAGE_RECORDSET = (
     "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x(usage_id text, agent_name text, step int, "
     "kind text, model text, input_tokens int, output_tokens int, cache_read_tokens int, "
     "cache_write_tokens int, reasoning_tokens int, tool_name text, duration_ms double precision, "
-    "success boolean)"
+    "success boolean, cost_usd numeric)"
 )
 
 
@@ -599,10 +602,10 @@ _STEP_ROWS = (
     "WHERE m.ord >= :nhead OR claim.with_head RETURNING 1), "
     "u AS (INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
     "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-    "reasoning_tokens, tool_name, duration_ms, success) SELECT x.usage_id, :sid, :rid, "
-    "x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
+    "reasoning_tokens, tool_name, duration_ms, success, cost_usd) SELECT x.usage_id, :sid, "
+    ":rid, x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
     "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
-    f"x.duration_ms, x.success FROM claim, {_USAGE_RECORDSET} "
+    f"x.duration_ms, x.success, x.cost_usd FROM claim, {_USAGE_RECORDSET} "
     "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
     f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
 )
