@@ -72,7 +72,14 @@ def test_the_embedded_database_in_the_open(tmp_path):
         assert demo.returncode == 0, demo.stderr
         assert demo.stderr == "", "--quiet: no progress lines"
         run_id = json.loads(demo.stdout)["result"]["run_id"]
-        # The README's recipe: the DBOS CLI on the embedded database.
+        # The README's recipes: psql and the DBOS CLI on the embedded database.
+        counted = subprocess.run(
+            ["psql", info["url"], "-tAc", "SELECT count(*) FROM helix.runs"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert counted.returncode == 0 and counted.stdout.strip() == "1", counted.stderr
         listed = subprocess.run(
             [str(DBOS_CLI), "workflow", "list", "-s", info["url"]],
             capture_output=True,

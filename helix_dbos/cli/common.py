@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import psycopg
 import typer
 
-from helix_dbos.cli.output import spinner
+from helix_dbos.cli.output import article, spinner
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.server import queries
@@ -111,6 +111,7 @@ def load_helix(spec: str) -> HelixDBOS:
         target = target()
     if not isinstance(target, HelixDBOS):
         raise CLIError(
-            f"--app {spec} is a {type(target).__name__}, not a HelixDBOS (or a factory of one)"
+            f"--app {spec} is {article(type(target).__name__)}, not a HelixDBOS "
+            "(or a function returning one)"
         )
     return target

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from helix_dbos.cli.common import DatabaseUrl, Json, resolve_url
-from helix_dbos.cli.output import print_json
+from helix_dbos.cli.output import plural, print_json
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
     embedded_data_dir,
@@ -38,7 +38,7 @@ def migrate(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
     if created:
         print(f"Created database for {where}")
     if applied:
-        print(f"Applied {len(applied)} migration(s) to {where}:")
+        print(f"Applied {plural(len(applied), 'migration')} to {where}:")
         for version in applied:
             print(f"  {version}")
     else:

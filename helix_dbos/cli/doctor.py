@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
-from helix_dbos.cli.output import print_json, print_renderable
+from helix_dbos.cli.output import plural, print_json, print_renderable
 from helix_dbos.runtime.executor import DEFAULT_APP_VERSION
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import DATABASE_URL_ENV, connect, embedded_data_dir, redact_url
@@ -132,7 +132,7 @@ def check_worker_identity(url: str) -> Check:
             f"{identity}; live workers run version {', '.join(others)}",
             "workers recover only workers of their own version: set HELIX_APP_VERSION alike",
         )
-    return Check("worker identity", "ok", f"{identity}; {len(live)} live worker(s)")
+    return Check("worker identity", "ok", f"{identity}; {plural(len(live), 'live worker')}")
 
 
 def check_app(spec: str) -> Check:
@@ -143,7 +143,9 @@ def check_app(spec: str) -> Check:
     problems = [p for p in map(helix.runtime.configuration_problem, helix.agents.values()) if p]
     if problems:
         return Check("app", "fail", "; ".join(problems), "set the key, or fix the model name")
-    return Check("app", "ok", f"{len(helix.agents)} agent(s): {', '.join(sorted(helix.agents))}")
+    return Check(
+        "app", "ok", f"{plural(len(helix.agents), 'agent')}: {', '.join(sorted(helix.agents))}"
+    )
 
 
 def run_checks(database_url: str | None, app: str | None) -> list[Check]:

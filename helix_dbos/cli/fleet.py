@@ -22,7 +22,7 @@ from helix_dbos.cli.common import (
     read_connection,
     resolve_url,
 )
-from helix_dbos.cli.output import Column, print_json, print_table
+from helix_dbos.cli.output import Column, plural, print_json, print_table
 from helix_dbos.runtime.workers import recover_worker
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.store import workers as workers_sql
@@ -79,7 +79,7 @@ def serve(
     inbox = f"{base}/inbox" + ("?token=…" if token else "")
     role = "enqueuing runs of" if no_execute else "serving"
     print(
-        f"helix-dbos: {role} {len(helix.agents)} agent(s) ({', '.join(sorted(helix.agents))}) "
+        f"helix-dbos: {role} {plural(len(helix.agents), 'agent')} ({', '.join(sorted(helix.agents))}) "
         f"on {base}; inbox at {inbox}; API docs at {base}/docs",
         file=sys.stderr,
     )

@@ -28,6 +28,16 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 agent`, `2 agents`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def article(word: str) -> str:
+    """`a HelixDBOS`, `an Agent`."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 def json_default(value: Any) -> Any:
     """ISO 8601 for times; pydantic models as their JSON form; anything else as text."""
     if isinstance(value, (dt.datetime, dt.date)):

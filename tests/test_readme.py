@@ -1,0 +1,229 @@
+"""The README's code runs as written: the Quickstart as pasted (against a stand-in for the
+Anthropic API), its SQL recipes, and every command it shows is run by some test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from helix_dbos.store.database import libpq_url
+from tests.llm import wire
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+TESTS = REPO / "tests"
+
+
+def section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end]
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+class FakeAnthropic(BaseHTTPRequestHandler):
+    """Answers /v1/messages like Claude would for the review analyst: fetch, then submit."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.requests.append(body)  # type: ignore[attr-defined]
+        fetched = any(
+            isinstance(m["content"], list)
+            and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in body["messages"]
+        )
+        if not fetched:
+            stream = wire.anthropic_stream_tool_use(
+                "toolu_1", "fetch_reviews", {"product": "helix"}
+            )
+        else:
+            stream = wire.anthropic_stream_tool_use(
+                "toolu_2",
+                "submit_verdict",
+                {
+                    "product": "helix",
+                    "sentiment": "positive",
+                    "evidence": ["It survived a kill -9 mid-run!"],
+                },
+            )
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(stream)))
+        self.end_headers()
+        self.wfile.write(stream)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def anthropic_api() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+def env_for(database_url: str, **extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
+    }
+    return {**env, "HELIX_DATABASE_URL": database_url, **extra}
+
+
+def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
+    [snippet] = code_blocks(section("Quickstart"), "python")
+    script = tmp_path / "quickstart.py"
+    script.write_text(snippet)
+    base_url = f"http://127.0.0.1:{anthropic_api.server_port}"
+
+    without_key = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_for(database_url),
+        cwd=tmp_path,
+    )
+    assert without_key.returncode == 1
+    claimed = "ANTHROPIC_API_KEY is not set"
+    assert claimed in section("Quickstart") and claimed in without_key.stderr.splitlines()[-1]
+    assert "LLMConfigurationError: Agent 'review_analyst'" in without_key.stderr
+
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_for(database_url, ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL=base_url),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("completed {'product': 'helix', 'sentiment': 'positive'")
+    assert [r["model"] for r in anthropic_api.requests] == ["claude-sonnet-4-6"] * 2  # type: ignore[attr-defined]
+
+    # The README's "ANTHROPIC_API_KEY=sk-ant-... helix-dbos demo" takes the same path.
+    demo = subprocess.run(
+        [sys.executable, "-m", "helix_dbos.cli", "demo", "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env_for(database_url, ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL=base_url),
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert json.loads(demo.stdout)["result"]["output"]["sentiment"] == "positive"
+
+
+def test_the_transcript_recipe_shows_text_and_tool_calls_together(database_url):
+    demo = subprocess.run(
+        [sys.executable, "-m", "helix_dbos.cli", "demo", "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env_for(database_url),
+    )
+    session_id = json.loads(demo.stdout)["result"]["session_id"]
+    recipe = next(q for q in code_blocks(section("Database"), "sql") if "helix.messages" in q)
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute(recipe.replace("'ses_...'", "%s"), (session_id,)).fetchall()
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
+    both = rows[3][2]
+    assert both.startswith("The reviews are mostly positive. submit_verdict({")
+    assert rows[1][2] == 'fetch_reviews({"product": "helix"})'
+
+
+def test_the_approval_example_in_two_terminals(database_url):
+    """`python examples/approval.py` waits; `... approve SESSION_ID` from another process."""
+    env = env_for(database_url)
+    first = subprocess.Popen(
+        [sys.executable, "examples/approval.py"],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert first.stdout is not None
+        lines = []
+        while not any("approval.py approve" in line for line in lines):
+            line = first.stdout.readline()
+            assert line, first.communicate()[1]
+            lines.append(line)
+        command = next(line for line in lines if "approval.py approve" in line).split()
+        assert lines[0].startswith("Run run_") and "waiting for approval of delete_file" in lines[0]
+        second = subprocess.run(
+            [sys.executable, *command[1:]],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.startswith("Approved delete_file in session ses_")
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert "Run completed: The deletion is done." in out and "File still there: False" in out
+
+
+def _tests_text() -> str:
+    return "\n".join(p.read_text() for p in sorted(TESTS.rglob("test_*.py")))
+
+
+def test_every_command_the_readme_shows_is_run_by_a_test():
+    tests = _tests_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    lines = [
+        line.split("  #")[0].strip()
+        for block in code_blocks(README, "bash")
+        for line in block.splitlines()
+        if line.strip()
+    ]
+    uncovered = []
+    for line in lines:
+        subcommands = re.findall(r"helix-dbos ([a-z][a-z-]*)(?: (stop|status))?", line)
+        examples = re.findall(r"examples/(\w+\.py)", line)
+        if line.startswith(("python3 -m venv", ".venv/bin/pytest")):
+            covered = line.split(" && ")[0].split()[0] in ci
+        elif subcommands:
+            covered = all(
+                f'"{sub}"' in tests and (not extra or f'"{extra}"' in tests)
+                for sub, extra in subcommands
+            )
+            if line.startswith("psql"):
+                covered = covered and '"psql"' in tests
+            if "dbos workflow" in line:
+                covered = covered and '"workflow", "' + line.split()[2] + '"' in tests
+        elif examples:
+            covered = all(f"{name}" in tests for name in examples)
+        elif line.startswith("curl"):
+            path = re.search(r"localhost:\d+(/\w+)", line)
+            covered = (
+                path is not None and f'"{path.group(1)}' in (TESTS / "test_server.py").read_text()
+            )
+        else:
+            covered = False
+        if not covered:
+            uncovered.append(line)
+    assert uncovered == [], "README commands no test runs"
