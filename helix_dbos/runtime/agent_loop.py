@@ -63,6 +63,7 @@ from helix_dbos.runtime.llm_step import (
 )
 from helix_dbos.runtime.reply_plan import plan_reply
 from helix_dbos.runtime.results import AgentResult
+from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
     FinalStatus,
@@ -426,6 +427,7 @@ async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
         said = (unwritten.unannounced if unwritten is not None else []) + commit.unannounced
         context = HookContext(commit.session_id, commit.run_id, commit.agent_name, commit.step)
         await announce(rt.agent(commit.agent_name), context, said)
+        await emit_run_span(rt, commit.run_id)  # the `invoke_agent` span, if traced
     if ended and commit.status is not None:
         log_event(
             RUN_ENDED[commit.status],

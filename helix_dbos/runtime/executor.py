@@ -46,6 +46,7 @@ from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
+from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
@@ -617,6 +618,7 @@ class HelixDBOS:
                 **ids,
             )
         log_event(RUN_ABORTED, logging.WARNING, reason=reason, agent_name=run.agent_name, **ids)
+        await on_target_loop(lambda: emit_run_span(self.runtime, run.run_id))
         self.runtime.history.forget(session_id)
         # Wake a wait for a human so the cancelled workflow's coroutine ends now, not at
         # its deadline (the tool steps stop on the run-end notification of the close).

@@ -39,6 +39,7 @@ from helix_dbos.orchestration.types import (
     ToolCallsStepResult,
     ToolSpec,
 )
+from helix_dbos.runtime import spans
 from helix_dbos.runtime.commit import WriteAhead
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
@@ -174,15 +175,17 @@ async def llm_step(
     await hooks.before_call(request)
     if hooks.state != opened:  # the hook changed the state the request is built from
         request = _request(agent, mode, history, hooks.state)
-    started = time.perf_counter()
+    started, started_ns = time.perf_counter(), spans.now_ns()
     try:
         generated = await _generate(rt, agent, request, session_id, run_id, step)
     except Exception as exc:  # retryable: DBOS runs the step again
+        _trace_call(agent, request, session_id, run_id, step, started_ns, error=str(exc))
         await hooks.after_call(request, _ms_since(started), error=str(exc))
         hooks.done(retrying=True)
         raise
     # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
     result = storable_model(generated)
+    _trace_call(agent, request, session_id, run_id, step, started_ns, result=result)
     await hooks.after_call(request, _ms_since(started), result=result)
     await hooks.message(plan_reply(agent, terminating, mode, result).assistant_message)
     hooks.done()
@@ -210,6 +213,36 @@ def _request(
         # Only a tool call can finish: adapters force one where the provider allows it.
         tool_choice="required" if mode.requires_tool and tools else "auto",
     )
+
+
+def _trace_call(
+    agent: Agent,
+    request: LLMRequest,
+    session_id: str,
+    run_id: str,
+    step: int,
+    started_ns: int,
+    *,
+    result: StepResult | None = None,
+    error: str | None = None,
+) -> None:
+    """A `chat` span for this attempt, if a tracer is installed."""
+    if spans.tracing():
+        spans.emit(
+            spans.ChatRecord(
+                session_id=session_id,
+                run_id=run_id,
+                agent_name=agent.name,
+                step=step,
+                attempt=attempt_number(),
+                provider=agent.llm.provider,
+                request=request,
+                start_ns=started_ns,
+                end_ns=spans.now_ns(),
+                result=result,
+                error=error,
+            )
+        )
 
 
 def _ms_since(started: float) -> float:

@@ -31,6 +31,7 @@ from helix_dbos.orchestration.completion import finish_with_validation_message
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.planning import describe_validation_error
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime import spans
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
 from helix_dbos.runtime.step_types import ToolOutcome
@@ -80,7 +81,7 @@ async def tool_step(
     ctx = tool_context(agent, session_id, run_id, step, call, state, cancel)
     # The hooks share the tool's state: their changes are part of this step's outcome.
     hook_ctx = HookContext(session_id, run_id, agent_name, step, state=ctx)
-    started = time.perf_counter()
+    started, started_ns = time.perf_counter(), spans.now_ns()
     await fire_safely(agent.hooks.before_tool, ToolEvent(hook_ctx, call))
     execution = asyncio.ensure_future(_execute(agent, call, ctx))
     abort = AbortWatch(rt, run_id, execution, cancel)
@@ -114,6 +115,7 @@ async def tool_step(
         )
     await _fire_result_hooks(agent, hook_ctx, call, result, error, duration_ms)
     new_state = ctx.state_dict  # after the hooks, which may have changed it too
+    _trace_tool(hook_ctx, call, started_ns, spans.now_ns(), result, error)
     return ToolOutcome.executed(
         result=result,
         error=error,
@@ -204,9 +206,37 @@ async def outside_result_hooks(
     tool step (a client, a human, or workflow code)."""
     agent = current_runtime().agent(agent_name)
     hook_ctx = HookContext(session_id, run_id, agent_name, step)
+    end_ns = spans.now_ns()
+    start_ns = end_ns - int((outcome.duration_ms or 0) * 1_000_000)
+    _trace_tool(hook_ctx, call, start_ns, end_ns, outcome.content, outcome.error)
     await _fire_result_hooks(
         agent, hook_ctx, call, outcome.content, outcome.error, outcome.duration_ms
     )
+
+
+def _trace_tool(
+    hook_ctx: HookContext,
+    call: ToolCall,
+    start_ns: int,
+    end_ns: int,
+    result: Any,
+    error: str | None,
+) -> None:
+    """An `execute_tool` span for the call, if a tracer is installed."""
+    if spans.tracing():
+        spans.emit(
+            spans.ToolRecord(
+                session_id=hook_ctx.session_id,
+                run_id=hook_ctx.run_id,
+                agent_name=hook_ctx.agent_name,
+                step=hook_ctx.step,
+                call=call,
+                start_ns=start_ns,
+                end_ns=end_ns,
+                result=result,
+                error=error,
+            )
+        )
 
 
 async def _fire_result_hooks(

@@ -987,3 +987,18 @@ async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]
         {"sid": session_id},
     )
     return [r[0] for r in rows]
+
+
+async def run_waits(
+    conn: Executor, run_id: str
+) -> list[tuple[str, str, str, str, datetime, datetime | None]]:
+    """The calls a run waited on for a human or a client: id, tool, kind, status, when
+    the wait began and when it was resolved (a trace's suspend and resume events)."""
+    rows = await conn.execute(
+        _sql(
+            "SELECT tool_call_id, tool_name, kind, status, created_at, resolved_at "
+            "FROM helix.tool_calls WHERE run_id = :rid ORDER BY created_at, tool_call_id"
+        ),
+        {"rid": run_id},
+    )
+    return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
