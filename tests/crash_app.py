@@ -233,6 +233,24 @@ if os.environ.get("CRASH_APP_SLOW_LAUNCH"):  # DBOS's launch outlasting the fenc
         _launch()
 
     _SlowDBOS.launch = slow_launch  # type: ignore[method-assign]
+if os.environ.get("CRASH_APP_OTEL"):  # every helix span as a JSON line in spans.log
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    from helix_dbos.otel import instrument
+
+    class FileExporter(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            for span in spans:
+                parent = span.parent.span_id if span.parent else None
+                line = {"name": span.name, "trace": span.context.trace_id}
+                line |= {"span": span.context.span_id, "parent": parent, "pid": os.getpid()}
+                mark("spans.log", json.dumps(line))
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(FileExporter()))
+    instrument(provider)
 helix.launch()
 
 
