@@ -16,7 +16,7 @@ from dbos import DBOS
 from helpers import sql
 from pydantic import BaseModel
 
-from helix_dbos import Agent, AgentHooks, ToolContext, sub_agent_tool, tool
+from helix_dbos import Agent, AgentHooks, TerminatingConfig, ToolContext, sub_agent_tool, tool
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.runtime.event_loop import on_target_loop
 
@@ -598,3 +598,62 @@ async def test_a_wide_fan_out_completes_without_lock_conflicts(helix, make_agent
         f"r{i}" for i in range(width)
     )
     assert not [r for r in caplog.records if "deadlock" in r.getMessage().lower()]
+
+
+async def test_a_sub_agent_before_a_terminating_call_runs_first_in_call_order(
+    helix, make_agent, mock_llm
+):
+    @tool
+    def complete_task(summary: str) -> dict:
+        """End the task."""
+        return {"summary": summary}
+
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="helper"), complete_task])
+    mock_llm.add_response(
+        calls(
+            ("h", "subagent__helper", {"message": "prepare"}),
+            ("t", "complete_task", {"summary": "done"}),
+            ("late", "subagent__helper", {"message": "never"}),
+        ),
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("prepared"), agent=child.name)
+
+    result = await (
+        await helix.execute(parent, "go", terminating=TerminatingConfig(tool_ids=["complete_task"]))
+    ).result()
+
+    assert result.status == "completed" and result.output == {"summary": "done"}
+    messages = await helix.get_messages(result.session_id)
+    assert tool_results(messages) == {"h": ("prepared", False), "t": ('{"summary":"done"}', False)}
+    assert [c.id for m in messages if m.role == "assistant" for c in m.tool_calls] == ["h", "t"]
+
+
+async def test_a_finished_sub_agent_session_continues_with_a_new_turn(
+    helix, make_agent, mock_llm, database_url
+):
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="kid")])
+    mock_llm.add_response(calls(("k", "subagent__kid", {"message": "first"})), agent=parent.name)
+    mock_llm.add_responses(text("one"), text("two"), agent=child.name)
+    mock_llm.add_response(text("ok"), agent=parent.name)
+    result = await (await helix.execute(parent, "go")).result()
+    [(child_session,)] = sql(
+        database_url,
+        "SELECT session_id FROM helix.sessions WHERE parent_session_id = %s",
+        result.session_id,
+    )
+
+    again = await (await helix.execute(child, "second", session_id=child_session)).result()
+
+    assert again.status == "completed" and again.output == "two"
+    assert [m.content for m in await helix.get_messages(child_session)] == [
+        "first",
+        "one",
+        "second",
+        "two",
+    ]
+    # The continued turn's chunks still reach the root's stream, tagged with the child.
+    root = [c async for c in helix.stream(result.session_id, follow=False)]
+    assert [c.type for c in root if c.run_id == again.run_id][-1] == "run_completed"
