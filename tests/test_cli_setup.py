@@ -202,9 +202,12 @@ async def test_answers_and_control_print_json_and_chunks_carry_iso_deadlines(
         "tool_name": "delete_file",
     }
     assert (await handle.result()).status == "completed"
-    assert sql(
-        database_url, "SELECT status FROM helix.tool_calls WHERE run_id = %s", handle.run_id
-    ) == [("approved",)]
+    [(status, answered_by)] = sql(
+        database_url,
+        "SELECT status, answered_by FROM helix.tool_calls WHERE run_id = %s",
+        handle.run_id,
+    )
+    assert status == "approved" and answered_by.endswith(" (cli)") and "@" in answered_by
 
 
 def test_tables_fit_the_terminal_and_are_never_wrapped_when_piped():

@@ -9,7 +9,7 @@ import pytest
 from live_server import serve
 
 from helix_dbos import tool
-from helix_dbos.server import create_app
+from helix_dbos.server import bearer_token, create_app
 
 CHROMIUM = os.environ.get("HELIX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -140,5 +140,120 @@ async def test_inbox_shows_waiting_calls_and_answers_them(
         assert (await third.result()).status == "completed"
         await expect(page.locator(f'#resolved [data-run-id="{third.run_id}"]')).to_be_visible()
         await expect(page.locator(f'#waiting [data-run-id="{third.run_id}"]')).to_have_count(0)
+
+    assert errors == [], errors
+
+
+async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_reload(
+    browser_page, helix, make_agent, mock_llm, tmp_path
+):
+    """Checked with screenshots too (tmp_path/inbox-*.png): sign-in form, loading state,
+    filters, interrupt/abort buttons, the answered list read back from SQL after a reload."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    await page.set_viewport_size({"width": 1200, "height": 900})
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    agents = [make_agent(tools=[delete_file]) for _ in range(3)]
+    for n, agent in enumerate(agents):
+        mock_llm.add_responses(
+            calls((f"p{n}", "delete_file", {"path": f"/tmp/polish-{n}"})),
+            {"type": "text", "content": "Deleted it."},
+            agent=agent.name,
+        )
+    handles = [await helix.execute(a, f"delete /tmp/polish-{n}") for n, a in enumerate(agents)]
+    for handle in handles:
+        await wait_until_waiting(helix, handle.session_id)
+    first, second, third = handles
+
+    with serve(create_app(helix, authenticate=bearer_token("s3cret"))) as url:
+        signed_out = await page.goto(f"{url}/inbox")
+        assert signed_out is not None and signed_out.status == 401
+        await expect(page.locator("#sign-in")).to_be_visible()
+        assert "Not authenticated" not in await page.content()
+        await page.screenshot(path=tmp_path / "inbox-1-sign-in.png")
+
+        # The first /runs answer is held back: the page says it is loading, not "nothing".
+        release = asyncio.Event()
+
+        async def slow_runs(route):
+            await release.wait()
+            await route.continue_()
+
+        await page.route("**/runs?status=waiting", slow_runs)
+        await page.fill("#token", "s3cret")
+        await page.fill("#name", "Ada")
+        await page.click("#sign-in button")
+        await expect(page.locator("#loading")).to_be_visible()
+        await expect(page.locator("#waiting-empty")).to_be_hidden()
+        release.set()
+        await expect(page.locator("#loading")).to_be_hidden()
+        await page.unroute("**/runs?status=waiting")
+        for handle in handles:
+            await expect(page.locator(f'#waiting [data-run-id="{handle.run_id}"]')).to_be_visible()
+        icon = await page.get_attribute('link[rel="icon"]', "href")
+        assert icon is not None and icon.startswith("data:image/svg+xml")
+
+        # Labels never run into their values (the role column of the conversation).
+        card = page.locator(f'[data-run-id="{first.run_id}"]')
+        await expect(card.locator(".transcript li")).to_have_count(2)
+        apart = await card.evaluate(
+            """card => [...card.querySelectorAll('.transcript li')].every(li => {
+                const role = li.querySelector('.role').getBoundingClientRect();
+                const range = document.createRange(); range.selectNodeContents(li.lastChild);
+                return role.right <= range.getBoundingClientRect().left + 0.5; })"""
+        )
+        assert apart
+        await expect(card.locator("summary")).to_have_text("Conversation (2 messages)")
+        await page.screenshot(path=tmp_path / "inbox-2-waiting.png", full_page=True)
+
+        # Filter by agent, then search by session.
+        await page.select_option("#agent-filter", agents[1].name)
+        await expect(page.locator(f'[data-run-id="{second.run_id}"]')).to_be_visible()
+        await expect(page.locator(f'[data-run-id="{first.run_id}"]')).to_be_hidden()
+        await page.select_option("#agent-filter", "")
+        await page.fill("#session-search", third.session_id[-10:])
+        await expect(page.locator(f'[data-run-id="{third.run_id}"]')).to_be_visible()
+        await expect(page.locator(f'[data-run-id="{second.run_id}"]')).to_be_hidden()
+        await page.fill("#session-search", "")
+
+        # Approve one, interrupt one, abort one, from the page.
+        await card.locator('[data-action="approve"]').click()
+        await expect(card.locator(".run-status").first).to_have_text("completed", timeout=20_000)
+        await expect(card.locator(".run-controls")).to_have_count(0)
+        await expect(card.locator(".since").first).to_contain_text("finished")
+        await expect(card.locator(".answered-note")).to_have_text("Answered.")
+        await expect(card.locator("summary")).to_have_text("Conversation (4 messages)")
+        for handle, action, status in (
+            (second, "interrupt", "interrupted"),
+            (third, "abort", "aborted"),
+        ):
+            other = page.locator(f'[data-run-id="{handle.run_id}"]')
+            await other.locator(f'.run-controls [data-action="{action}"]').click()
+            await expect(other.locator(".run-status").first).to_have_text(status, timeout=20_000)
+            assert (await handle.result()).status == status
+        assert (await first.result()).status == "completed"
+        answered = page.locator('#answered li[data-tool-call-id="p0"]')
+        await expect(answered).to_contain_text("approved")
+        await expect(answered).to_contain_text("by Ada")
+        await page.screenshot(path=tmp_path / "inbox-3-answered.png", full_page=True)
+
+        # A reload keeps what was answered (read from SQL), with who and when.
+        await page.reload()
+        await expect(page.locator("#loading")).to_be_hidden()
+        answered = page.locator(f'#answered li[data-session-id="{first.session_id}"]')
+        await expect(answered).to_contain_text("delete_file")
+        await expect(answered).to_contain_text("approved")
+        await expect(answered).to_contain_text("by Ada")
+        await expect(answered.locator(".run-status")).to_have_text("completed")
+        stopped = page.locator(f'#answered li[data-session-id="{second.session_id}"]')
+        await expect(stopped.locator(".verdict")).to_have_text("interrupted")
+        await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
+        await page.screenshot(path=tmp_path / "inbox-4-reloaded.png", full_page=True)
 
     assert errors == [], errors

@@ -6,7 +6,9 @@ is applied once whichever way it arrives (the CLI, the inbox, DBOS.send).
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -29,7 +31,8 @@ Call = Annotated[
 
 @contextmanager
 def remote(database_url: str | None) -> Iterator[RemoteControl]:
-    control = RemoteControl(resolve_url(database_url))
+    who = f"{getpass.getuser()}@{socket.gethostname()} (cli)"
+    control = RemoteControl(resolve_url(database_url), answered_by=who)
     try:
         yield control
     finally:

@@ -87,7 +87,8 @@ def create_app(
     app.include_router(routes.build_router(ctx))
     app.include_router(chat.build_router(ctx))
     app.include_router(reads.build_router(ctx))
-    app.include_router(inbox.build_router())
+    app.include_router(inbox.build_router(ctx))
+    inbox.install_sign_in(app)
     app.add_middleware(BodyLimit, max_bytes=max_result_bytes + BODY_OVERHEAD_BYTES)
     return app
 

@@ -107,6 +107,7 @@ class SubmitToolResultRequest(_Request):
     approved: bool | None = None
     reason: str | None = None
     human_input: str | None = None
+    answered_by: str | None = None  # who answers, shown in the inbox (default: "HTTP API")
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> SubmitToolResultRequest:
@@ -115,7 +116,7 @@ class SubmitToolResultRequest(_Request):
             "approval-response": {"approved", "reason"},
             "human-input": {"human_input", "approved"},
         }[self.kind]
-        given = self.model_fields_set - {"session_id", "tool_call_id", "kind"}
+        given = self.model_fields_set - {"session_id", "tool_call_id", "kind", "answered_by"}
         stray = sorted(given - allowed)
         if stray:
             raise ValueError(
@@ -155,6 +156,25 @@ class RunSummary(BaseModel):
     tool_calls: list[PendingToolCall] = Field(
         default_factory=list, description="Pending tool calls (runs waiting for a human)"
     )
+
+
+class AnsweredCall(BaseModel):
+    """A tool call that got its answer (or timed out), for the inbox's "Recently answered"."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    tool_call_id: str
+    tool_name: str
+    kind: str
+    status: str
+    input: Any = None
+    reason: str | None = None
+    error: str | None = None
+    answered_at: datetime | None = None
+    answered_by: str | None = Field(None, description="None: the Python API or a raw DBOS.send")
+    resolved_at: datetime | None = None
+    run_status: str
 
 
 class TranscriptMessage(BaseModel):

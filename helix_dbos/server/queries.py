@@ -68,6 +68,31 @@ def waiting_tool_calls(run_ids: Sequence[str]) -> Query:
     )
 
 
+def answered_tool_calls(limit: int) -> Query:
+    """Tool calls a person answered (or that timed out), newest first, with who and when."""
+    return Query(
+        "SELECT t.run_id, t.session_id, s.agent_name, t.tool_call_id, t.tool_name, t.kind, "
+        "t.status, t.input, t.reason, t.error, t.answered_at, t.answered_by, t.resolved_at, "
+        "r.status AS run_status "
+        "FROM helix.tool_calls t JOIN helix.sessions s USING (session_id) "
+        "JOIN helix.runs r ON r.run_id = t.run_id "
+        "WHERE t.status <> 'pending' OR t.answered_at IS NOT NULL "
+        "ORDER BY coalesce(t.answered_at, t.resolved_at, t.created_at) DESC LIMIT %(limit)s",
+        {"limit": limit},
+    )
+
+
+def record_answerer(session_id: str, tool_call_id: str, answered_by: str) -> Query:
+    """Name who answered a call of this session (or of a sub-agent below it), once."""
+    return Query(
+        "UPDATE helix.tool_calls SET answered_by = %(by)s "
+        "WHERE tool_call_id = %(tcid)s AND answered_by IS NULL AND answered_at IS NOT NULL "
+        "AND (session_id = %(sid)s OR session_id IN "
+        "(SELECT session_id FROM helix.sessions WHERE root_session_id = %(sid)s))",
+        {"by": answered_by, "tcid": tool_call_id, "sid": session_id},
+    )
+
+
 def transcript(session_id: str) -> Query:
     return Query(
         "SELECT seq, run_id, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at "

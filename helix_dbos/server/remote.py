@@ -47,8 +47,9 @@ class Target:
 
 
 class RemoteControl:
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, answered_by: str | None = None) -> None:
         self.database_url = database_url
+        self.answered_by = answered_by  # recorded with each answer (helix.tool_calls)
         self._client: DBOSClient | None = None
 
     def client(self) -> DBOSClient:
@@ -114,8 +115,9 @@ class RemoteControl:
                     tool_call_id, status if status != "pending" else "answered"
                 )
             conn.execute(
-                "UPDATE helix.tool_calls SET answered_at = now() WHERE run_id = %s AND tool_call_id = %s",
-                (run_id, tool_call_id),
+                "UPDATE helix.tool_calls SET answered_at = now(), answered_by = %s "
+                "WHERE run_id = %s AND tool_call_id = %s",
+                (self.answered_by, run_id, tool_call_id),
             )
             self.client().send(
                 workflow_id, payload, TOPICS[kind], idempotency_key=f"{run_id}:{tool_call_id}"

@@ -8,6 +8,9 @@ from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
 from helix_dbos.errors import RunNotActiveError
+from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.server import queries
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     ControlRequest,
@@ -120,6 +123,17 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
         )
 
 
+async def record_answerer(helix: HelixDBOS, session_id: str, call_id: str, who: str) -> None:
+    """Who answered, for the inbox's "answered by" (display only: after the answer)."""
+    query = queries.record_answerer(session_id, call_id, who)
+
+    async def update() -> None:
+        async with helix.runtime.engine.begin() as conn:
+            await conn.exec_driver_sql(query.sql, query.params)
+
+    await on_target_loop(update)
+
+
 def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
     """Interrupt, abort and answers: what a client sends to a run that is under way."""
     helix = ctx.helix
@@ -172,4 +186,6 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         else:
             ctx.check_result_size("human_input", body.human_input)
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
+        ctx.check_ids(answered_by=body.answered_by)
+        await record_answerer(helix, sid, tcid, body.answered_by or "HTTP API")
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
