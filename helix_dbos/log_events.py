@@ -39,6 +39,8 @@ LLM_FAILED = "llm.failed"  # retries ran out, or the error was not retryable (wo
 OUTPUT_VALIDATION_FAILED = "output.validation_failed"
 # Hooks.
 HOOK_FAILED = "hook.failed"
+# MCP: a server was down when its tools were listed; its stored list is used.
+MCP_TOOLS_FROM_STORE = "mcp.tools_from_store"
 # Sub-agents (seed 002): a child that could not be dispatched (workflow code).
 SUBAGENT_DISPATCH_FAILED = "subagent.dispatch_failed"
 

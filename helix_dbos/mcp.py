@@ -1,7 +1,9 @@
 """MCP servers as toolsets (extra `mcp`, the official `mcp` SDK).
 
 `MCPToolset(MCPStdio(...))` or `MCPToolset(MCPHTTP(url))` lists the server's tools
-once per process (cached on the toolset) and makes each a helix `Tool`: its call
+once per process (cached on the toolset; with a `database_url`, also in
+`helix.mcp_tool_lists`, which a process starting while the server is down falls back
+to) and makes each a helix `Tool`: its call
 runs in that tool's `helix.tool:<name>` DBOS step like any tool, so a completed call
 is never made again after a crash. A server that is down, or a call it fails, is a
 tool error the model reads, never a crashed run. `require_approval` and
@@ -11,6 +13,7 @@ tool error the model reads, never a crashed run. `require_approval` and
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
@@ -24,6 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict
 
 from helix_dbos.definitions.tool import ApprovalPredicate, ExecuteMode, Tool
+from helix_dbos.log_events import MCP_TOOLS_FROM_STORE, log_event
+from helix_dbos.store import mcp_tool_lists as tool_lists
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,10 @@ class MCPToolset:
         require_approval: bool | ApprovalPredicate | Collection[str] = False,
         execute: ExecuteMode = "server",
         timeout_seconds: float = 60.0,
+        database_url: str | None = None,
     ) -> None:
         self.server = server
+        self.database_url = database_url
         self.prefix = prefix
         self.include = set(include) if include is not None else None
         self.require_approval = require_approval
@@ -101,9 +108,38 @@ class MCPToolset:
 
     def list_tools(self) -> list[mcp_types.Tool]:
         if self._listed is None:
-            listed = _run_sync(self._list())
+            listed = self._fetch_or_cached()
             self._listed = [t for t in listed if self.include is None or t.name in self.include]
         return self._listed
+
+    @property
+    def server_key(self) -> str:
+        if isinstance(self.server, MCPStdio):
+            return "stdio:" + " ".join([self.server.command, *self.server.args])
+        return f"http:{self.server.url}"
+
+    def _fetch_or_cached(self) -> list[mcp_types.Tool]:
+        """The server's list (stored for later), or the stored one if it is down."""
+        try:
+            listed: list[mcp_types.Tool] = _run_sync(self._list())
+        except Exception as exc:
+            cached = tool_lists.load(self.database_url, self.server_key)
+            if cached is None:
+                raise MCPToolError(
+                    f"MCP server {self.server_key} unavailable and no stored tool list: "
+                    f"{_reason(exc)}"
+                ) from exc
+            log_event(
+                MCP_TOOLS_FROM_STORE,
+                logging.WARNING,
+                f"using the stored tool list: {_reason(exc)}",
+                server=self.server_key,
+                error=_reason(exc),
+            )
+            return [mcp_types.Tool.model_validate(t) for t in cached]
+        dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]
+        tool_lists.store(self.database_url, self.server_key, dumped)
+        return listed
 
     async def _list(self) -> list[mcp_types.Tool]:
         async with _session(self.server) as session:

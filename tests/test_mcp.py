@@ -18,7 +18,7 @@ pytest.importorskip("mcp")
 
 from helpers import sql
 
-from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolset
+from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolError, MCPToolset
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 
@@ -137,11 +137,29 @@ async def test_an_http_server_with_an_approval_gate_and_a_client_tool(
     assert marks(markers) == ["shout hi"], "approved: called once; the client tool never"
 
 
-async def test_a_server_that_is_down_is_a_tool_error(helix, make_agent, mock_llm, http_server):
+async def test_a_server_that_is_down_is_a_tool_error_and_its_stored_list_defines_the_tools(
+    helix, make_agent, mock_llm, http_server, database_url
+):
     url, _, proc = http_server
-    tools = await asyncio.to_thread(MCPToolset(MCPHTTP(url), timeout_seconds=5).tools)
+    listed = await asyncio.to_thread(
+        MCPToolset(MCPHTTP(url), timeout_seconds=5, database_url=database_url).tools
+    )
+    [(stored,)] = sql(
+        database_url,
+        "SELECT jsonb_array_length(tools) FROM helix.mcp_tool_lists WHERE server_key = %s",
+        f"http:{url}",
+    )
+    assert stored == 3
     proc.kill()
     proc.wait(timeout=10)
+    # A process starting now (a fresh toolset) still defines the tools, from the store.
+    tools = await asyncio.to_thread(
+        MCPToolset(MCPHTTP(url), timeout_seconds=5, database_url=database_url).tools
+    )
+    assert [t.spec() for t in tools] == [t.spec() for t in listed]
+    with pytest.raises(MCPToolError, match="no stored tool list"):
+        await asyncio.to_thread(MCPToolset(MCPHTTP(url), timeout_seconds=5).tools)
+
     agent = make_agent(tools=tools)
     mock_llm.add_responses(
         calls(("a1", "add", {"a": 1, "b": 2})),
