@@ -39,6 +39,7 @@ HELIX_TABLES = {
     "progress",
     "workers",
     "companions",
+    "mcp_tool_lists",
 }
 
 
