@@ -214,6 +214,7 @@ limited = RunQueue(
 helix = HelixDBOS(
     [agent] if with_agent else [],
     executes_runs=os.environ.get("CRASH_APP_EXECUTES_RUNS", "1") == "1",
+    pool_size=int(os.environ.get("CRASH_APP_POOL_SIZE", "10")),
     queues=[limited] if with_agent and os.environ.get("CRASH_APP_QUEUE") else [],
     database_url=database_url,
     llm=MockLLM(respond),
@@ -256,10 +257,14 @@ helix.launch()
 
 async def main() -> None:
     if mode == "run":
-        handles = [
-            await helix.execute(agent, f"scenario {scenario}")
+        starts = [
+            helix.execute(agent, f"scenario {scenario}")
             for _ in range(int(os.environ.get("CRASH_APP_RUNS", "1")))
         ]
+        if os.environ.get("CRASH_APP_CONCURRENT_STARTS"):  # a burst: all at once
+            handles = await asyncio.wait_for(asyncio.gather(*starts), timeout=60)
+        else:
+            handles = [await start for start in starts]
         for handle in handles:
             print(
                 json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True

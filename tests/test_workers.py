@@ -239,6 +239,32 @@ def test_a_run_enqueued_by_a_process_that_runs_no_agents_is_executed_by_a_worker
         stop(front, worker)
 
 
+@pytest.mark.parametrize("executes_runs", ["1", "0"])
+def test_a_burst_of_starts_larger_than_the_pool_completes(database_url, tmp_path, executes_runs):
+    """20 concurrent execute() calls on a pool of 2 (+2 overflow): each start holds its
+    lock connection while it opens the run on another; unbounded, they took every
+    connection and waited forever (0 of 20 returned)."""
+    marks = tmp_path / "front"
+    marks.mkdir()
+    worker = None if executes_runs == "1" else spawn("serve", database_url, "-", "tool", tmp_path)
+    env = {
+        "CRASH_APP_RUNS": "20",
+        "CRASH_APP_CONCURRENT_STARTS": "1",
+        "CRASH_APP_POOL_SIZE": "2",
+        "CRASH_APP_EXECUTES_RUNS": executes_runs,
+    }
+    proc = spawn("run", database_url, "-", "tool", marks, env=env)
+    try:
+        if worker is not None:
+            started(worker)
+        runs = [started(proc) for _ in range(20)]
+        results = [started(proc) for _ in range(20)]
+    finally:
+        stop(proc, worker)
+    assert len({r["run_id"] for r in runs}) == 20
+    assert [r["status"] for r in results] == ["completed"] * 20
+
+
 def test_a_run_queue_with_concurrency_one_runs_one_run_at_a_time(database_url, tmp_path):
     env = {"CRASH_APP_QUEUE": "1", "CRASH_APP_RUNS": "3"}
     proc = spawn("run", database_url, "-", "queued", tmp_path, env=env)

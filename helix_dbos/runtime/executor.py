@@ -132,6 +132,7 @@ class HelixDBOS:
             pool_timeout=600,
         )
         self._engine = engine
+        self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
         self.runtime = Runtime(
             agents=self.agents,
             engine=engine,
@@ -352,8 +353,12 @@ class HelixDBOS:
         No other process can then take the run for stale between the two (two
         concurrent starts on one session: exactly one wins). A process killed between
         them leaves a live row whose lock is free, which `_close_if_stale` closes.
+
+        A start holds its lock connection while it takes another from the same pool, so
+        at most `pool_size` starts (half the pool with its overflow) hold a lock at once:
+        a burst of starts can never take every connection and wait forever for one more.
         """
-        async with self.runtime.engine.connect() as conn:
+        async with self._start_slots, self.runtime.engine.connect() as conn:
             lock = await conn.execution_options(isolation_level="AUTOCOMMIT")
             await repo.lock_run_start(lock, request.run_id)
             try:
