@@ -257,3 +257,18 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         await page.screenshot(path=tmp_path / "inbox-4-reloaded.png", full_page=True)
 
     assert errors == [], errors
+
+
+def test_the_sign_in_cookie_holds_any_token_url_encoded():
+    """The sign-in form stores encodeURIComponent(token): tokens with / + = still work."""
+    from starlette.requests import Request  # noqa: PLC0415 - only this test needs it
+
+    check = bearer_token("a/b+c=")
+
+    def request(cookie: str) -> Request:
+        return Request(
+            {"type": "http", "headers": [(b"cookie", cookie.encode())], "query_string": b""}
+        )
+
+    assert check(request("helix_token=a%2Fb%2Bc%3D")) is True
+    assert check(request("helix_token=a%2Fb%2Bc")) is False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import inspect
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from fastapi import HTTPException, Request
 
@@ -58,7 +59,8 @@ def bearer_token(token: str) -> Authenticate:
         scheme, _, value = header.partition(" ")
         candidates = [
             value.strip() if scheme.lower() == "bearer" else "",
-            request.cookies.get(TOKEN_COOKIE, ""),
+            # The inbox's sign-in form stores the token URL-encoded (cookie-safe).
+            unquote(request.cookies.get(TOKEN_COOKIE, "")),
             request.query_params.get("token", ""),
         ]
         return any(c and hmac.compare_digest(c.encode(), expected) for c in candidates)
