@@ -39,6 +39,8 @@ async def test_a_run_with_a_priority_is_enqueued_and_executed_by_this_worker(
             helix.lease.identity.executor_id,
         )[0][0]
     ), "the worker row lists the agent registered after launch"
+    me = [w for w in await helix.workers() if w.executor_id == helix.lease.identity.executor_id]
+    assert [(w.state, w.expired, agent.name in w.agents) for w in me] == [("live", False, True)]
 
 
 @pytest.mark.parametrize("priority", [0, -1, 2**31])
