@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -490,6 +491,134 @@ async def test_aborting_the_parent_aborts_its_waiting_child(
         child_workflow,
     )
     assert status == "CANCELLED"
+
+
+async def test_an_interrupt_while_the_parent_asks_for_children_starts_none_and_resume_redispatches(
+    helix, make_agent, mock_llm, database_url
+):
+    """Issue 13, item 5: an interrupt that reaches the parent while its model is still
+    deciding to delegate (no child exists yet for `interrupt()` to reach) must not leave
+    the children it asks for running alone: none starts, the run ends interrupted, and a
+    resume lets the model dispatch them again."""
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="helper")])
+    asking, release = threading.Event(), threading.Event()
+
+    async def respond(request):
+        if request.agent_name == child.name:
+            return text(f"answer to {request.messages[-1].content}")
+        results = [m for m in request.messages if m.role == "tool"]
+        if not results:  # the first model call: the interrupt comes while it thinks
+            asking.set()
+            await asyncio.to_thread(release.wait, 30)
+            return calls(
+                ("h1", "subagent__helper", {"message": "one"}),
+                ("h2", "subagent__helper", {"message": "two"}),
+            )
+        if len(results) == 2:  # resumed: the model asks again
+            return calls(("h3", "subagent__helper", {"message": "three"}))
+        return text("done")
+
+    mock_llm.set_responder(respond)
+    try:
+        handle = await helix.execute(parent, "delegate")
+        assert await asyncio.to_thread(asking.wait, 30)
+        await helix.interrupt(handle.session_id, reason="stop")
+        release.set()
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+
+        assert result.status == "interrupted", result.error
+        assert child_sessions(database_url, handle.session_id) == [], "no child was started"
+        assert not [r for r in mock_llm.inputs if r.agent_name == child.name]
+        messages = await helix.get_messages(handle.session_id)
+        assert_every_call_paired(messages)
+        assert tool_results(messages) == {
+            "h1": ("Interrupted: stop", True),
+            "h2": ("Interrupted: stop", True),
+        }
+        [(status, waiting_for)] = sql(
+            database_url,
+            "SELECT status, waiting_for FROM helix.runs WHERE run_id = %s",
+            handle.run_id,
+        )
+        assert (status, waiting_for) == ("interrupted", None)
+
+        resumed = await (await helix.resume(handle.session_id)).result()
+    finally:
+        mock_llm.set_responder(None)
+        release.set()
+
+    assert resumed.status == "completed" and resumed.output == "done", resumed.error
+    [(_, _, status, root, output)] = child_sessions(database_url, handle.session_id)
+    assert (status, root, output) == ("completed", handle.session_id, "answer to three")
+    assert tool_results(await helix.get_messages(handle.session_id))["h3"] == (
+        "answer to three",
+        False,
+    )
+
+
+async def test_an_interrupt_sent_while_the_children_start_is_handed_to_them(
+    helix, make_agent, mock_llm, database_url
+):
+    """An interrupt that reaches the parent after it opened its children, before any
+    `interrupt()` could find them started (here sent with plain `DBOS.send`, as any DBOS
+    client may, from the parent's on_agent_suspended hook), is handed to each child."""
+
+    @tool
+    def step_on() -> str:
+        """One more step."""
+        return "on"
+
+    child = make_agent(tools=[step_on])
+
+    async def interrupt_parent(event) -> None:
+        [(workflow_id,)] = sql(
+            database_url,
+            "SELECT workflow_id FROM helix.runs WHERE run_id = %s",
+            event.context.run_id,
+        )
+        await DBOS.send_async(workflow_id, {"reason": "late"}, "helix.interrupt")
+
+    parent = make_agent(
+        tools=[sub_agent_tool(child, name="helper")],
+        hooks=AgentHooks(on_agent_suspended=interrupt_parent),
+    )
+    mock_llm.add_response(calls(("h", "subagent__helper", {"message": "go"})), agent=parent.name)
+
+    def child_interrupt_sent() -> bool:
+        rows = sql(
+            database_url,
+            "SELECT count(*) FROM dbos.notifications n JOIN helix.runs r "
+            "ON r.workflow_id = n.destination_uuid WHERE r.agent_name = %s "
+            "AND n.topic = 'helix.interrupt'",
+            child.name,
+        )
+        return rows[0][0] > 0
+
+    async def child_reply(request):
+        if request.agent_name != child.name:
+            return text("parent goes on")  # must not be needed: the parent is interrupted
+        if request.messages[-1].role == "tool":
+            return text("finished anyway")
+        for _ in range(200):  # its first step ends once its interrupt is there (or after 10 s)
+            if child_interrupt_sent():
+                break
+            await asyncio.sleep(0.05)
+        return calls(("s", "step_on", {}))
+
+    mock_llm.set_responder(child_reply)
+    try:
+        result = await asyncio.wait_for(
+            (await helix.execute(parent, "delegate")).result(), timeout=60
+        )
+    finally:
+        mock_llm.set_responder(None)
+
+    assert result.status == "interrupted", result.error
+    [(_, _, status, _, _)] = child_sessions(database_url, result.session_id)
+    assert status == "interrupted", "the child ran on alone"
+    content, is_error = tool_results(await helix.get_messages(result.session_id))["h"]
+    assert is_error and content.startswith(f"Sub-agent '{child.name}' interrupted")
 
 
 def test_the_research_team_example_prints_the_session_tree(database_url):

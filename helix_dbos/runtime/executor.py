@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
+from dbos._error import DBOSNonExistentWorkflowError
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -638,7 +639,9 @@ class HelixDBOS:
         """Interrupt and abort reach the run's live sub-agents (and, through the same
         call, theirs): no child is left running alone."""
         for child in await self._read(repo.live_child_runs, session_id):
-            with contextlib.suppress(RunNotActiveError):  # it ended meanwhile
+            # It ended meanwhile, or is opened but not started yet: its parent hands it
+            # the interrupt once it started it (`helix.children_started`).
+            with contextlib.suppress(RunNotActiveError, DBOSNonExistentWorkflowError):
                 await action(child.session_id, reason=reason)
 
     async def _notify_waits(self, run: RunInfo, kinds: list[GateKind], reason: str | None) -> None:

@@ -9,9 +9,12 @@ workflow code (DBOS cannot start a workflow from inside a step), through:
    `root_session_id`), run and input, and the parent run `waiting` on
    `awaiting_children`. A child that cannot be dispatched (its agent is not registered
    in this process) gets the reason instead; it is checkpointed, so a replay decides
-   the same;
+   the same. An interrupt already sent to the parent (while its LLM step ran, say)
+   opens no child at all: the calls get "Interrupted" and the run ends interrupted;
 2. each child's workflow starts under an id derived from the parent run, the step and
    the call id: a replay finds the child it started and never starts a second one;
+   then `helix.children_started` hands each child an interrupt that reached the parent
+   meanwhile (after `open_children` looked, before its children could be found);
 3. one `helix.subagent:<name>` step per child, all at once beside the step's plain
    tools, waits for the child's run to end (on its run-end notification) and returns
    its output or error, with its tokens and duration for the parent's `subagent`
@@ -40,6 +43,12 @@ from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
+from helix_dbos.runtime.hitl import (
+    INTERRUPT_TOPIC,
+    TOPICS,
+    InterruptNotice,
+    interrupted_message,
+)
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
@@ -95,6 +104,8 @@ class SubAgentDispatch:
         self.agent = agent
         self.commit = commit
         self.workflow = workflow
+        # An interrupt that came before the children could start: the batch ends with it.
+        self.interrupt: InterruptNotice | None = None
 
     def is_sub_agent(self, call: ToolCall) -> bool:
         return isinstance(self.agent.tool(call.name), SubAgentTool)
@@ -119,12 +130,17 @@ class SubAgentDispatch:
             )
         if not children:
             return []
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None
         try:
             failures = await self.rt.transaction(
-                "helix.open_children", open_children, self.commit, children, dispatched
+                "helix.open_children", open_children, self.commit, children, dispatched, workflow_id
             )
         except Exception as exc:
             failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
+        if failures is None:  # the parent was interrupted first: no child starts
+            await self._take_interrupt(children, outcomes)
+            return []
         started: list[ChildRun] = []
         for child in children:
             if child.call_id in failures:
@@ -149,7 +165,21 @@ class SubAgentDispatch:
             started.append(child)
         if started:
             await self._fire("on_agent_suspended", "waiting", started)
+            await DBOS.run_step_async(
+                {"name": "helix.children_started"}, forward_interrupt, workflow_id, started
+            )
         return started
+
+    async def _take_interrupt(
+        self, children: list[ChildRun], outcomes: dict[str, ToolOutcome]
+    ) -> None:
+        """Take the parent's pending interrupt (as a wait for a human does): its sub-agent
+        calls are not executed, and the batch ends the run `interrupted`."""
+        message = await DBOS.recv_async(INTERRUPT_TOPIC, timeout_seconds=0)
+        reason = message.get("reason") if isinstance(message, dict) else None
+        self.interrupt = InterruptNotice(interrupt=True, reason=reason)
+        for child in children:
+            outcomes[child.call_id] = ToolOutcome.not_executed(interrupted_message(reason))
 
     async def settle(self, started: list[ChildRun]) -> None:
         """Every child has ended: the parent works again."""
@@ -201,15 +231,22 @@ class SubAgentDispatch:
 
 
 async def open_children(
-    session: repo.Executor, parent: StepCommit, children: list[ChildRun], calls: list[ToolCall]
-) -> dict[str, str]:
+    session: repo.Executor,
+    parent: StepCommit,
+    children: list[ChildRun],
+    calls: list[ToolCall],
+    workflow_id: str,
+) -> dict[str, str] | None:
     """The body of `helix.open_children`; returns why each undispatchable child was not
-    opened, by call id. The parent's stream shows each call start first (the same keyed
+    opened, by call id, or None, opening nothing, when an interrupt for the parent's
+    workflow is pending. The parent's stream shows each call start first (the same keyed
     `tool_start` its step writes later), then each child's own chunks.
 
     Locks are taken in the order every other writer takes them (the parent's run row,
     its session row, then a child's session row and its root's): the parent's live head
     write runs at the same time and locks its run, then its session."""
+    if await repo.interrupt_pending(session, workflow_id):
+        return None
     agents = current_runtime().agents
     failures = {
         c.call_id: (
@@ -272,6 +309,32 @@ async def _open_child(
     await repo.insert_chunks(
         session, child.session_id, child.run_id, child.agent_name, 0, [started]
     )
+
+
+async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -> bool:
+    """The body of `helix.children_started`: an interrupt sent to the parent after
+    `open_children` looked (`interrupt()` reaches only children it can find started) is
+    handed to each child, as `interrupt()` would; keyed, so a repeat sends nothing twice.
+    Returns whether there was one."""
+    rt = current_runtime()
+    if not await rt.read(repo.interrupt_pending, parent_workflow_id):
+        return False
+    reason = "its parent was interrupted"
+    for child in children:
+        await DBOS.send_async(
+            child.workflow_id,
+            {"reason": reason},
+            INTERRUPT_TOPIC,
+            idempotency_key=f"{child.run_id}:interrupt",
+        )
+        for kind in await rt.read(repo.pending_kinds, child.run_id):
+            await DBOS.send_async(
+                child.workflow_id,
+                {"interrupt": True, "reason": reason},
+                TOPICS[kind],
+                idempotency_key=f"{child.run_id}:interrupt:{kind}",
+            )
+    return True
 
 
 async def children_done(session: repo.Executor, parent: StepCommit) -> None:

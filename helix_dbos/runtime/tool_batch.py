@@ -118,6 +118,7 @@ class ToolBatch:
             and not self.companions.is_companion(c)
         ]
         started = await self.children.dispatch(subs, self.outcomes)
+        self.interrupt = self.interrupt or self.children.interrupt
         state = await self._parallel(plain, state, started)
         await self.children.settle(started)
         for call in calls:
@@ -125,9 +126,16 @@ class ToolBatch:
                 state = await self._in_workflow_code(call, state)
         for call in calls:  # seed 002: "Companion tools have their own phase"
             if self.companions.is_companion(call):
-                self.outcomes[call.id] = await self.companions.run(call)
+                self.outcomes[call.id] = (
+                    self._interrupted()  # no new child turn for an interrupted parent
+                    if self.interrupt is not None
+                    else await self.companions.run(call)
+                )
         gated = [c for c in calls if c.id in gates]
-        if gated:
+        if gated and self.interrupt is not None:  # taken already: no wait for a human
+            for call in gated:
+                self.outcomes[call.id] = self._interrupted()
+        elif gated:
             state = await self._gated(gated, gates, state)
         return state
 
@@ -146,6 +154,7 @@ class ToolBatch:
                 self.outcomes[call.id] = await self.companions.run(call)
             elif self.children.is_sub_agent(call):
                 started = await self.children.dispatch([call], self.outcomes)
+                self.interrupt = self.interrupt or self.children.interrupt
                 await self._parallel([], state, started)
                 await self.children.settle(started)
             else:
