@@ -12,6 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import dbos._dbos as _dbos_module
+from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
+    DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
+)
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 
 

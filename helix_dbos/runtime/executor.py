@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
-from dbos._error import DBOSNonExistentWorkflowError
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -641,7 +640,8 @@ class HelixDBOS:
         for child in await self._read(repo.live_child_runs, session_id):
             # It ended meanwhile, or is opened but not started yet: its parent hands it
             # the interrupt once it started it (`helix.children_started`).
-            with contextlib.suppress(RunNotActiveError, DBOSNonExistentWorkflowError):
+            missing = dbos_internals.DBOSNonExistentWorkflowError
+            with contextlib.suppress(RunNotActiveError, missing):
                 await action(child.session_id, reason=reason)
 
     async def _notify_waits(self, run: RunInfo, kinds: list[GateKind], reason: str | None) -> None:
