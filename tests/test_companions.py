@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 from helpers import sql
 
-from helix_dbos import PersistentAgent, tool
+from helix_dbos import AgentHooks, PersistentAgent, tool
 from helix_dbos.orchestration.types import LLMRequest
 
 
@@ -295,3 +296,82 @@ async def test_wait_for_result_and_a_second_spawn_of_a_running_child(helix, make
         "status": "completed",
         "output": "the survey",
     }
+
+
+async def test_a_blocking_turn_and_wait_for_result_mark_the_parent_waiting_on_its_children(
+    helix, make_agent, mock_llm, database_url
+):
+    """As for ephemeral sub-agents: while a blocking companion's turn or a waitForResult
+    holds the parent, its run is `waiting` on `awaiting_children`, on_agent_suspended fired
+    with that reason, and on_agent_resumed fires once the child is done."""
+    events: list[tuple[str, str, list[str]]] = []
+    hooks = AgentHooks(
+        on_agent_suspended=lambda e: events.append(
+            ("suspended", e.details["reason"], e.details["tool_call_ids"])
+        ),
+        on_agent_resumed=lambda e: events.append(
+            ("resumed", e.details["reason"], e.details["tool_call_ids"])
+        ),
+    )
+    gates = {"critic": threading.Event(), "scout": threading.Event()}
+
+    @tool
+    async def hold(who: str) -> str:
+        """Work until the test has seen the parent wait."""
+        await asyncio.to_thread(gates[who].wait, 20)
+        return "held"
+
+    critic = make_agent(tools=[hold])
+    scout = make_agent(tools=[hold])
+    lead = make_agent(
+        persistent_agents=[PersistentAgent(critic), PersistentAgent(scout, mode="non_blocking")],
+        hooks=hooks,
+    )
+    mock_llm.add_responses(
+        calls(("b", "companion__spawnAgent", {"agentType": critic.name, "message": "review"})),
+        calls(("n", "companion__spawnAgent", {"agentType": scout.name, "message": "scout"})),
+        calls(("w", "companion__waitForResult", {"name": f"{scout.name}-1"})),
+        text("done"),
+        agent=lead.name,
+    )
+    mock_llm.add_responses(calls(("h", "hold", {"who": "critic"})), text("fine"), agent=critic.name)
+    mock_llm.add_responses(
+        calls(("h", "hold", {"who": "scout"})), text("scouted"), agent=scout.name
+    )
+
+    handle = await helix.execute(lead, "go")
+    seen: list[tuple] = []
+    try:
+        for who, waits in (("critic", 1), ("scout", 2)):
+
+            async def suspended(waits: int = waits) -> bool:
+                return sum(e[0] == "suspended" for e in events) >= waits
+
+            await until(suspended)
+            seen += sql(
+                database_url,
+                "SELECT r.status, r.waiting_for, s.status FROM helix.runs r "
+                "JOIN helix.sessions s ON s.session_id = r.session_id WHERE r.run_id = %s",
+                handle.run_id,
+            )
+            gates[who].set()
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+    finally:
+        for gate in gates.values():
+            gate.set()
+
+    assert result.status == "completed", result.error
+    assert seen == [("waiting", "awaiting_children", "waiting")] * 2
+    assert events == [
+        ("suspended", "awaiting_children", ["b"]),
+        ("resumed", "children_done", ["b"]),
+        ("suspended", "awaiting_children", ["w"]),
+        ("resumed", "children_done", ["w"]),
+    ]
+    answers = results(await helix.get_messages(result.session_id))
+    assert answers["b"] == ("fine", False)
+    assert json.loads(answers["w"][0])["output"] == "scouted"
+    [(status, waiting_for)] = sql(
+        database_url, "SELECT status, waiting_for FROM helix.runs WHERE run_id = %s", handle.run_id
+    )
+    assert (status, waiting_for) == ("completed", None)

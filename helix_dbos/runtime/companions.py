@@ -46,6 +46,9 @@ from helix_dbos.runtime.subagents import (
     ChildRun,
     child_result,
     child_step_options,
+    children_done,
+    children_waiting,
+    fire_children_hook,
     run_end,
 )
 from helix_dbos.store import companions as sql
@@ -98,7 +101,7 @@ class CompanionCalls:
         if tool.action == "terminateChild":
             return await self._terminate(call, args)
         if tool.action == "waitForResult":
-            return await self._wait(args)
+            return await self._wait(call, args)
         status = await self.rt.transaction(
             "helix.companion_read", sql.children_status, self.commit.session_id, _name(args)
         )
@@ -124,7 +127,10 @@ class CompanionCalls:
                 self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
             )
         if opened.mode == "blocking":
-            return await DBOS.run_step_async(child_step_options(child), child_result, child)
+            await self._waiting([child.session_id], call.id)
+            outcome = await DBOS.run_step_async(child_step_options(child), child_result, child)
+            await self._resumed([child.session_id], call.id)
+            return outcome
         return _result(
             {
                 "name": opened.name,
@@ -176,7 +182,13 @@ class CompanionCalls:
         await self._interrupt(Busy(busy.run_id, busy.workflow_id, busy.waits), error)
         return _result({"name": _name(args), "status": "aborted"})
 
-    async def _wait(self, args: BaseModel) -> ToolOutcome:
+    async def _wait(self, call: ToolCall, args: BaseModel) -> ToolOutcome:
+        live = await self.rt.transaction(
+            "helix.companion_live", sql.live_child, self.commit.session_id, _name(args)
+        )
+        waiting = [live.session_id] if not isinstance(live, str) else []
+        if waiting:  # a child still working: the parent visibly waits on it
+            await self._waiting(waiting, call.id)
         timeout = float(getattr(args, "timeoutSeconds", 300.0))
         status = await DBOS.run_step_async(
             {"name": "helix.companion_wait"},
@@ -185,9 +197,25 @@ class CompanionCalls:
             _name(args),
             timeout,
         )
+        if waiting:
+            await self._resumed(waiting, call.id)
         if isinstance(status, str):
             return _error(status)
         return _result(status)
+
+    async def _waiting(self, sessions: list[str], call_id: str) -> None:
+        """A blocking call waits on a child: the parent's run is `waiting` on
+        `awaiting_children`, as for ephemeral sub-agents, and on_agent_suspended fires."""
+        await self.rt.transaction("helix.children_waiting", children_waiting, self.commit)
+        await fire_children_hook(
+            self.agent, self.commit, "on_agent_suspended", "waiting", sessions, [call_id]
+        )
+
+    async def _resumed(self, sessions: list[str], call_id: str) -> None:
+        await self.rt.transaction("helix.children_done", children_done, self.commit)
+        await fire_children_hook(
+            self.agent, self.commit, "on_agent_resumed", "running", sessions, [call_id]
+        )
 
 
 def _name(args: BaseModel) -> str | None:

@@ -211,23 +211,34 @@ class SubAgentDispatch:
         )
 
     async def _fire(self, hook_name: str, status: str, children: list[ChildRun]) -> None:
-        hook = getattr(self.agent.hooks, hook_name)
-        if hook is None:
-            return
-        context = HookContext(
-            self.commit.session_id, self.commit.run_id, self.agent.name, self.commit.step
-        )
-        details = {
-            "reason": AWAITING_CHILDREN if status == "waiting" else "children_done",
-            "children": [c.session_id for c in children],
-            "tool_call_ids": [c.call_id for c in children],
-        }
-        await DBOS.run_step_async(
-            {"name": f"helix.hook:{hook_name}"},
-            fire_safely,
-            hook,
-            RunEvent(context, status, details=details),
-        )
+        sessions, call_ids = [c.session_id for c in children], [c.call_id for c in children]
+        await fire_children_hook(self.agent, self.commit, hook_name, status, sessions, call_ids)
+
+
+async def fire_children_hook(
+    agent: Agent,
+    commit: StepCommit,
+    hook_name: str,
+    status: str,
+    sessions: list[str],
+    call_ids: list[str],
+) -> None:
+    """on_agent_suspended (reason `awaiting_children`) or on_agent_resumed, in a step."""
+    hook = getattr(agent.hooks, hook_name)
+    if hook is None:
+        return
+    context = HookContext(commit.session_id, commit.run_id, agent.name, commit.step)
+    details = {
+        "reason": AWAITING_CHILDREN if status == "waiting" else "children_done",
+        "children": sessions,
+        "tool_call_ids": call_ids,
+    }
+    await DBOS.run_step_async(
+        {"name": f"helix.hook:{hook_name}"},
+        fire_safely,
+        hook,
+        RunEvent(context, status, details=details),
+    )
 
 
 async def open_children(
@@ -335,6 +346,19 @@ async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -
                 idempotency_key=f"{child.run_id}:interrupt:{kind}",
             )
     return True
+
+
+async def children_waiting(session: repo.Executor, parent: StepCommit) -> None:
+    """The body of `helix.children_waiting`: a parent still live waits on a child it
+    cannot go on without (a blocking companion's turn)."""
+    if await repo.update_live_run(
+        session,
+        parent.run_id,
+        status="waiting",
+        waiting_for=AWAITING_CHILDREN,
+        waiting_since_now=True,
+    ):
+        await repo.update_session(session, parent.session_id, status="waiting")
 
 
 async def children_done(session: repo.Executor, parent: StepCommit) -> None:
