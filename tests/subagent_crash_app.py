@@ -4,8 +4,9 @@ usage: subagent_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR S
 
 "start" starts the lead's run and sleeps until the test SIGKILLs it; "recover" relaunches
 under the same executor id, waits for the lead's run to end and prints it. Scenarios:
-"children": the lead fans out to two researchers, killed while both are in their slow
-tool; "companion": the lead spawns a non-blocking persistent critic, then sends it a
+"children": the lead fans out to two researchers (and to an unregistered "ghost", a
+dispatch failure), killed while both researchers are in their slow tool; its tool hooks
+and each `subagent.dispatch_failed` log event are counted in marker files; "companion": the lead spawns a non-blocking persistent critic, then sends it a
 message while it is in its slow tool, killed while the lead waits for it to stop. The LLM is a function of the transcript, so the
 relaunched process answers as the killed one would have; every tool execution and LLM
 call is appended to a file in MARKER_DIR for the test to count.
@@ -15,12 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
 from pathlib import Path
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, PersistentAgent, sub_agent_tool, tool
+from helix_dbos import (
+    Agent,
+    AgentHooks,
+    HelixDBOS,
+    MockLLM,
+    PersistentAgent,
+    sub_agent_tool,
+    tool,
+)
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, marker_dir, scenario = sys.argv[1:6]
@@ -104,11 +114,13 @@ def respond(request: LLMRequest) -> dict:
             return {
                 "type": "tool_calls",
                 "tool_calls": [
+                    {"id": "r0", "name": "subagent__ghost", "arguments": {"message": "boo"}},
                     {"id": "r1", "name": "subagent__researcher", "arguments": {"message": "owls"}},
                     {"id": "r2", "name": "subagent__researcher", "arguments": {"message": "bats"}},
                 ],
             }
-        return {"type": "text", "content": " | ".join(str(m.content) for m in results)}
+        answers = [str(m.content) for m in results if m.tool_call_id != "r0"]
+        return {"type": "text", "content": " | ".join(answers)}
     topic = topic_of(request)
     if len(results) == 0:
         return {
@@ -123,12 +135,29 @@ def respond(request: LLMRequest) -> dict:
     return {"type": "text", "content": f"{topic}: {results[-1].content}"}
 
 
+class DispatchFailures(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "subagent.dispatch_failed":
+            mark("dispatch_failed.log", str(getattr(record, "tool_call_id", "")))
+
+
+logging.getLogger("helix_dbos").addHandler(DispatchFailures(logging.ERROR))
+
+lead_hooks = AgentHooks(  # the lead's tool hooks, counted per call
+    before_tool=lambda e: mark(f"before_tool_{e.call.id}.log"),
+    after_tool=lambda e: mark(f"after_tool_{e.call.id}.log", str(e.success)),
+    on_message=lambda e: (
+        mark(f"on_message_{e.message.tool_call_id}.log") if e.message.role == "tool" else None
+    ),
+)
 researcher = Agent("researcher", tools=[note, slow])
 critic = Agent("critic", tools=[slow])
+ghost = Agent("ghost")  # never registered: its calls cannot be dispatched
 lead = Agent(
     "lead",
-    tools=[sub_agent_tool(researcher), wait_for_critic],
+    tools=[sub_agent_tool(researcher), sub_agent_tool(ghost), wait_for_critic],
     persistent_agents=[PersistentAgent(critic, mode="non_blocking")],
+    hooks=lead_hooks,
 )
 helix = HelixDBOS(
     [lead, researcher, critic],

@@ -86,12 +86,20 @@ def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url
         "ORDER BY tool_call_id",
         session_id,
     )
-    assert results == [("r1", "owls: read about owls"), ("r2", "bats: read about bats")]
+    assert results[1:] == [("r1", "owls: read about owls"), ("r2", "bats: read about bats")]
+    assert results[0][0] == "r0" and "could not be dispatched" in results[0][1]
+    # The dispatch failure was logged once, not again by the replay after the relaunch;
+    # each call fired before_tool, on_message and after_tool once, across the crash.
+    assert lines(tmp_path, "dispatch_failed.log") == ["r0"]
+    for call_id, success in (("r0", "False"), ("r1", "True"), ("r2", "True")):
+        assert lines(tmp_path, f"before_tool_{call_id}.log") == ["x"], call_id
+        assert lines(tmp_path, f"on_message_{call_id}.log") == ["x"], call_id
+        assert lines(tmp_path, f"after_tool_{call_id}.log") == [success], call_id
     # One `subagent` usage row per child, none duplicated, with the child's tokens.
     rows = sql(
         database_url,
         "SELECT tool_name, input_tokens, success FROM helix.usage WHERE run_id = %s "
-        "AND kind = 'subagent'",
+        "AND kind = 'subagent' AND tool_name = 'subagent__researcher'",
         run_id,
     )
     assert len(rows) == 2 and all(r[0] == "subagent__researcher" and r[2] for r in rows)

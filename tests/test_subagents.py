@@ -10,16 +10,20 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 from helpers import sql
 from pydantic import BaseModel
 
 from helix_dbos import Agent, AgentHooks, TerminatingConfig, ToolContext, sub_agent_tool, tool
 from helix_dbos.errors import ToolDefinitionError
+from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.subagents import ChildRun
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -234,6 +238,126 @@ async def test_a_dispatch_failure_is_a_tool_error_with_an_error_chunk_and_log_ev
         result.session_id,
     )
     assert success is False
+
+
+async def test_a_child_whose_workflow_cannot_start_is_a_dispatch_failure_beside_its_sibling(
+    helix, make_agent, mock_llm, database_url, caplog
+):
+    """Seed 002's "child workflow start failure": the call is a tool error the model sees,
+    with an error chunk and one ERROR `subagent.dispatch_failed`; the opened child run is
+    closed, not left running; its sibling in the same response runs as usual. The start
+    fails for real: the child's workflow id is taken by another DBOS workflow."""
+
+    async def squatter() -> None:
+        return None
+
+    taken_by = DBOS.workflow(name=f"squatter_{uuid.uuid4().hex[:8]}")(squatter)
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="helper")])
+    ready = threading.Event()
+
+    async def respond(request):
+        if request.agent_name == child.name:
+            return text(f"did {request.messages[-1].content}")
+        if not any(m.role == "tool" for m in request.messages):
+            await asyncio.to_thread(ready.wait, 30)
+            return calls(
+                ("x", "subagent__helper", {"message": "blocked"}),
+                ("y", "subagent__helper", {"message": "free"}),
+            )
+        return text("reported")
+
+    mock_llm.set_responder(respond)
+    try:
+        with caplog.at_level(logging.ERROR, logger="helix_dbos"):
+            handle = await helix.execute(parent, "go")
+            step_one = StepCommit(handle.session_id, handle.run_id, parent.name, 1)
+            call = ToolCall(id="x", name="subagent__helper", arguments={})
+            blocked = ChildRun.of(step_one, call, child.name, "blocked")
+
+            async def occupy() -> None:
+                with SetWorkflowID(blocked.workflow_id):
+                    await DBOS.start_workflow_async(taken_by)
+
+            await on_target_loop(occupy)
+            ready.set()
+            result = await asyncio.wait_for(handle.result(), timeout=30)
+    finally:
+        mock_llm.set_responder(None)
+        ready.set()
+
+    assert result.status == "completed" and result.output == "reported", result.error
+    results = tool_results(await helix.get_messages(result.session_id))
+    content, is_error = results["x"]
+    assert is_error and content.startswith(
+        f"Sub-agent '{child.name}' could not be dispatched: its workflow could not be started"
+    )
+    assert results["y"] == ("did free", False)  # the sibling is unaffected
+    last = [r for r in mock_llm.inputs if r.agent_name == parent.name][-1]
+    assert [m.content for m in last.messages if m.tool_call_id == "x"] == [content]
+    events = [r for r in caplog.records if getattr(r, "event", None) == "subagent.dispatch_failed"]
+    assert [(e.levelno, e.tool_call_id) for e in events] == [(logging.ERROR, "x")]
+    [(payload,)] = sql(
+        database_url,
+        "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error'",
+        result.session_id,
+    )
+    assert payload["tool_call_id"] == "x" and payload["error"] == content
+    # The child's run was opened before its start failed: it is closed, not left running.
+    [(status, error)] = sql(
+        database_url,
+        "SELECT status, error FROM helix.runs WHERE run_id = %s",
+        blocked.run_id,
+    )
+    assert status == "failed" and "could not be started" in error
+    assert (await helix.get_session(blocked.session_id)).status == "failed"
+
+
+async def test_sub_agent_calls_fire_the_tool_hooks_in_canonical_order(helix, make_agent, mock_llm):
+    """Seed 002: DBOS fires the canonical sequence (beforeTool -> execute -> onMessage ->
+    afterTool) for each call, inline; a sub-agent call's execute is its child's run, and
+    a call that gets no child (here: its agent is not registered) fires them too."""
+    events: list[tuple] = []
+    hooks = AgentHooks(
+        before_tool=lambda e: events.append(("before", e.call.id)),
+        on_message=lambda e: (
+            events.append(("message", e.message.tool_call_id)) if e.message.role == "tool" else None
+        ),
+        after_tool=lambda e: events.append(("after", e.call.id, e.success, e.result, e.error)),
+    )
+    child = make_agent(hooks=AgentHooks(before_llm_call=lambda e: events.append(("child_llm",))))
+    ghost = Agent(f"ghost_{uuid.uuid4().hex[:8]}")
+    parent = make_agent(
+        tools=[sub_agent_tool(child, name="helper"), sub_agent_tool(ghost, name="ghost")],
+        hooks=hooks,
+    )
+    mock_llm.add_responses(
+        calls(
+            ("s1", "subagent__helper", {"message": "work"}),
+            ("s2", "subagent__ghost", {"message": "boo"}),
+        ),
+        text("done"),
+        agent=parent.name,
+    )
+    mock_llm.add_response(text("worked"), agent=child.name)
+
+    result = await (await helix.execute(parent, "go")).result()
+
+    assert result.status == "completed", result.error
+    ghost_error = tool_results(await helix.get_messages(result.session_id))["s2"][0]
+    for_s1 = [e for e in events if e[0] == "child_llm" or e[1] == "s1"]
+    assert for_s1 == [
+        ("before", "s1"),
+        ("child_llm",),
+        ("message", "s1"),
+        ("after", "s1", True, "worked", None),
+    ]
+    assert [e for e in events if e[0] != "child_llm" and e[1] == "s2"] == [
+        ("before", "s2"),
+        ("message", "s2"),
+        ("after", "s2", False, None, ghost_error),
+    ]
+    assert events.index(("before", "s2")) < events.index(("child_llm",)), "before_tool first"
 
 
 async def test_seed_001_sub_agent_calls_map_to_sub_agent_tools_or_get_a_clear_error(

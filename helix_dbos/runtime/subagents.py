@@ -34,11 +34,17 @@ from typing import Any
 from dbos import DBOS, SetWorkflowID, StepOptions
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.definitions.hooks import (
+    HookContext,
+    MessageEvent,
+    RunEvent,
+    ToolEvent,
+    fire_safely,
+)
 from helix_dbos.definitions.subagent import SubAgentTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.log_events import SUBAGENT_DISPATCH_FAILED, log_event
-from helix_dbos.orchestration.messages import to_json_text
+from helix_dbos.orchestration.messages import create_tool_result_message, to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
@@ -52,6 +58,7 @@ from helix_dbos.runtime.hitl import (
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
+from helix_dbos.runtime.tool_step import outside_result_hooks
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import RunRow
 from helix_dbos.streaming.notifier import run_end_key
@@ -96,6 +103,28 @@ def child_step_options(child: ChildRun) -> StepOptions:
     }
 
 
+class Fresh:
+    """Set by a step's body when it runs: still unset after DBOS replayed the step from
+    its checkpoint (a recovery), so workflow code says what the step found only once."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+
+@dataclass(frozen=True)
+class ParentCall:
+    """The parent's sub-agent call, for its tool hooks."""
+
+    session_id: str
+    run_id: str
+    agent_name: str
+    step: int
+    call: ToolCall
+
+    def hook_context(self) -> HookContext:
+        return HookContext(self.session_id, self.run_id, self.agent_name, self.step)
+
+
 class SubAgentDispatch:
     """One step's sub-agent calls: open and start the children, then settle the parent."""
 
@@ -106,6 +135,7 @@ class SubAgentDispatch:
         self.workflow = workflow
         # An interrupt that came before the children could start: the batch ends with it.
         self.interrupt: InterruptNotice | None = None
+        self._calls: dict[str, ToolCall] = {}  # the sub-agent calls, by id
 
     def is_sub_agent(self, call: ToolCall) -> bool:
         return isinstance(self.agent.tool(call.name), SubAgentTool)
@@ -113,7 +143,44 @@ class SubAgentDispatch:
     async def dispatch(
         self, calls: list[ToolCall], outcomes: dict[str, ToolOutcome]
     ) -> list[ChildRun]:
-        """Open and start a child per call; a call that cannot run gets its outcome now."""
+        """Open and start a child per call; a call that cannot run gets its outcome now.
+        Each call fires before_tool first, and a call that gets no child its on_message
+        and after_tool here (a started child's fire when its result comes back)."""
+        if not calls:
+            return []
+        await self._before_tool(calls)
+        started = await self._dispatch(calls, outcomes)
+        unstarted = [c for c in calls if c.id in outcomes]
+        if unstarted and (self.agent.hooks.after_tool or self.agent.hooks.on_message):
+            await DBOS.run_step_async(
+                {"name": "helix.subagent_hooks"},
+                unstarted_hooks,
+                self.parent_call(unstarted[0]),
+                unstarted,
+                {c.id: outcomes[c.id] for c in unstarted},
+            )
+        return started
+
+    def parent_call(self, call: ToolCall | ChildRun) -> ParentCall:
+        """The parent's tool call a child answers (for its hooks)."""
+        call_id = call.id if isinstance(call, ToolCall) else call.call_id
+        c = self.commit
+        return ParentCall(c.session_id, c.run_id, self.agent.name, c.step, self._calls[call_id])
+
+    async def _before_tool(self, calls: list[ToolCall]) -> None:
+        """before_tool for each call, in call order, in one step (so once, replay or not)."""
+        self._calls.update({c.id: c for c in calls})
+        if self.agent.hooks.before_tool is not None:
+            await DBOS.run_step_async(
+                {"name": "helix.hook:before_tool"},
+                before_tool_hooks,
+                self.parent_call(calls[0]),
+                calls,
+            )
+
+    async def _dispatch(
+        self, calls: list[ToolCall], outcomes: dict[str, ToolOutcome]
+    ) -> list[ChildRun]:
         children: list[ChildRun] = []
         dispatched: list[ToolCall] = []
         for call in calls:
@@ -132,9 +199,16 @@ class SubAgentDispatch:
             return []
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
+        opening = Fresh()  # its failures are logged only when it decides them now
         try:
             failures = await self.rt.transaction(
-                "helix.open_children", open_children, self.commit, children, dispatched, workflow_id
+                "helix.open_children",
+                open_children,
+                self.commit,
+                children,
+                dispatched,
+                workflow_id,
+                opening,
             )
         except Exception as exc:
             failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
@@ -144,7 +218,8 @@ class SubAgentDispatch:
         started: list[ChildRun] = []
         for child in children:
             if child.call_id in failures:
-                outcomes[child.call_id] = self._dispatch_failed(child, failures[child.call_id])
+                reason = failures[child.call_id]
+                outcomes[child.call_id] = self._dispatch_failed(child, reason, log=opening.ran)
                 continue
             try:
                 with SetWorkflowID(child.workflow_id):
@@ -157,10 +232,16 @@ class SubAgentDispatch:
                     )
             except Exception as exc:  # its run is closed, so nothing waits on it
                 reason = f"its workflow could not be started: {exc}"
+                closing = Fresh()
                 await self.rt.transaction(
-                    "helix.close_child", close_run, child.session_id, child.run_id, reason
+                    "helix.close_child",
+                    close_child,
+                    child.session_id,
+                    child.run_id,
+                    reason,
+                    closing,
                 )
-                outcomes[child.call_id] = self._dispatch_failed(child, reason)
+                outcomes[child.call_id] = self._dispatch_failed(child, reason, log=closing.ran)
                 continue
             started.append(child)
         if started:
@@ -188,21 +269,24 @@ class SubAgentDispatch:
         await self.rt.transaction("helix.children_done", children_done, self.commit)
         await self._fire("on_agent_resumed", "running", started)
 
-    def _dispatch_failed(self, child: ChildRun, reason: str) -> ToolOutcome:
+    def _dispatch_failed(self, child: ChildRun, reason: str, *, log: bool) -> ToolOutcome:
         """Seed 002: a dispatch failure reaches the model as a tool error, with an error
-        chunk and an ERROR log event; siblings are unaffected."""
+        chunk and an ERROR log event; siblings are unaffected. `log`: the step that found
+        the failure ran now, not replayed from its checkpoint by a recovery (which would
+        log it a second time)."""
         error = f"Sub-agent '{child.agent_name}' could not be dispatched: {reason}"
-        log_event(  # workflow code: a recovery that replays this logs it again
-            SUBAGENT_DISPATCH_FAILED,
-            logging.ERROR,
-            error,
-            run_id=self.commit.run_id,
-            session_id=self.commit.session_id,
-            agent_name=self.agent.name,
-            step=self.commit.step,
-            tool_call_id=child.call_id,
-            child_agent_name=child.agent_name,
-        )
+        if log:
+            log_event(
+                SUBAGENT_DISPATCH_FAILED,
+                logging.ERROR,
+                error,
+                run_id=self.commit.run_id,
+                session_id=self.commit.session_id,
+                agent_name=self.agent.name,
+                step=self.commit.step,
+                tool_call_id=child.call_id,
+                child_agent_name=child.agent_name,
+            )
         payload = {"error": error, "tool_call_id": child.call_id, "tool_name": child.tool_name}
         key = f"{self.commit.run_id}:{self.commit.step}:{child.call_id}:dispatch_failed"
         self.commit.events.append(ChunkRecord(key, "error", payload))
@@ -247,6 +331,7 @@ async def open_children(
     children: list[ChildRun],
     calls: list[ToolCall],
     workflow_id: str,
+    fresh: Fresh | None = None,
 ) -> dict[str, str] | None:
     """The body of `helix.open_children`; returns why each undispatchable child was not
     opened, by call id, or None, opening nothing, when an interrupt for the parent's
@@ -256,6 +341,8 @@ async def open_children(
     Locks are taken in the order every other writer takes them (the parent's run row,
     its session row, then a child's session row and its root's): the parent's live head
     write runs at the same time and locks its run, then its session."""
+    if fresh is not None:
+        fresh.ran = True
     if await repo.interrupt_pending(session, workflow_id):
         return None
     agents = current_runtime().agents
@@ -348,6 +435,42 @@ async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -
     return True
 
 
+async def close_child(
+    session: repo.Executor, session_id: str, run_id: str, reason: str, fresh: Fresh
+) -> None:
+    """The body of `helix.close_child`: a child whose workflow could not start fails."""
+    fresh.ran = True
+    await close_run(session, session_id, run_id, reason)
+
+
+async def before_tool_hooks(parent: ParentCall, calls: list[ToolCall]) -> None:
+    """The body of `helix.hook:before_tool`: before_tool for each sub-agent call."""
+    hook = current_runtime().agent(parent.agent_name).hooks.before_tool
+    for call in calls:
+        await fire_safely(hook, ToolEvent(parent.hook_context(), call))
+
+
+async def unstarted_hooks(
+    parent: ParentCall, calls: list[ToolCall], outcomes: dict[str, ToolOutcome]
+) -> None:
+    """The body of `helix.subagent_hooks`: on_message and after_tool for sub-agent calls
+    that got no child (bad arguments, a dispatch failure, an interrupt). A call that did
+    not run at all (`duration_ms` None) has its on_message when its message is written."""
+    hooks = current_runtime().agent(parent.agent_name).hooks
+    context = parent.hook_context()
+    for call in calls:
+        outcome = outcomes[call.id]
+        if outcome.duration_ms is not None:
+            message = create_tool_result_message(
+                call.id, call.name, success=False, error=outcome.error
+            )
+            await fire_safely(hooks.on_message, MessageEvent(context, message))
+        event = ToolEvent(
+            context, call, success=False, error=outcome.error, duration_ms=outcome.duration_ms
+        )
+        await fire_safely(hooks.after_tool, event)
+
+
 async def children_waiting(session: repo.Executor, parent: StepCommit) -> None:
     """The body of `helix.children_waiting`: a parent still live waits on a child it
     cannot go on without (a blocking companion's turn)."""
@@ -369,14 +492,17 @@ async def children_done(session: repo.Executor, parent: StepCommit) -> None:
         await repo.update_session(session, parent.session_id, status="running")
 
 
-async def child_result(child: ChildRun) -> ToolOutcome:
+async def child_result(child: ChildRun, parent: ParentCall | None = None) -> ToolOutcome:
     """The body of a `helix.subagent:<name>` step: the child's run, once it ended, as
-    the call's outcome (its output, or why it did not complete)."""
+    the call's outcome (its output, or why it did not complete). For a sub-agent call
+    (`parent`), the parent's on_message and after_tool fire here, once the result is in,
+    before its siblings' results (seed 002: DBOS fires hooks "before the enclosing
+    Promise.all-driven sub-agent dispatch resolves")."""
     rt = current_runtime()
     run = await run_end(rt, child.run_id)
     tokens, duration_ms = await rt.read(repo.run_usage_total, child.run_id)
     if run.status == "completed":
-        return ToolOutcome(
+        outcome = ToolOutcome(
             success=True,
             content=to_json_text(run.output),
             result=run.output,
@@ -384,15 +510,21 @@ async def child_result(child: ChildRun) -> ToolOutcome:
             usage_kind="subagent",
             tokens=tokens,
         )
-    why = f": {run.error}" if run.error else ""
-    return ToolOutcome(
-        success=False,
-        content=None,
-        error=f"Sub-agent '{child.agent_name}' {run.status}{why}",
-        duration_ms=duration_ms,
-        usage_kind="subagent",
-        tokens=tokens,
-    )
+    else:
+        why = f": {run.error}" if run.error else ""
+        outcome = ToolOutcome(
+            success=False,
+            content=None,
+            error=f"Sub-agent '{child.agent_name}' {run.status}{why}",
+            duration_ms=duration_ms,
+            usage_kind="subagent",
+            tokens=tokens,
+        )
+    if parent is not None:
+        await outside_result_hooks(
+            parent.session_id, parent.run_id, parent.agent_name, parent.step, parent.call, outcome
+        )
+    return outcome
 
 
 async def run_end(rt: Runtime, run_id: str) -> RunRow:

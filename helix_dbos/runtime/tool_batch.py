@@ -185,7 +185,12 @@ class ToolBatch:
                 for r, c in zip(reservations, calls, strict=True)
             ),
             *(
-                w.run_async(child_step_options(child), child_result, child)
+                w.run_async(
+                    child_step_options(child),
+                    child_result,
+                    child,
+                    self.children.parent_call(child),
+                )
                 for w, child in zip(waits, children, strict=True)
             ),
         )
