@@ -13,9 +13,11 @@ import threading
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
 from helpers import sql
+from live_server import serve
 from pydantic import BaseModel
 
 from helix_dbos import Agent, AgentHooks, TerminatingConfig, ToolContext, sub_agent_tool, tool
@@ -24,6 +26,7 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.subagents import ChildRun
+from helix_dbos.server import create_app
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -820,6 +823,64 @@ async def test_the_cli_answers_a_childs_wait_through_the_root_and_aborts_the_tre
     assert result.status == "aborted" and ran == ["hello"]
     assert (await helix.get_session(second_child)).status == "aborted"
     assert_every_call_paired(await helix.get_messages(second_child))
+
+
+async def test_the_cli_and_http_show_a_sessions_usage_with_or_without_its_descendants(
+    helix, make_agent, mock_llm, database_url
+):
+    """`get_usage(include_children=True)` as `helix-dbos usage --session ID --children`
+    and `GET /sessions/{id}/usage?children=true`, on a tree three levels deep."""
+    grandchild = make_agent()
+    child = make_agent(tools=[sub_agent_tool(grandchild, name="deep")])
+    parent = make_agent(tools=[sub_agent_tool(child, name="mid")])
+    mock_llm.add_responses(
+        calls(("m", "subagent__mid", {"message": "go deeper"})), text("top"), agent=parent.name
+    )
+    mock_llm.add_responses(
+        calls(("d", "subagent__deep", {"message": "deepest"})), text("mid"), agent=child.name
+    )
+    mock_llm.add_response(text("bottom"), agent=grandchild.name)
+    result = await (await helix.execute(parent, "go")).result()
+    assert result.status == "completed", result.error
+    root = result.session_id
+    [(mid, *_)] = child_sessions(database_url, root)
+    [(deep, *_)] = child_sessions(database_url, mid)
+    own = await helix.get_usage(session_id=root)
+    tree = await helix.get_usage(session_id=root, include_children=True)
+    assert (own["llm_calls"], tree["llm_calls"]) == (2, 5)
+    assert tree["input_tokens"] > own["input_tokens"]
+
+    def tokens(row: dict) -> tuple:
+        return row["llm_calls"], row["input_tokens"], row["output_tokens"]
+
+    plain = await cli(database_url, "usage", "--session", root, "--json")
+    whole = await cli(database_url, "usage", "--session", root, "--children", "--json")
+    below = await cli(
+        database_url, "usage", "--session", mid, "--children", "--by", "session", "--json"
+    )
+    assert plain.returncode == whole.returncode == below.returncode == 0, whole.stderr
+    [plain_row] = json.loads(plain.stdout)
+    [whole_row] = json.loads(whole.stdout)
+    assert tokens(plain_row) == (2, own["input_tokens"], own["output_tokens"])
+    assert tokens(whole_row) == (5, tree["input_tokens"], tree["output_tokens"])
+    by_session = {r["session"]: r["llm_calls"] for r in json.loads(below.stdout)}
+    assert by_session == {mid: 2, deep: 1}, "the session below and its own child, no parent"
+    table = await cli(database_url, "usage", "--session", root, "--children")
+    assert table.returncode == 0 and str(tree["input_tokens"]) in table.stdout
+    alone = await cli(database_url, "usage", "--children")
+    assert alone.returncode == 2 and "--children needs --session" in alone.stderr
+
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            path = f"/sessions/{root}/usage"
+            without = (await client.get(path)).json()
+            within = (await client.get(path, params={"children": "true"})).json()
+            bad = await client.get(path, params={"children": "maybe"})
+    assert (without["include_children"], without["totals"]) == (False, own)
+    assert (within["include_children"], within["totals"]) == (True, tree)
+    assert [tokens(r) for r in within["by_model"]] == [tokens(whole_row)]
+    assert [tokens(r) for r in without["by_model"]] == [tokens(plain_row)]
+    assert bad.status_code == 422
 
 
 async def test_a_wide_fan_out_completes_without_lock_conflicts(helix, make_agent, mock_llm, caplog):

@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from helix_dbos.cli.common import DatabaseUrl, Json, Session, read_connection, require_session
+from helix_dbos.cli.common import (
+    CLIError,
+    DatabaseUrl,
+    Json,
+    Session,
+    read_connection,
+    require_session,
+)
 from helix_dbos.cli.output import Column, json_default, print_json, print_table
 from helix_dbos.server import queries
 
@@ -180,15 +187,26 @@ def usage(
     session: Annotated[
         str | None, typer.Option("--session", metavar="ID", help="Only this session.")
     ] = None,
+    children: Annotated[
+        bool,
+        typer.Option(
+            "--children",
+            help="With --session: the session and every session below it "
+            "(its sub-agents and companions, and theirs).",
+        ),
+    ] = False,
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
     """Calls, tokens and cost in USD from helix.usage, by model (LLM calls), session, agent
     or root session (with its sub-agents' sessions)."""
+    if children and not session:
+        raise CLIError("--children needs --session ID")
     with read_connection(database_url) as conn:
         if session:
             require_session(conn, session)
-        rows = queries.fetch_sync(conn, queries.usage(by=by.value, session_id=session))
+        query = queries.usage(by=by.value, session_id=session, include_children=children)
+        rows = queries.fetch_sync(conn, query)
     if json_output:
         print_json([{by.value: r.pop("key"), **r} for r in rows])
     elif not rows:

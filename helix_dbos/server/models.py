@@ -202,6 +202,7 @@ class UsageRow(BaseModel):
 
 class UsageResponse(BaseModel):
     session_id: str
+    include_children: bool = False  # the sessions below it are counted too
     totals: dict[str, int]
     by_model: list[UsageRow]
 

@@ -101,14 +101,24 @@ def transcript(session_id: str) -> Query:
     )
 
 
-def usage(*, by: UsageBy = "model", session_id: str | None = None) -> Query:
+# The session `%(sid)s` and every session below it (sub-agents, companions, theirs).
+SESSION_TREE = (
+    "WITH RECURSIVE tree AS (SELECT CAST(%(sid)s AS text) AS session_id UNION "
+    "SELECT s.session_id FROM helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
+)
+
+
+def usage(
+    *, by: UsageBy = "model", session_id: str | None = None, include_children: bool = False
+) -> Query:
     """Calls, tokens and cost in USD grouped by model (LLM calls only), session, agent or
     root session (a session with every sub-agent session below it). `cost_usd` is NULL
     where no call of the group was priced (a model the price table does not know).
+    `include_children` (with `session_id`): the session and every session below it.
 
-    A `subagent` row repeats its child's tokens, so by root session, where the child's
-    own rows count too, only the rows of the work itself are summed (its cost is only
-    ever on `llm` rows)."""
+    A `subagent` row repeats its child's tokens, so by root session, or over a session
+    with its children, where the child's own rows count too, only the rows of the work
+    itself are summed (its cost is only ever on `llm` rows)."""
     column = {
         "model": "u.model",
         "session": "u.session_id",
@@ -117,12 +127,16 @@ def usage(*, by: UsageBy = "model", session_id: str | None = None) -> Query:
     }[by]
     where: list[str] = ["u.kind = 'llm'"] if by == "model" else []
     params: dict[str, Any] = {}
+    tree = bool(session_id) and include_children
     if session_id:
-        where.append(f"{column if by == 'root' else 'u.session_id'} = %(sid)s")
+        if tree:
+            where.append("u.session_id IN (SELECT session_id FROM tree)")
+        else:
+            where.append(f"{column if by == 'root' else 'u.session_id'} = %(sid)s")
         params["sid"] = session_id
     join = "JOIN helix.sessions s ON s.session_id = u.session_id " if by == "root" else ""
     clause = f"WHERE {' AND '.join(where)} " if where else ""
-    only = " FILTER (WHERE u.kind <> 'subagent')" if by == "root" else ""
+    only = " FILTER (WHERE u.kind <> 'subagent')" if by == "root" or tree else ""
     tokens = ", ".join(
         f"COALESCE(sum(u.{c}){only}, 0) AS {c}"
         for c in (
@@ -134,7 +148,8 @@ def usage(*, by: UsageBy = "model", session_id: str | None = None) -> Query:
         )
     )
     return Query(
-        f"SELECT {column} AS key, count(*) FILTER (WHERE u.kind = 'llm') AS llm_calls, "
+        (SESSION_TREE if tree else "")
+        + f"SELECT {column} AS key, count(*) FILTER (WHERE u.kind = 'llm') AS llm_calls, "
         f"count(*) FILTER (WHERE u.kind = 'tool') AS tool_calls, {tokens}, "
         "CAST(sum(u.cost_usd) AS float8) AS cost_usd "
         f"FROM helix.usage u {join}{clause}GROUP BY 1 ORDER BY llm_calls DESC, tool_calls DESC, 1",

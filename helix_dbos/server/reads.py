@@ -58,17 +58,24 @@ def build_router(ctx: ServerContext) -> APIRouter:
         response_model=UsageResponse,
         summary="A session's token and call counts",
     )
-    async def usage(session_id: str) -> UsageResponse:
+    async def usage(
+        session_id: str,
+        children: Annotated[
+            bool,
+            Query(
+                description="Count every session below this one too (its sub-agents and "
+                "companions, and theirs)"
+            ),
+        ] = False,
+    ) -> UsageResponse:
         ctx.check_ids(session_id=session_id)
         await helix.get_session(session_id)
-        rows = await on_target_loop(
-            lambda: queries.fetch_async(
-                helix.runtime.engine, queries.usage(by="model", session_id=session_id)
-            )
-        )
+        query = queries.usage(by="model", session_id=session_id, include_children=children)
+        rows = await on_target_loop(lambda: queries.fetch_async(helix.runtime.engine, query))
         return UsageResponse(
             session_id=session_id,
-            totals=await helix.get_usage(session_id=session_id),
+            include_children=children,
+            totals=await helix.get_usage(session_id=session_id, include_children=children),
             by_model=[UsageRow.model_validate(r) for r in rows],
         )
 
