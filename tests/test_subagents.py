@@ -684,6 +684,43 @@ async def test_an_interrupt_while_the_parent_asks_for_children_starts_none_and_r
     )
 
 
+async def test_an_abort_while_the_parent_asks_for_children_starts_none(
+    helix, make_agent, mock_llm, database_url
+):
+    """The abort side of item 5: a parent aborted while its model is still deciding to
+    delegate opens and starts no child once the model answers (its workflow is cancelled)."""
+    child = make_agent()
+    parent = make_agent(tools=[sub_agent_tool(child, name="helper")])
+    asking, release, answered = threading.Event(), threading.Event(), threading.Event()
+
+    async def respond(request):
+        if request.agent_name == child.name:
+            return text("child done")
+        asking.set()
+        await asyncio.to_thread(release.wait, 30)
+        answered.set()
+        return calls(("h1", "subagent__helper", {"message": "one"}))
+
+    mock_llm.set_responder(respond)
+    try:
+        handle = await helix.execute(parent, "delegate")
+        assert await asyncio.to_thread(asking.wait, 30)
+        await helix.abort(handle.session_id, reason="stop")
+        release.set()
+        assert await asyncio.to_thread(answered.wait, 30)
+        for _ in range(40):  # the cancelled workflow would dispatch right after the answer
+            assert child_sessions(database_url, handle.session_id) == [], "a child started"
+            await asyncio.sleep(0.05)
+    finally:
+        mock_llm.set_responder(None)
+        release.set()
+
+    result = await asyncio.wait_for(handle.result(), timeout=20)
+    assert result.status == "aborted"
+    assert not [r for r in mock_llm.inputs if r.agent_name == child.name]
+    assert_every_call_paired(await helix.get_messages(handle.session_id))
+
+
 async def test_an_interrupt_sent_while_the_children_start_is_handed_to_them(
     helix, make_agent, mock_llm, database_url
 ):
