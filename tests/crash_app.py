@@ -13,6 +13,7 @@ appended to a file in MARKER_DIR, so the test can count them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from dbos import DBOS
 from pydantic import BaseModel
 
 from helix_dbos import Agent, AgentHooks, HelixDBOS, MockLLM, RateLimit, RunQueue, tool
@@ -293,6 +295,10 @@ async def main() -> None:
         while time.monotonic() < deadline:
             run = await helix.get_run(run_id)
             if run.status not in ("running", "waiting"):
+                if run.status not in ("paused",):  # its workflow ends a moment after its row
+                    with contextlib.suppress(Exception):
+                        workflow = await DBOS.retrieve_workflow_async(run.workflow_id)
+                        await asyncio.wait_for(workflow.get_result(), timeout=30)
                 print(
                     json.dumps({"status": run.status, "output": run.output, "error": run.error}),
                     flush=True,

@@ -47,7 +47,13 @@ from helix_dbos.orchestration.types import (
     Message,
     ToolCall,
 )
-from helix_dbos.runtime.commit import StepCommit, WriteAhead, commit_final, write_head
+from helix_dbos.runtime.commit import (
+    StepCommit,
+    WriteAhead,
+    announce_run_end,
+    commit_final,
+    write_head,
+)
 from helix_dbos.runtime.companions import companion_notices
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
@@ -307,7 +313,7 @@ class AgentLoop:
             return
         if not stop:
             return
-        self.stop_reason = "stop_when"
+        self.stop_reason = commit.stop_reason = "stop_when"
         # No output is made up: the reply's text, unless an output schema wants more.
         text = getattr(reply.result, "content", None)
         output = text if self.agent.output_schema is None and isinstance(text, str) else None
@@ -351,6 +357,7 @@ class AgentLoop:
         self._unwritten = None
         assert commit.status is not None
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
+        await announce_run_end(self.run_id)  # callers read the result from the run's row
         return self._result(commit)
 
     async def end_without_step(

@@ -18,11 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.context import current_runtime
+from helix_dbos.runtime.context import current_runtime, logger
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
+from helix_dbos.store.run_bounds import end_run
 
 
 @dataclass
@@ -40,6 +41,7 @@ class StepCommit:
     status: FinalStatus | None = None
     output: Any = None
     error: str | None = None
+    stop_reason: str | None = None  # "stop_when" when the agent's stop condition ended it
     # The step's head: its first `head_messages` messages (the model's message) and its
     # LLM usage, which may be written before the rest (`write_head`).
     head_messages: int = 0
@@ -220,31 +222,28 @@ async def commit_final(
         await write_step_rows(session, commit)
     else:
         chunks = commit.events + chunks
-    ended = await repo.update_live_run(
+    assert commit.status is not None
+    return await end_run(
         session,
-        commit.run_id,
-        step_count=commit.step,
+        session_id=commit.session_id,
+        run_id=commit.run_id,
+        agent_name=commit.agent_name,
+        step=commit.step,
         status=commit.status,
         output=commit.output,
         error=commit.error,
-        waiting_for=None,
-        finished=True,
+        stop_reason=commit.stop_reason,
+        chunks=chunks,
     )
-    if ended:  # an abort that got there first keeps its status
-        await repo.update_session(
-            session,
-            commit.session_id,
-            status=commit.status,
-            output=commit.output,
-            error=commit.error,
-        )
-    await repo.insert_chunks(
-        session,
-        commit.session_id,
-        commit.run_id,
-        commit.agent_name,
-        commit.step,
-        chunks,
-    )
-    await repo.notify_run_end(session, commit.run_id)
-    return ended
+
+
+async def announce_run_end(run_id: str) -> None:
+    """Wake the callers waiting for this run's result. Sent after everything the run
+    does at its end (the final write, its hooks, its span), so a caller that wakes
+    finds it all done; a lost wake-up only costs a waiting caller its next poll."""
+    try:
+        async with current_runtime().engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await repo.notify_run_end(conn, run_id)
+    except Exception as exc:
+        logger.warning("helix could not announce the end of run %s: %s", run_id, exc)

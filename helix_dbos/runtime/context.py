@@ -48,10 +48,28 @@ class HistoryCache:
         if rows:
             messages = messages + [m for _, m in rows]
             last_seq = rows[-1][0]
+        self._keep(session_id, last_seq, messages)
+        return messages, last_seq + 1
+
+    async def read_first(
+        self, conn: AsyncConnection, workflow_id: str | None, session_id: str
+    ) -> tuple[bool, dict[str, Any], list[Message]]:
+        """A run's first read: a pending interrupt, the session's state and the
+        transcript (topped up), in one round trip."""
+        last_seq, messages = self._entries.pop(session_id, (0, []))
+        interrupted, state, rows = await repo.interrupt_state_and_messages(
+            conn, workflow_id, session_id, after_seq=last_seq
+        )
+        if rows:
+            messages = messages + [m for _, m in rows]
+            last_seq = rows[-1][0]
+        self._keep(session_id, last_seq, messages)
+        return interrupted, state, messages
+
+    def _keep(self, session_id: str, last_seq: int, messages: list[Message]) -> None:
         self._entries[session_id] = (last_seq, messages)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
-        return messages, last_seq + 1
 
     def take(
         self, session_id: str, written: tuple[int, list[Message]]

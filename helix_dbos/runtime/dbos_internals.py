@@ -12,10 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 import dbos._dbos as _dbos_module
+from dbos._core import WorkflowHandleAsyncTask
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
+
+
+def local_task(handle: object) -> asyncio.Future[Any] | None:
+    """The task of a workflow this process started and runs, from its start handle: it
+    completes once DBOS has recorded the workflow's end, so awaiting it needs no poll."""
+    return handle.task if isinstance(handle, WorkflowHandleAsyncTask) else None
 
 
 def is_configured() -> bool:

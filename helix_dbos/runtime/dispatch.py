@@ -116,15 +116,16 @@ class Dispatch:
         agent: Agent,
         options: RunOptions,
         priority: int | None,
-    ) -> None:
-        """Start the run's workflow here, or enqueue it under its workflow id."""
+    ) -> asyncio.Future[Any] | None:
+        """Start the run's workflow here (returns its task), or enqueue it under its
+        workflow id (returns None)."""
         shared = self._queue_of.get(agent.name)
         if shared is None and self.executes_runs and priority is None:
             with SetWorkflowID(workflow_id):
-                await DBOS.start_workflow_async(
+                handle = await DBOS.start_workflow_async(
                     agent_run_workflow, run_id, session_id, agent.name, options
                 )
-            return
+            return dbos_internals.local_task(handle)
         queue_name = shared.name if shared is not None else agent_queue(agent.name)
         queue = self._registered.get(queue_name) or DBOS.retrieve_queue(queue_name)
         if queue is None:
@@ -135,3 +136,4 @@ class Dispatch:
             SetEnqueueOptions(priority=priority, queue_partition_key=partition),
         ):
             await queue.enqueue_async(agent_run_workflow, run_id, session_id, agent.name, options)
+        return None

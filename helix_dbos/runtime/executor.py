@@ -45,11 +45,19 @@ from helix_dbos.runtime.dispatch import Dispatch, check_priority
 from helix_dbos.runtime.event_loop import on_target_loop, run_sync
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
-from helix_dbos.runtime.results import TERMINAL_STATUSES, RunInfo, SessionInfo
+from helix_dbos.runtime.llm_step import run_terminating
+from helix_dbos.runtime.results import (
+    TERMINAL_STATUSES,
+    AgentResult,
+    RunInfo,
+    SessionInfo,
+    run_result,
+)
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
+from helix_dbos.store import run_bounds
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     connect,
@@ -59,6 +67,7 @@ from helix_dbos.store.database import (
     sqlalchemy_url,
 )
 from helix_dbos.store.migrations import apply_migrations
+from helix_dbos.store.run_bounds import RunOutcome
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
@@ -67,8 +76,9 @@ from helix_dbos.streaming.reads import SharedChunkReads
 
 # Changes only when the step sequence or the checkpointed step outputs of
 # `helix.agent_run` change, so a recovering process never replays a run recorded
-# with another shape (helix-3: typed step outputs).
-DEFAULT_APP_VERSION = "helix-3"
+# with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
+# interrupt hand-over and companion waits are steps of their own).
+DEFAULT_APP_VERSION = "helix-4"
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 
@@ -133,6 +143,8 @@ class HelixDBOS:
         )
         self._engine = engine
         self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
+        # Workflows started and running in this process, by id: a caller awaits its task.
+        self._local_runs: dict[str, asyncio.Future[Any]] = {}
         self.runtime = Runtime(
             agents=self.agents,
             engine=engine,
@@ -185,6 +197,9 @@ class HelixDBOS:
             "system_database_url": libpq_url(self.database_url),
             "application_version": self.application_version,
             "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
+            # No ping before each system-database call (a round trip per DBOS operation,
+            # four per step): DBOS retries an operation whose connection was lost.
+            "db_engine_kwargs": {"pool_pre_ping": False},
         }
         config["executor_id"] = (
             executor_id
@@ -332,9 +347,12 @@ class HelixDBOS:
         options: RunOptions | None = None,
         priority: int | None = None,
     ) -> RunHandle:
+        options = options or RunOptions()
+        effective = RunOptions(terminating=run_terminating(agent, options))
         request = OpenRunRequest(
             run_id=new_id("run"),
-            options=options or RunOptions(),
+            options=options,
+            stored_options=effective.to_json(),
             agent_name=agent.name,
             session_id=session_id,
             messages=messages,
@@ -360,10 +378,15 @@ class HelixDBOS:
         """
         async with self._start_slots, self.runtime.engine.connect() as conn:
             lock = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await repo.lock_run_start(lock, request.run_id)
+            new_session = request.session_id is None and DBOS.workflow_id is None
+            if not new_session:
+                await repo.lock_run_start(lock, request.run_id)
             try:
-                opened = await self._open(request)
-                await self.dispatch.start(
+                if new_session:  # one statement, which takes the lock as well
+                    opened = await _open_new_session_run(lock, request)
+                else:
+                    opened = await self._open(request)
+                task = await self.dispatch.start(
                     opened.workflow_id,
                     opened.run_id,
                     opened.session_id,
@@ -371,6 +394,9 @@ class HelixDBOS:
                     request.options,
                     priority,
                 )
+                if task is not None:
+                    self._local_runs[opened.workflow_id] = task
+                    task.add_done_callback(lambda _: self._local_runs.pop(opened.workflow_id, None))
             finally:
                 try:
                     await repo.unlock_run_start(lock, request.run_id)
@@ -750,23 +776,60 @@ class HelixDBOS:
     async def wait_for_run_end(
         self, session_id: str, run_id: str, *, poll_seconds: float = 5.0
     ) -> RunInfo:
-        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status.
+        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status."""
+        outcome = await self._wait_for_outcome(session_id, run_id, poll_seconds)
+        return RunInfo(**outcome.run.__dict__)
 
-        Woken by the run's end notification only (not by every chunk), so a waiting
-        caller costs the run nothing while it works.
+    async def wait_for_result(
+        self, session_id: str, run_id: str, workflow_id: str, *, poll_seconds: float = 5.0
+    ) -> AgentResult:
+        """The run's result, usage included.
+
+        A workflow started and running in this process is awaited directly (its task
+        ends once DBOS has recorded its end, so no poll); any other run's result is read
+        from its row once the run announces its end.
+        """
+        task = self._local_runs.get(workflow_id)
+        if task is not None:
+
+            async def ended() -> Any:
+                return await asyncio.shield(task)
+
+            with contextlib.suppress(Exception):  # cancelled or crashed: read the row
+                result = await on_target_loop(ended)
+                if isinstance(result, AgentResult):
+                    usage = await self.get_usage(run_id=run_id)
+                    return result.model_copy(update={"usage": usage})
+        return run_result(await self._wait_for_outcome(session_id, run_id, poll_seconds))
+
+    async def _wait_for_outcome(
+        self, session_id: str, run_id: str, poll_seconds: float
+    ) -> RunOutcome:
+        """Sleep on the run's end notification (not on every chunk, so a waiting caller
+        costs the run nothing while it works) until its row is final.
+
+        Only a wait that no notification ended asks DBOS whether the workflow ended
+        without closing the run (or never started): the first after a second at most,
+        then one every `poll_seconds`.
         """
         notifier = await on_target_loop(self._chunk_notifier)
         key = run_end_key(run_id)
+        timeout, woken = min(poll_seconds, 1.0), True
         while True:
             seen = notifier.version(key)
-            run = await self.get_run(run_id)
-            if run.status in TERMINAL_STATUSES:
-                return run
-            status = await DBOS.get_workflow_status_async(run.workflow_id)
-            ended = status is None or status.status in _DBOS_TERMINAL
-            if ended and await on_target_loop(lambda: self._close_if_stale(run_id)):
-                continue  # its workflow ended (or never started) without closing it: now closed
-            await on_target_loop(functools.partial(notifier.wait, key, seen, poll_seconds))
+            outcome = await self._read(run_bounds.run_outcome, run_id)
+            if outcome is None:
+                raise RunNotFoundError(run_id)
+            if outcome.run.status in TERMINAL_STATUSES:
+                return outcome
+            if not woken:
+                status = await DBOS.get_workflow_status_async(outcome.run.workflow_id)
+                ended = status is None or status.status in _DBOS_TERMINAL
+                if ended and await on_target_loop(lambda: self._close_if_stale(run_id)):
+                    continue  # its workflow ended (or never started) without closing it
+                timeout = poll_seconds
+            await on_target_loop(functools.partial(notifier.wait, key, seen, timeout))
+            woken = notifier.version(key) > seen
 
     async def _load_chunks(
         self, session_id: str, after_seq: int, run_id: str | None
@@ -888,6 +951,10 @@ class OpenRunRequest:
     default_state: dict[str, Any]  # a new session's state otherwise
     max_steps: int
     options: RunOptions
+    # What `helix.runs.options` records: the run's effective options (the agent's
+    # terminating config when the run sets none), so a caller reading the result from
+    # the row knows the run's mode.
+    stored_options: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -896,6 +963,26 @@ class OpenedRun:
     run_id: str
     workflow_id: str
     turn: int
+
+
+async def _open_new_session_run(conn: AsyncConnection, request: OpenRunRequest) -> OpenedRun:
+    """`_open_run` for a session that cannot exist yet (its id is new), in one round
+    trip that also takes the run's start lock on `conn`. Outside workflows only: a
+    workflow opens its runs in an exactly-once datasource transaction."""
+    session_id, run_id = new_id("ses"), request.run_id
+    workflow_id = f"helix-{run_id}"
+    await run_bounds.open_new_session_run(
+        conn,
+        session_id=session_id,
+        run_id=run_id,
+        workflow_id=workflow_id,
+        agent_name=request.agent_name,
+        state=request.state or request.default_state,
+        max_steps=request.max_steps,
+        options=request.stored_options,
+        messages=request.messages,
+    )
+    return OpenedRun(session_id, run_id, workflow_id, 1)
 
 
 async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRun:
@@ -925,7 +1012,7 @@ async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRu
         agent_name=agent_name,
         turn=turn,
         max_steps=request.max_steps,
-        options=request.options.to_json(),
+        options=request.stored_options,
     )
     unpaired = await repo.unpaired_finish_call_ids(session, session_id)
     heal = [synthesize_finish_tool_result(call_id) for call_id in unpaired]

@@ -11,20 +11,17 @@ from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.event_loop import run_sync
 from helix_dbos.runtime.results import AgentResult, RunInfo
 
-FINISHING_POLL_SECONDS = 0.01
 DURABLE_POLL_SECONDS = 1.0
 
 
 class RunReader(Protocol):
     """What a handle reads about its run (`HelixDBOS` is one)."""
 
-    async def wait_for_run_end(self, session_id: str, run_id: str) -> RunInfo: ...
+    async def wait_for_result(
+        self, session_id: str, run_id: str, workflow_id: str
+    ) -> AgentResult: ...
 
     async def get_run(self, run_id: str) -> RunInfo: ...
-
-    async def get_usage(
-        self, *, session_id: str | None = None, run_id: str | None = None
-    ) -> dict[str, int]: ...
 
     async def get_run_messages(self, run_id: str) -> list[Message]: ...
 
@@ -40,27 +37,29 @@ class RunHandle:
         return f"RunHandle(session_id={self.session_id!r}, run_id={self.run_id!r})"
 
     async def result(self) -> AgentResult:
-        """Wait for the run to end; a cancelled or crashed workflow reads its row instead."""
-        in_workflow = DBOS.workflow_id is not None
+        """Wait for the run to end.
+
+        A caller outside a workflow awaits the workflow's task when this process runs
+        it, or reads the result from the run's row once the run announces its end (after
+        its final write, hooks and span). Workflow code (a sub-agent's parent, an app's
+        workflow) waits on the workflow itself, durably; a cancelled or crashed
+        workflow reads the row instead.
+        """
+        if DBOS.workflow_id is None:
+            result = await self._helix.wait_for_result(
+                self.session_id, self.run_id, self.workflow_id
+            )
+            if result.terminating:
+                messages = await self._helix.get_run_messages(self.run_id)
+                result.generated_messages = generated_messages(messages)
+            return result
         try:
-            if not in_workflow:
-                # Sleep on the run's NOTIFY wake-ups until its row is final; the workflow
-                # returns right after, so the short poll below ends almost at once.
-                await self._helix.wait_for_run_end(self.session_id, self.run_id)
-            poll = DURABLE_POLL_SECONDS if in_workflow else FINISHING_POLL_SECONDS
             handle: WorkflowHandleAsync[AgentResult] = await DBOS.retrieve_workflow_async(
                 self.workflow_id
             )
-            result = await handle.get_result(polling_interval_sec=poll)
+            return await handle.get_result(polling_interval_sec=DURABLE_POLL_SECONDS)
         except Exception:
-            result = self._from_row(await self._helix.get_run(self.run_id))
-        if in_workflow:
-            return result
-        update: dict[str, object] = {"usage": await self._helix.get_usage(run_id=self.run_id)}
-        if result.terminating:
-            messages = await self._helix.get_run_messages(self.run_id)
-            update["generated_messages"] = generated_messages(messages)
-        return result.model_copy(update=update)
+            return self._from_row(await self._helix.get_run(self.run_id))
 
     @staticmethod
     def _from_row(run: RunInfo) -> AgentResult:

@@ -52,7 +52,6 @@ from helix_dbos.runtime.step_types import (
     ModelReply,
     RunOptions,
 )
-from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.storable import storable_model
 
@@ -259,11 +258,10 @@ async def _transcript(
     """
     if previous is None:
         async with rt.engine.connect() as conn:
-            interrupted, state = await repo.interrupt_and_state(conn, DBOS.workflow_id, session_id)
-            if interrupted:
-                return None
-            history, _ = await rt.history.read(conn, session_id)
-        return history, state
+            interrupted, state, history = await rt.history.read_first(
+                conn, DBOS.workflow_id, session_id
+            )
+        return None if interrupted else (history, state)
     wrote = await previous.result()
     if wrote.interrupted:
         return None

@@ -6,7 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from helix_dbos.orchestration.terminating import response_text
 from helix_dbos.orchestration.types import fill_field_defaults
+from helix_dbos.store.run_bounds import RunOutcome
 
 RunStatus = Literal["running", "waiting", "paused", "completed", "failed", "interrupted", "aborted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "interrupted", "aborted"})
@@ -48,6 +50,27 @@ class AgentResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "completed"
+
+
+def run_result(outcome: RunOutcome) -> AgentResult:
+    """An ended run's result, from its row: what its workflow returned, and its usage."""
+    run = outcome.run
+    completed_terminating = outcome.terminating and run.status == "completed"
+    result = AgentResult.model_validate(
+        {
+            "status": run.status,
+            "output": run.output,
+            "error": run.error,
+            "session_id": run.session_id,
+            "run_id": run.run_id,
+            "step_count": run.step_count,
+            "usage": outcome.usage,
+            "response": response_text(run.output) if completed_terminating else None,
+            "stop_reason": outcome.stop_reason,
+        }
+    )
+    result.terminating = outcome.terminating
+    return result
 
 
 class SessionInfo(BaseModel):

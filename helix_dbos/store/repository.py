@@ -435,29 +435,9 @@ async def usage_summary(
         params["rid"] = run_id
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     row = (
-        await conn.execute(
-            _sql(
-                prefix + "SELECT count(*) FILTER (WHERE kind = 'llm'), "
-                "count(*) FILTER (WHERE kind = 'tool'), "
-                + ", ".join(
-                    f"COALESCE(sum({c}) FILTER (WHERE kind <> 'subagent'), 0)" for c in _TOKENS
-                )
-                + f", count(*) FILTER (WHERE kind = 'subagent') FROM helix.usage {clause}"
-            ),
-            params,
-        )
+        await conn.execute(_sql(f"{prefix}SELECT {USAGE_SELECT} FROM helix.usage {clause}"), params)
     ).one()
-    keys = (
-        "llm_calls",
-        "tool_calls",
-        "input_tokens",
-        "output_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "reasoning_tokens",
-        "subagent_calls",
-    )
-    return {k: int(v) for k, v in zip(keys, row, strict=True)}
+    return {k: int(v) for k, v in zip(USAGE_KEYS, row, strict=True)}
 
 
 _TOKENS = (
@@ -467,6 +447,13 @@ _TOKENS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+# The columns of a usage summary over `helix.usage` rows, and their keys.
+USAGE_SELECT = (
+    "count(*) FILTER (WHERE kind = 'llm'), count(*) FILTER (WHERE kind = 'tool'), "
+    + ", ".join(f"COALESCE(sum({c}) FILTER (WHERE kind <> 'subagent'), 0)" for c in _TOKENS)
+    + ", count(*) FILTER (WHERE kind = 'subagent')"
+)
+USAGE_KEYS = ("llm_calls", "tool_calls", *_TOKENS, "subagent_calls")
 
 
 async def run_usage_total(conn: Executor, run_id: str) -> tuple[LLMUsage, float]:
@@ -671,7 +658,7 @@ async def commit_step_rows(
     and writes nothing. The first `head_messages` messages are the step's head, skipped
     when `commit_step_head` wrote them already (usage and chunks are keyed by
     themselves). With `workflow_id`, the same round trip also answers
-    `interrupt_and_state` for the LLM step that writes. `durable=False` does not wait
+    whether an interrupt is pending and the state, for the LLM step that writes. `durable=False` does not wait
     for the WAL flush: only for a caller whose own checkpoint, committed later in the
     same cluster, flushes it (see `runtime/commit.py`).
     """
@@ -771,20 +758,25 @@ async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:
     return bool(row.scalar())
 
 
-async def interrupt_and_state(
-    conn: Executor, workflow_id: str | None, session_id: str
-) -> tuple[bool, dict[str, Any]]:
-    """One round trip: is a soft interrupt pending for the run, and the session's state."""
-    row = (
+async def interrupt_state_and_messages(
+    conn: Executor, workflow_id: str | None, session_id: str, *, after_seq: int
+) -> tuple[bool, dict[str, Any], list[tuple[int, Message]]]:
+    """A pending interrupt, the session's state and `load_messages` in one round trip (a run's first LLM
+    step): a header row at seq 0, which no message has, then the messages."""
+    rows = (
         await conn.execute(
             _sql(
-                f"SELECT {_INTERRUPT_PENDING}, "
-                "(SELECT state FROM helix.sessions WHERE session_id = :sid)"
+                f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
+                "(SELECT state FROM helix.sessions WHERE session_id = :sid) "
+                "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
+                "thinking, is_error, NULL FROM helix.messages "
+                "WHERE session_id = :sid AND seq > :after ORDER BY 1"
             ),
-            {"wid": workflow_id, "sid": session_id},
+            {"wid": workflow_id, "sid": session_id, "after": after_seq},
         )
-    ).one()
-    return bool(row[0]), dict(row[1] or {})
+    ).all()
+    header, messages = rows[0], rows[1:]
+    return bool(header[7]), dict(header[8] or {}), [_message_from_row(r[:8]) for r in messages]
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
@@ -793,7 +785,7 @@ async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
     params: dict[str, Any] = {"rid": run_id}
     for name, value in fields.items():
         if name == "output":
-            sets.append("output = CAST(:output AS jsonb)")
+            sets.append("output = CAST(:output AS json)")  # keeps key order
             params[name] = _json(value)
         elif name == "finished":
             if value:

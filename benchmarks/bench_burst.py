@@ -1,0 +1,259 @@
+"""Burst starts: how fast helix starts and drains N runs, next to DBOS's own start rate.
+
+One process, one fresh database, alternating sittings of each:
+
+1. DBOS alone: `DBOS.start_workflow_async` of a workflow with one trivial step, N times
+   with `--concurrency` calls in flight; the start rate counts until every call returned,
+   the drain until every workflow succeeded.
+2. helix: `helix.execute()` of an agent whose scripted model calls one instant tool and
+   then answers (two agent steps, a realistic smallest run), N times the same way; the
+   drain is until every run's row is `completed`.
+3. helix through its agent's queue (`priority=` enqueues): the starts only enqueue, and
+   the queue drains them at its concurrency.
+4. helix one run at a time (`--sequential` runs): the rate the work itself allows. A
+   burst that drains at least as fast is bounded by the work, not by helix's locks or
+   its connection pool.
+
+The figures are rates (runs/s) and their ratios to DBOS's in the same sitting (the
+issue's target: helix's start rate at least half of DBOS's).
+
+usage: .venv/bin/python benchmarks/bench_burst.py [--runs N] [--sittings K] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from bench_agent_loop import fresh_database, server_url
+from dbos import DBOS
+
+from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.store.database import libpq_url, redact_url
+
+AGENT_NAME = "bench_burst"
+
+
+@DBOS.step(name="bench.burst_step")
+async def burst_step(i: int) -> int:
+    return i + 1
+
+
+@DBOS.workflow(name="bench.burst_workflow")
+async def burst_workflow(i: int) -> int:
+    return await burst_step(i)
+
+
+@tool
+async def ping() -> str:
+    """Answers at once."""
+    return "pong"
+
+
+def responder(request: LLMRequest) -> dict[str, Any]:
+    """One tool call, then an answer."""
+    if request.messages and request.messages[-1].role == "tool":
+        return {"type": "text", "content": "done"}
+    return {"type": "tool_calls", "tool_calls": [{"id": "c1", "name": "ping", "arguments": {}}]}
+
+
+async def bounded(concurrency: int, count: int, func: Any) -> list[Any]:
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> Any:
+        async with semaphore:
+            return await func(i)
+
+    return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+async def wait_until(conn: psycopg.AsyncConnection[Any], sql: str, params: Any, n: int) -> None:
+    while True:
+        row = await (await conn.execute(sql, params)).fetchone()
+        if row is not None and row[0] >= n:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def dbos_sitting(
+    conn: psycopg.AsyncConnection[Any], n: int, concurrency: int
+) -> dict[str, float]:
+    started = time.perf_counter()
+    before = time.time() * 1000
+
+    async def start(i: int) -> str:
+        handle = await on_target_loop(lambda: DBOS.start_workflow_async(burst_workflow, i))
+        return handle.get_workflow_id()
+
+    await bounded(concurrency, n, start)
+    start_s = time.perf_counter() - started
+    await wait_until(
+        conn,
+        "SELECT count(*) FROM dbos.workflow_status WHERE name = 'bench.burst_workflow' "
+        "AND status = 'SUCCESS' AND created_at >= %s",
+        (before,),
+        n,
+    )
+    return {"start_per_s": n / start_s, "drain_per_s": n / (time.perf_counter() - started)}
+
+
+async def helix_sitting(
+    helix: HelixDBOS,
+    agent: Agent,
+    conn: psycopg.AsyncConnection[Any],
+    n: int,
+    concurrency: int,
+    queued: bool,
+) -> dict[str, float]:
+    marker = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+
+    async def start(i: int) -> str:
+        handle = await helix.execute(agent, f"{marker} {i}", priority=1 if queued else None)
+        return handle.run_id
+
+    await bounded(concurrency, n, start)
+    start_s = time.perf_counter() - started
+    await wait_until(
+        conn,
+        "SELECT count(*) FROM helix.runs r JOIN helix.messages m ON m.run_id = r.run_id "
+        "AND m.seq = 1 WHERE r.status = 'completed' AND m.content LIKE %s",
+        (f"{marker} %",),
+        n,
+    )
+    return {"start_per_s": n / start_s, "drain_per_s": n / (time.perf_counter() - started)}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    server, kind = server_url(args.database_url)
+    with fresh_database(server) as database_url:
+        agent = Agent(AGENT_NAME, system_prompt="You ping once.", tools=[ping])
+        helix = HelixDBOS(
+            [agent],
+            database_url=database_url,
+            llm=MockLLM(responder),
+            executor_id=f"bench-{uuid.uuid4().hex[:8]}",
+            application_version="helix-bench",
+        )
+        helix.launch()
+        sittings: dict[str, list[dict[str, float]]] = {
+            "dbos": [],
+            "helix": [],
+            "queued": [],
+            "sequential": [],
+        }
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                libpq_url(database_url), autocommit=True
+            ) as conn:
+                await helix_sitting(helix, agent, conn, 20, 5, False)  # warm-up
+                await helix_sitting(helix, agent, conn, 20, 5, True)
+                await dbos_sitting(conn, 20, 5)
+                for k in range(args.sittings):
+                    for name in ("dbos", "helix", "queued", "sequential"):
+                        if name == "dbos":
+                            figures = await dbos_sitting(conn, args.runs, args.concurrency)
+                        elif name == "sequential":
+                            figures = await helix_sitting(
+                                helix, agent, conn, args.sequential, 1, False
+                            )
+                        else:
+                            figures = await helix_sitting(
+                                helix, agent, conn, args.runs, args.concurrency, name == "queued"
+                            )
+                        sittings[name].append(figures)
+                        print(
+                            f"sitting {k + 1} {name}: {json.dumps(_rounded(figures))}", flush=True
+                        )
+        finally:
+            helix.shutdown()
+    report = summarize(sittings)
+    print_report(kind, redact_url(server), args, report)
+    return report
+
+
+def summarize(sittings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Medians, and each sitting's helix rates over DBOS's in the same sitting."""
+    out: dict[str, Any] = {}
+    for name, rows in sittings.items():
+        out[name] = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    out["burst_drain_over_sequential"] = statistics.median(
+        h["drain_per_s"] / q["drain_per_s"]
+        for h, q in zip(sittings["helix"], sittings["sequential"], strict=True)
+    )
+    for name in ("helix", "queued"):
+        out[f"{name}_over_dbos"] = {
+            key: statistics.median(
+                h[key] / d[key] for h, d in zip(sittings[name], sittings["dbos"], strict=True)
+            )
+            for key in ("start_per_s", "drain_per_s")
+        }
+    return out
+
+
+def print_report(kind: str, server: str, args: argparse.Namespace, r: dict[str, Any]) -> None:
+    print(
+        f"\n## Burst starts ({kind} PostgreSQL {server}; {args.runs} runs, "
+        f"{args.concurrency} in flight, medians of {args.sittings} sittings)\n"
+    )
+    print("| system | starts/s | drained/s | start ratio to DBOS | drain ratio to DBOS |")
+    print("|---|---:|---:|---:|---:|")
+    print(
+        f"| DBOS `start_workflow` (1 step) | {r['dbos']['start_per_s']:.0f} | "
+        f"{r['dbos']['drain_per_s']:.0f} | 1 | 1 |"
+    )
+    for name, label in (
+        ("helix", "helix `execute()` (2 agent steps)"),
+        ("queued", "helix `execute(priority=1)` (agent queue)"),
+    ):
+        ratio = r[f"{name}_over_dbos"]
+        print(
+            f"| {label} | {r[name]['start_per_s']:.0f} | {r[name]['drain_per_s']:.0f} | "
+            f"{ratio['start_per_s']:.2f} | {ratio['drain_per_s']:.2f} |"
+        )
+    print(
+        f"| helix one run at a time | | {r['sequential']['drain_per_s']:.0f} | | |\n\n"
+        f"Burst drain over one-at-a-time rate: {r['burst_drain_over_sequential']:.2f} "
+        "(at least 1: the burst is bounded by the work, not by locks or the pool)"
+    )
+    print("\n" + json.dumps(_rounded(r)))
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000, help="runs per sitting (default 1000)")
+    parser.add_argument("--sittings", type=int, default=3, help="sittings of each (default 3)")
+    parser.add_argument(
+        "--sequential", type=int, default=50, help="runs one at a time per sitting (default 50)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=20, help="start calls in flight (default 20)"
+    )
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.concurrency < 1 or args.sittings < 1:
+        parser.error("--runs, --concurrency and --sittings must be >= 1")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

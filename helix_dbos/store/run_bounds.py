@@ -1,0 +1,170 @@
+"""A run's first and last writes, and its outcome, each in one statement.
+
+Most of what a short run costs is round trips, not work: opening a run on a new
+session was ten statements, ending it four, and the caller read its result twice.
+Data-modifying CTEs do each in one, with the same keys and guards as the general
+paths in `repository` (which still open runs on existing sessions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from helix_dbos.orchestration.types import Message
+from helix_dbos.store.repository import (
+    _INSERT_CHUNKS,
+    _MESSAGE_FIELDS,
+    _MESSAGE_RECORDSET,
+    _RUN_COLUMNS,
+    USAGE_KEYS,
+    USAGE_SELECT,
+    Executor,
+    RunRow,
+    _chunk_records,
+    _json,
+    _sql,
+    message_record,
+)
+from helix_dbos.store.storable import storable_text
+
+_LIVE = "('running', 'waiting', 'paused')"
+
+# The session, its first run, the input and the `run_started` chunk; then the run's
+# start lock (session-level: it outlives this statement's transaction, see
+# `repository.lock_run_start`), taken before the rows commit.
+_OPEN_NEW_SESSION_RUN = _sql(
+    "WITH s AS (INSERT INTO helix.sessions (session_id, agent_name, state, status, "
+    "turn_count, message_seq, chunk_seq) VALUES (:sid, :agent, CAST(:state AS jsonb), "
+    "'running', 1, :nmsg, :nchunk) RETURNING 0 AS chunk_base), "
+    "r AS (INSERT INTO helix.runs (run_id, session_id, workflow_id, agent_name, turn, "
+    "max_steps, options, start_sequence) VALUES (:rid, :sid, :wid, :agent, 1, :max_steps, "
+    "CAST(:options AS jsonb), 0) RETURNING 1), "
+    "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
+    f"tool_call_id, tool_name, thinking, is_error) SELECT :sid, 1 + m.ord, :rid, {_MESSAGE_FIELDS} "
+    f"FROM {_MESSAGE_RECORDSET} RETURNING 1), "
+    f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
+    "SELECT pg_advisory_lock(hashtextextended(:rid, 0)), pg_notify('helix_chunks', :sid)"
+)
+
+
+async def open_new_session_run(
+    conn: Executor,
+    *,
+    session_id: str,
+    run_id: str,
+    workflow_id: str,
+    agent_name: str,
+    state: dict[str, Any],
+    max_steps: int,
+    options: dict[str, Any],
+    messages: Sequence[Message],
+) -> None:
+    """Create a session with its first run and take the run's start lock, in one
+    autocommit statement on `conn` (which must stay open until the lock is released).
+    The lock is held even if the statement fails: release it either way."""
+    chunks = [(f"{run_id}:started", "run_started", {"turn": 1})]
+    await conn.execute(
+        _OPEN_NEW_SESSION_RUN,
+        {
+            "sid": session_id,
+            "rid": run_id,
+            "wid": workflow_id,
+            "agent": agent_name,
+            "state": _json(state),
+            "max_steps": max_steps,
+            "options": _json(options),
+            "nmsg": len(messages),
+            "rows": _json([{"ord": i, **message_record(m)} for i, m in enumerate(messages)]),
+            "nchunk": len(chunks),
+            "chunks": _chunk_records(chunks),
+            "step": 0,
+        },
+    )
+
+
+# The run's final status (only a live run takes it: an abort that got there first keeps
+# its own), the session's likewise, and the terminal chunks, which land either way.
+_END_RUN = _sql(
+    "WITH r AS (UPDATE helix.runs SET step_count = :step, status = :status, "
+    "output = CAST(:output AS json), error = :error, waiting_for = NULL, "
+    f"finished_at = now(), stop_reason = :stop WHERE run_id = :rid AND status IN {_LIVE} "
+    "RETURNING 1), "
+    "s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk, "
+    "status = CASE WHEN EXISTS (SELECT 1 FROM r) THEN :status ELSE status END, "
+    "output = CASE WHEN EXISTS (SELECT 1 FROM r) THEN CAST(:output AS jsonb) ELSE output END, "
+    "error = CASE WHEN EXISTS (SELECT 1 FROM r) THEN :error ELSE error END, "
+    "updated_at = CASE WHEN EXISTS (SELECT 1 FROM r) THEN now() ELSE updated_at END "
+    "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
+    f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
+    "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid)"
+)
+
+
+async def end_run(
+    conn: Executor,
+    *,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    status: str,
+    output: Any,
+    error: str | None,
+    stop_reason: str | None,
+    chunks: Sequence[tuple[str, str, Any]],
+) -> bool:
+    """End a live run and its session's turn; False when the run had already ended."""
+    row = (
+        await conn.execute(
+            _END_RUN,
+            {
+                "sid": session_id,
+                "rid": run_id,
+                "agent": agent_name,
+                "step": step,
+                "status": status,
+                "output": _json(output),
+                "error": storable_text(error) if error is not None else None,
+                "stop": stop_reason,
+                "nchunk": len(chunks),
+                "chunks": _chunk_records(chunks) if chunks else "[]",
+            },
+        )
+    ).one()
+    return bool(row[0])
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run's row with what its caller's result holds besides: the stop reason,
+    whether it ran in seed 004's terminating mode, and its usage."""
+
+    run: RunRow
+    stop_reason: str | None
+    terminating: bool
+    usage: dict[str, int]
+
+
+_RUN_OUTCOME = _sql(
+    f"SELECT {_RUN_COLUMNS}, stop_reason, "
+    "COALESCE(jsonb_typeof(options -> 'terminating') = 'object', false), u.* "
+    f"FROM helix.runs, LATERAL (SELECT {USAGE_SELECT} FROM helix.usage "
+    "WHERE usage.run_id = :rid) u WHERE run_id = :rid"
+)
+
+
+async def run_outcome(conn: Executor, run_id: str) -> RunOutcome | None:
+    """The run's row, stop reason, mode and usage in one query; None if no such run."""
+    row = (await conn.execute(_RUN_OUTCOME, {"rid": run_id})).first()
+    if row is None:
+        return None
+    width = len(RunRow.__dataclass_fields__)
+    usage = row[width + 2 :]
+    return RunOutcome(
+        run=RunRow(*row[:width]),
+        stop_reason=row[width],
+        terminating=bool(row[width + 1]),
+        usage={k: int(v) for k, v in zip(USAGE_KEYS, usage, strict=True)},
+    )
