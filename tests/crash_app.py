@@ -159,8 +159,8 @@ if scenario == "final" and first_life():
 
     original_final = agent_loop.final_step
 
-    async def crash_after_final(commit, pending):  # type: ignore[no-untyped-def]
-        out = await original_final(commit, pending)
+    async def crash_after_final(commit, pending, *more):  # type: ignore[no-untyped-def]
+        out = await original_final(commit, pending, *more)
         mark("crashed_after_final_commit")  # committed, not yet checkpointed
         os.kill(os.getpid(), signal.SIGKILL)
         return out

@@ -220,7 +220,7 @@ async def test_a_workflow_cancelled_behind_helix_back_closes_its_run_as_aborted(
 async def test_a_run_whose_last_write_is_rejected_ends_failed_and_result_returns(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    async def rejected(session, commit, pending=None):
+    async def rejected(session, commit, pending=None, **options):
         raise ValueError("the database rejected the final write")
 
     monkeypatch.setattr(agent_loop, "commit_final", rejected)

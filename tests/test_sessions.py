@@ -328,13 +328,13 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
     real_commit = agent_loop.commit_final
     failures = []
 
-    async def flaky_commit(session, commit, pending=None):
+    async def flaky_commit(session, commit, pending=None, **options):
         if not failures:
             failures.append(commit.step)
             raise PoolTimeout(
                 "QueuePool limit of size 10 overflow 10 reached, connection timed out"
             )
-        return await real_commit(session, commit, pending)
+        return await real_commit(session, commit, pending, **options)
 
     monkeypatch.setattr(agent_loop, "commit_final", flaky_commit)
     agent = make_agent()

@@ -47,6 +47,7 @@ from helix_dbos.orchestration.types import (
     Message,
     ToolCall,
 )
+from helix_dbos.runtime import spans
 from helix_dbos.runtime.commit import (
     StepCommit,
     WriteAhead,
@@ -79,12 +80,14 @@ from helix_dbos.runtime.step_types import (
 )
 from helix_dbos.runtime.tool_batch import ToolBatch
 from helix_dbos.store.repository import UsageRecord
+from helix_dbos.store.run_bounds import EndedRun
 
 WORKFLOW_NAME = "helix.agent_run"
+FINAL_WRITE_ATTEMPTS = 6
 FINAL_STEP_OPTIONS: StepOptions = {
     "name": "helix.commit_final",
     "retries_allowed": True,
-    "max_attempts": 6,
+    "max_attempts": FINAL_WRITE_ATTEMPTS,
     "interval_seconds": 0.5,
     "backoff_rate": 2.0,
     "should_retry": is_transient_db_error,
@@ -353,12 +356,27 @@ class AgentLoop:
         then the completion or failure hook."""
         if self._ahead is not None:
             await self._ahead.settled()
-        await DBOS.run_step_async(FINAL_STEP_OPTIONS, final_step, commit, self._unwritten)
+        said = (self._unwritten.unannounced if self._unwritten else []) + commit.unannounced
+        hooks = self.agent.hooks
+        end_hook = (
+            hooks.on_agent_complete if commit.status == "completed" else hooks.on_agent_failed
+        )
+        # With nothing left to do after the last write, its commit wakes the callers.
+        notify = end_hook is None and not said and not spans.tracing()
+        if said and hooks.on_message is not None:
+            # User hooks run in a step, as everywhere else (decided from checkpointed
+            # data only, so a replay takes the same steps).
+            wrote = await DBOS.run_step_async(
+                FINAL_STEP_OPTIONS, final_step, commit, self._unwritten, notify
+            )
+        else:
+            wrote = await _write_final(commit, self._unwritten, notify)
         self._unwritten = None
         assert commit.status is not None
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
-        await announce_run_end(self.run_id)  # callers read the result from the run's row
-        return self._result(commit)
+        if not notify:
+            await announce_run_end(self.run_id)  # after the hook and the span
+        return self._result(commit, wrote.usage)
 
     async def end_without_step(
         self, step: int, status: FinalStatus, error: str, *, usage: UsageRecord | None = None
@@ -391,7 +409,7 @@ class AgentLoop:
             event = RunEvent(context, status, output, error)
             await DBOS.run_step_async({"name": f"helix.hook:{status}"}, fire_safely, hook, event)
 
-    def _result(self, commit: StepCommit) -> AgentResult:
+    def _result(self, commit: StepCommit, usage: dict[str, int]) -> AgentResult:
         assert commit.status is not None
         response = None
         if self.terminating is not None and commit.status == "completed":
@@ -403,6 +421,7 @@ class AgentLoop:
             session_id=self.session_id,
             run_id=self.run_id,
             step_count=commit.step,
+            usage=usage,
             response=response,
             stop_reason=self.stop_reason,
         )
@@ -423,13 +442,38 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
 
 
-async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
-    """The body of `helix.commit_final`: one transaction whose writes are keyed or
-    guarded by the run's status, so a step replayed after a crash before its
-    checkpoint changes nothing."""
+async def _write_final(commit: StepCommit, unwritten: StepCommit | None, notify: bool) -> EndedRun:
+    """The run's last write from workflow code, without a DBOS step of its own.
+
+    Like the write-ahead of every other step, it needs no checkpoint: its rows are keyed
+    by `runs.committed_step` and its status update only lands on a live run, so a replay
+    after a crash (or a retry after a lost connection) writes nothing twice, and the
+    workflow's end, committed afterwards, flushes it to disk. That saves a step's two
+    system-database round trips on every run.
+    """
+    for attempt in range(1, FINAL_WRITE_ATTEMPTS + 1):
+        try:
+            return await final_step(commit, unwritten, notify)
+        except Exception as exc:
+            if attempt == FINAL_WRITE_ATTEMPTS or not is_transient_db_error(exc):
+                raise
+            logger.warning(
+                "helix.commit_final hit a transient error (attempt %d): %s", attempt, exc
+            )
+            await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+    raise AssertionError("unreachable")
+
+
+async def final_step(
+    commit: StepCommit, unwritten: StepCommit | None, notify: bool = False
+) -> EndedRun:
+    """The run's last write (`helix.commit_final`), whose writes are keyed or guarded by
+    the run's status, so one replayed after a crash changes nothing."""
     rt = current_runtime()
-    async with rt.engine.begin() as conn:
-        ended = await commit_final(conn, commit, unwritten)
+    async with rt.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        wrote = await commit_final(conn, commit, unwritten, notify=notify)
+    ended = wrote.ended
     if ended:  # on_message for what workflow code said last (once: a replay ends nothing)
         said = (unwritten.unannounced if unwritten is not None else []) + commit.unannounced
         context = HookContext(commit.session_id, commit.run_id, commit.agent_name, commit.step)
@@ -447,7 +491,7 @@ async def final_step(commit: StepCommit, unwritten: StepCommit | None) -> bool:
             status=commit.status,
             error=commit.error,
         )
-    return ended
+    return wrote
 
 
 _MISSING = object()

@@ -23,7 +23,7 @@ from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
-from helix_dbos.store.run_bounds import end_run
+from helix_dbos.store.run_bounds import EndedRun, end_run
 
 
 @dataclass
@@ -210,16 +210,23 @@ def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
 
 
 async def commit_final(
-    session: AsyncConnection, commit: StepCommit, pending: StepCommit | None = None
-) -> bool:
-    """The run's last transaction: a step not yet written (if the run ends before
-    another LLM step wrote it), this step's rows, and the final status. Returns whether
-    this call ended the run (an abort that got there first keeps its status)."""
+    session: AsyncConnection,
+    commit: StepCommit,
+    pending: StepCommit | None = None,
+    *,
+    notify: bool = False,
+) -> EndedRun:
+    """The run's last writes on an autocommit connection: a step not yet written (if the
+    run ends before another LLM step wrote it), this step's rows, and the final status.
+    Each is keyed or guarded, so none needs the others' transaction; the rows commit
+    without waiting for their disk flush, which the final status's commit does for them.
+    Returns whether this call ended the run (an abort that got there first keeps its
+    status) and the run's usage."""
     if pending is not None:
-        await write_step_rows(session, pending)
+        await write_step_rows(session, pending, durable=False)
     chunks = terminal_chunks(commit)
     if commit.has_rows:
-        await write_step_rows(session, commit)
+        await write_step_rows(session, commit, durable=False)
     else:
         chunks = commit.events + chunks
     assert commit.status is not None
@@ -234,6 +241,7 @@ async def commit_final(
         error=commit.error,
         stop_reason=commit.stop_reason,
         chunks=chunks,
+        notify=notify,
     )
 
 

@@ -797,8 +797,8 @@ class HelixDBOS:
 
             with contextlib.suppress(Exception):  # cancelled or crashed: read the row
                 result = await on_target_loop(ended)
-                if isinstance(result, AgentResult):
-                    usage = await self.get_usage(run_id=run_id)
+                if isinstance(result, AgentResult):  # its usage was read by the last write
+                    usage = result.usage or await self.get_usage(run_id=run_id)
                     return result.model_copy(update={"usage": usage})
         return run_result(await self._wait_for_outcome(session_id, run_id, poll_seconds))
 

@@ -98,8 +98,19 @@ _END_RUN = _sql(
     "updated_at = CASE WHEN EXISTS (SELECT 1 FROM r) THEN now() ELSE updated_at END "
     "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-    "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid)"
+    "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid), "
+    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, u.* "
+    f"FROM (SELECT {USAGE_SELECT} FROM helix.usage WHERE run_id = :rid) u"
 )
+
+
+@dataclass(frozen=True)
+class EndedRun:
+    """What the run's last write found: whether it ended the run (False when an abort
+    got there first, or a replay finds it ended), and the run's usage."""
+
+    ended: bool
+    usage: dict[str, int]
 
 
 async def end_run(
@@ -114,8 +125,11 @@ async def end_run(
     error: str | None,
     stop_reason: str | None,
     chunks: Sequence[tuple[str, str, Any]],
-) -> bool:
-    """End a live run and its session's turn; False when the run had already ended."""
+    notify: bool,
+) -> EndedRun:
+    """End a live run and its session's turn, and read its usage (the step rows written
+    before in the same transaction included). `notify` sends the run-end notification
+    with the commit, for a run with nothing left to do after its last write."""
     row = (
         await conn.execute(
             _END_RUN,
@@ -130,10 +144,12 @@ async def end_run(
                 "stop": stop_reason,
                 "nchunk": len(chunks),
                 "chunks": _chunk_records(chunks) if chunks else "[]",
+                "notify": notify,
             },
         )
     ).one()
-    return bool(row[0])
+    usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
+    return EndedRun(ended=bool(row[0]), usage=usage)
 
 
 @dataclass(frozen=True)
