@@ -361,9 +361,10 @@ class AgentLoop:
         end_hook = (
             hooks.on_agent_complete if commit.status == "completed" else hooks.on_agent_failed
         )
+        hears = bool(said) and hooks.on_message is not None
         # With nothing left to do after the last write, its commit wakes the callers.
-        notify = end_hook is None and not said and not spans.tracing()
-        if said and hooks.on_message is not None:
+        notify = end_hook is None and not hears and not spans.tracing()
+        if hears:
             # User hooks run in a step, as everywhere else (decided from checkpointed
             # data only, so a replay takes the same steps).
             wrote = await DBOS.run_step_async(
