@@ -427,14 +427,18 @@ class HelixDBOS:
                 return False
             ended_as: str = "aborted" if status and status.status == "CANCELLED" else "failed"
             error = _stale_reason(status)
-            logger.warning(
-                "Closing run %s of session %s as %s: %s",
-                run.run_id,
-                run.session_id,
-                ended_as,
-                error,
-            )
-            return await close_run(conn, run.session_id, run.run_id, error, ended_as)
+            # Only a run still live is closed: one whose workflow wrote its end after the
+            # caller looked (a run that ended in the meantime) is left alone, and unlogged.
+            closed = await close_run(conn, run.session_id, run.run_id, error, ended_as)
+            if closed:
+                logger.warning(
+                    "Closed run %s of session %s as %s: %s",
+                    run.run_id,
+                    run.session_id,
+                    ended_as,
+                    error,
+                )
+            return closed
 
     async def reconcile_runs(self) -> list[str]:
         """Close every live run whose workflow ended without closing it (cancelled from

@@ -9,7 +9,7 @@ from dbos import DBOS, WorkflowHandleAsync
 from helix_dbos.orchestration.terminating import generated_messages
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.event_loop import run_sync
-from helix_dbos.runtime.results import AgentResult, RunInfo
+from helix_dbos.runtime.results import AgentResult, RunInfo, row_result
 
 DURABLE_POLL_SECONDS = 1.0
 
@@ -59,20 +59,7 @@ class RunHandle:
             )
             return await handle.get_result(polling_interval_sec=DURABLE_POLL_SECONDS)
         except Exception:
-            return self._from_row(await self._helix.get_run(self.run_id))
-
-    @staticmethod
-    def _from_row(run: RunInfo) -> AgentResult:
-        return AgentResult.model_validate(
-            {
-                "status": run.status,
-                "output": run.output,
-                "error": run.error,
-                "session_id": run.session_id,
-                "run_id": run.run_id,
-                "step_count": run.step_count,
-            }
-        )
+            return row_result(await self._helix.get_run(self.run_id))
 
     def result_sync(self) -> AgentResult:
         return run_sync(self.result)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -52,22 +52,45 @@ class AgentResult(BaseModel):
         return self.status == "completed"
 
 
+class RunRowLike(Protocol):
+    """The columns of a run's row a result is made of (`RunInfo`, the store's `RunRow`)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def step_count(self) -> int: ...
+    @property
+    def output(self) -> Any: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+def row_result(run: RunRowLike, **extra: Any) -> AgentResult:
+    """A result from a run's row (and `extra` fields): what its workflow returned."""
+    fields = {
+        "status": run.status,
+        "output": run.output,
+        "error": run.error,
+        "session_id": run.session_id,
+        "run_id": run.run_id,
+        "step_count": run.step_count,
+    }
+    return AgentResult.model_validate(fields | extra)
+
+
 def run_result(outcome: RunOutcome) -> AgentResult:
-    """An ended run's result, from its row: what its workflow returned, and its usage."""
+    """An ended run's result from its row, with its usage, stop reason and mode."""
     run = outcome.run
     completed_terminating = outcome.terminating and run.status == "completed"
-    result = AgentResult.model_validate(
-        {
-            "status": run.status,
-            "output": run.output,
-            "error": run.error,
-            "session_id": run.session_id,
-            "run_id": run.run_id,
-            "step_count": run.step_count,
-            "usage": outcome.usage,
-            "response": response_text(run.output) if completed_terminating else None,
-            "stop_reason": outcome.stop_reason,
-        }
+    result = row_result(
+        run,
+        usage=outcome.usage,
+        response=response_text(run.output) if completed_terminating else None,
+        stop_reason=outcome.stop_reason,
     )
     result.terminating = outcome.terminating
     return result

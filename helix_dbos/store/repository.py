@@ -968,13 +968,17 @@ async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
 
 
 async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]:
-    """`__finish__` calls with no tool result (left by older code), found in SQL."""
+    """`__finish__` calls with no tool result (left by older code as a run's last
+    message), found in SQL. Only the last assistant message can hold one: every turn
+    opened since heals it. One index probe, so a long session's next turn does not scan
+    its transcript."""
     rows = await conn.execute(
         _sql(
-            "SELECT c->>'id' FROM helix.messages m, jsonb_array_elements(m.tool_calls) c "
-            "WHERE m.session_id = :sid AND m.role = 'assistant' AND c->>'name' = '__finish__' "
+            "SELECT c->>'id' FROM (SELECT seq, tool_calls FROM helix.messages "
+            "WHERE session_id = :sid AND role = 'assistant' ORDER BY seq DESC LIMIT 1) m, "
+            "jsonb_array_elements(m.tool_calls) c WHERE c->>'name' = '__finish__' "
             "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
-            "AND t.role = 'tool' AND t.tool_call_id = c->>'id') ORDER BY m.seq"
+            "AND t.seq > m.seq AND t.role = 'tool' AND t.tool_call_id = c->>'id')"
         ),
         {"sid": session_id},
     )
