@@ -41,6 +41,33 @@ class HistoryCache:
     def __init__(self, max_sessions: int = 1024) -> None:
         self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self._max = max_sessions
+        # Runs on a new session that this process opened and runs: their first step's
+        # transcript and state are what the open wrote, so it reads nothing.
+        self._new_runs: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def seed_new_run(
+        self, session_id: str, run_id: str, messages: list[Message], state: dict[str, Any]
+    ) -> None:
+        """Remember what a new session's first run starts from (its whole transcript)."""
+        self._keep(session_id, len(messages), list(messages))
+        self._new_runs[run_id] = state
+        while len(self._new_runs) > self._max:
+            self._new_runs.popitem(last=False)
+
+    def take_new_run(
+        self, session_id: str, run_id: str
+    ) -> tuple[list[Message], dict[str, Any]] | None:
+        """A seeded run's first transcript and state, once; None if not seeded here.
+
+        No query, so no look for a pending interrupt either: nobody can address the
+        session before `execute()` returns, so one sent right after races this step
+        anyway, and the next step boundary (a few milliseconds on) takes it.
+        """
+        state = self._new_runs.pop(run_id, None)
+        entry = self._entries.get(session_id)
+        if state is None or entry is None:
+            return None
+        return list(entry[1]), state
 
     async def read(self, conn: AsyncConnection, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))

@@ -384,6 +384,10 @@ class HelixDBOS:
             try:
                 if new_session:  # one statement, which takes the lock as well
                     opened = await _open_new_session_run(lock, request)
+                    state = request.state or request.default_state
+                    self.runtime.history.seed_new_run(
+                        opened.session_id, opened.run_id, request.messages, state
+                    )
                 else:
                     opened = await self._open(request)
                 task = await self.dispatch.start(
@@ -394,7 +398,9 @@ class HelixDBOS:
                     request.options,
                     priority,
                 )
-                if task is not None:
+                if task is None:  # enqueued: whichever worker runs it reads its transcript
+                    self.runtime.history.take_new_run(opened.session_id, opened.run_id)
+                else:
                     self._local_runs[opened.workflow_id] = task
                     task.add_done_callback(lambda _: self._local_runs.pop(opened.workflow_id, None))
             finally:

@@ -155,7 +155,7 @@ async def llm_step(
     rt = current_runtime()
     rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
-    seen = await _transcript(rt, session_id, previous)
+    seen = await _transcript(rt, session_id, run_id, previous)
     unannounced = previous.commit.unannounced if previous is not None else []
     if seen is None:
         await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
@@ -249,7 +249,7 @@ def _ms_since(started: float) -> float:
 
 
 async def _transcript(
-    rt: Runtime, session_id: str, previous: WriteAhead | None
+    rt: Runtime, session_id: str, run_id: str, previous: WriteAhead | None
 ) -> tuple[list[Message], dict[str, Any]] | None:
     """The history and state the model is asked with; `None` if an interrupt waits.
 
@@ -257,6 +257,9 @@ async def _transcript(
     transcript without a query.
     """
     if previous is None:
+        seeded = rt.history.take_new_run(session_id, run_id)
+        if seeded is not None:  # a new session opened by this process: nothing to read
+            return seeded
         async with rt.engine.connect() as conn:
             interrupted, state, history = await rt.history.read_first(
                 conn, DBOS.workflow_id, session_id
