@@ -355,14 +355,8 @@ async def open_children(
         if c.agent_name not in agents
     }
     opening = [c for c in children if c.call_id not in failures]
-    if opening and await repo.update_live_run(
-        session,
-        parent.run_id,
-        status="waiting",
-        waiting_for=AWAITING_CHILDREN,
-        waiting_since_now=True,
-    ):
-        await repo.update_session(session, parent.session_id, status="waiting")
+    if opening:
+        await children_waiting(session, parent)
     await repo.insert_chunks(
         session,
         parent.session_id,
