@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
+from bench_waiting_runs import bounded
 from dbos import DBOS
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
@@ -65,16 +66,6 @@ def responder(request: LLMRequest) -> dict[str, Any]:
     return {"type": "tool_calls", "tool_calls": [{"id": "c1", "name": "ping", "arguments": {}}]}
 
 
-async def bounded(concurrency: int, count: int, func: Any) -> list[Any]:
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def one(i: int) -> Any:
-        async with semaphore:
-            return await func(i)
-
-    return list(await asyncio.gather(*(one(i) for i in range(count))))
-
-
 async def wait_until(conn: psycopg.AsyncConnection[Any], sql: str, params: Any, n: int) -> None:
     while True:
         row = await (await conn.execute(sql, params)).fetchone()
@@ -93,7 +84,7 @@ async def dbos_sitting(
         handle = await on_target_loop(lambda: DBOS.start_workflow_async(burst_workflow, i))
         return handle.get_workflow_id()
 
-    await bounded(concurrency, n, start)
+    await bounded(concurrency, list(range(n)), start)
     start_s = time.perf_counter() - started
     await wait_until(
         conn,
@@ -120,7 +111,7 @@ async def helix_sitting(
         handle = await helix.execute(agent, f"{marker} {i}", priority=1 if queued else None)
         return handle.run_id
 
-    await bounded(concurrency, n, start)
+    await bounded(concurrency, list(range(n)), start)
     start_s = time.perf_counter() - started
     await wait_until(
         conn,

@@ -22,7 +22,7 @@ from typing import Any
 from dbos import DBOS, StepOptions
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.definitions.hooks import Hook, HookContext, RunEvent, fire_safely
 from helix_dbos.log_events import LLM_FAILED, OUTPUT_VALIDATION_FAILED, RUN_ENDED, log_event
 from helix_dbos.orchestration.completion import (
     MAX_NUDGES_ERROR,
@@ -357,13 +357,10 @@ class AgentLoop:
         if self._ahead is not None:
             await self._ahead.settled()
         said = (self._unwritten.unannounced if self._unwritten else []) + commit.unannounced
-        hooks = self.agent.hooks
-        end_hook = (
-            hooks.on_agent_complete if commit.status == "completed" else hooks.on_agent_failed
-        )
-        hears = bool(said) and hooks.on_message is not None
+        assert commit.status is not None
+        hears = bool(said) and self.agent.hooks.on_message is not None
         # With nothing left to do after the last write, its commit wakes the callers.
-        notify = end_hook is None and not hears and not spans.tracing()
+        notify = self._end_hook(commit.status) is None and not hears and not spans.tracing()
         if hears:
             # User hooks run in a step, as everywhere else (decided from checkpointed
             # data only, so a replay takes the same steps).
@@ -373,7 +370,6 @@ class AgentLoop:
         else:
             wrote = await _write_final(commit, self._unwritten, notify)
         self._unwritten = None
-        assert commit.status is not None
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
         if not notify:
             await announce_run_end(self.run_id)  # after the hook and the span
@@ -400,11 +396,15 @@ class AgentLoop:
         )
         return await self._end(commit)
 
+    def _end_hook(self, status: FinalStatus) -> Hook | None:
+        """The hook a run ending with `status` fires: on completion or on failure."""
+        hooks = self.agent.hooks
+        return hooks.on_agent_complete if status == "completed" else hooks.on_agent_failed
+
     async def _fire_end_hook(
         self, step: int, status: FinalStatus, output: Any, error: str | None
     ) -> None:
-        hooks = self.agent.hooks
-        hook = hooks.on_agent_complete if status == "completed" else hooks.on_agent_failed
+        hook = self._end_hook(status)
         if hook is not None:
             context = HookContext(self.session_id, self.run_id, self.agent.name, step)
             event = RunEvent(context, status, output, error)
@@ -436,8 +436,7 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
     asked for. Live and keyed, like a slow tool's `tool_start`: best effort."""
     await asyncio.sleep(LIVE_TOOL_START_SECONDS)
     try:
-        async with rt.engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with rt.autocommit() as conn:
             await write_head(conn, commit, durable=False)
     except Exception as exc:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
@@ -471,8 +470,7 @@ async def final_step(
     """The run's last write (`helix.commit_final`), whose writes are keyed or guarded by
     the run's status, so one replayed after a crash changes nothing."""
     rt = current_runtime()
-    async with rt.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with rt.autocommit() as conn:
         wrote = await commit_final(conn, commit, unwritten, notify=notify)
     ended = wrote.ended
     if ended:  # on_message for what workflow code said last (once: a replay ends nothing)

@@ -157,8 +157,7 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
     """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
     session's state and pending interrupt in the same round trip."""
-    async with current_runtime().engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with current_runtime().autocommit() as conn:
         return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
 
 
@@ -250,8 +249,7 @@ async def announce_run_end(run_id: str) -> None:
     does at its end (the final write, its hooks, its span), so a caller that wakes
     finds it all done; a lost wake-up only costs a waiting caller its next poll."""
     try:
-        async with current_runtime().engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with current_runtime().autocommit() as conn:
             await repo.notify_run_end(conn, run_id)
     except Exception as exc:
         logger.warning("helix could not announce the end of run %s: %s", run_id, exc)

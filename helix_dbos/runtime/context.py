@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import AsyncSQLAlchemyDatasource
@@ -72,10 +73,7 @@ class HistoryCache:
     async def read(self, conn: AsyncConnection, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
-        if rows:
-            messages = messages + [m for _, m in rows]
-            last_seq = rows[-1][0]
-        self._keep(session_id, last_seq, messages)
+        messages, last_seq = self._top_up(session_id, last_seq, messages, rows)
         return messages, last_seq + 1
 
     async def read_first(
@@ -87,11 +85,22 @@ class HistoryCache:
         interrupted, state, rows = await repo.interrupt_state_and_messages(
             conn, workflow_id, session_id, after_seq=last_seq
         )
+        messages, _ = self._top_up(session_id, last_seq, messages, rows)
+        return interrupted, state, messages
+
+    def _top_up(
+        self,
+        session_id: str,
+        last_seq: int,
+        messages: list[Message],
+        rows: list[tuple[int, Message]],
+    ) -> tuple[list[Message], int]:
+        """The cached transcript with the rows read after it, kept as the new entry."""
         if rows:
             messages = messages + [m for _, m in rows]
             last_seq = rows[-1][0]
         self._keep(session_id, last_seq, messages)
-        return interrupted, state, messages
+        return messages, last_seq
 
     def _keep(self, session_id: str, last_seq: int, messages: list[Message]) -> None:
         self._entries[session_id] = (last_seq, messages)
@@ -212,6 +221,13 @@ class Runtime:
                 )
                 await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
         raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection on which each statement commits by itself: for writes that
+        are keyed or guarded on their own and need no transaction around them."""
+        async with self.engine.connect() as conn:
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     async def read(
         self,

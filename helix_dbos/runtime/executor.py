@@ -384,9 +384,11 @@ class HelixDBOS:
             try:
                 if new_session:  # one statement, which takes the lock as well
                     opened = await _open_new_session_run(lock, request)
-                    state = request.state or request.default_state
                     self.runtime.history.seed_new_run(
-                        opened.session_id, opened.run_id, request.messages, state
+                        opened.session_id,
+                        opened.run_id,
+                        request.messages,
+                        request.new_session_state,
                     )
                 else:
                     opened = await self._open(request)
@@ -807,9 +809,8 @@ class HelixDBOS:
 
             with contextlib.suppress(Exception):  # cancelled or crashed: read the row
                 result = await on_target_loop(ended)
-                if isinstance(result, AgentResult):  # its usage was read by the last write
-                    usage = result.usage or await self.get_usage(run_id=run_id)
-                    return result.model_copy(update={"usage": usage})
+                if isinstance(result, AgentResult):  # usage included: the last write read it
+                    return result.model_copy()  # each caller its own (the task's is shared)
         return run_result(await self._wait_for_outcome(session_id, run_id, poll_seconds))
 
     async def _wait_for_outcome(
@@ -961,6 +962,12 @@ class OpenRunRequest:
     default_state: dict[str, Any]  # a new session's state otherwise
     max_steps: int
     options: RunOptions
+
+    @property
+    def new_session_state(self) -> dict[str, Any]:
+        """The state a session created by this run starts with."""
+        return self.state or self.default_state
+
     # What `helix.runs.options` records: the run's effective options (the agent's
     # terminating config when the run sets none), so a caller reading the result from
     # the row knows the run's mode.
@@ -987,7 +994,7 @@ async def _open_new_session_run(conn: AsyncConnection, request: OpenRunRequest) 
         run_id=run_id,
         workflow_id=workflow_id,
         agent_name=request.agent_name,
-        state=request.state or request.default_state,
+        state=request.new_session_state,
         max_steps=request.max_steps,
         options=request.stored_options,
         messages=request.messages,
@@ -1001,9 +1008,7 @@ async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRu
     session_id = request.session_id or new_id("ses")
     row = await repo.get_session(session, session_id, for_update=True)
     if row is None:
-        await repo.insert_session(
-            session, session_id, agent_name, request.state or request.default_state
-        )
+        await repo.insert_session(session, session_id, agent_name, request.new_session_state)
         row = await repo.get_session(session, session_id, for_update=True)
         assert row is not None
     elif row.agent_name != agent_name:

@@ -32,8 +32,7 @@ async def write_chunks(
 ) -> None:
     """Live chunks, committed at once on their own connection."""
     if chunks:
-        async with rt.engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with rt.autocommit() as conn:
             await repo.insert_chunks(
                 conn, session_id, run_id, agent_name, step, chunks, durable=False
             )
