@@ -4,8 +4,9 @@ A step's messages, state, usage and chunks are derived only from checkpointed st
 outputs, so a replay rebuilds the very same rows. They are written by the next LLM
 step before it reads the transcript for the model, in one statement keyed by
 `runs.committed_step` (the key commits atomically with the rows, so a recovered or
-retried step writes nothing twice). A run's last step is written the same way by the
-`helix.commit_final` step, with the final status, which only a live run takes.
+retried step writes nothing twice). A run's last step is written with the same key by
+the run's final write, in the same statement as the final status, which only a live
+run takes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
-from helix_dbos.store.run_bounds import EndedRun, end_run
+from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run
 
 
 @dataclass
@@ -217,18 +218,38 @@ async def commit_final(
 ) -> EndedRun:
     """The run's last writes on an autocommit connection: a step not yet written (if the
     run ends before another LLM step wrote it), this step's rows, and the final status.
-    Each is keyed or guarded, so none needs the others' transaction; the rows commit
-    without waiting for their disk flush, which the final status's commit does for them.
-    Returns whether this call ended the run (an abort that got there first keeps its
-    status) and the run's usage."""
+    Usually that is this step and the status alone, written in one statement. Otherwise
+    each write is keyed or guarded, so none needs the others' transaction, and the rows
+    commit without waiting for their disk flush, which the final status's commit does
+    for them. Returns whether this call ended the run (an abort that got there first
+    keeps its status) and the run's usage."""
+    assert commit.status is not None
+    chunks = terminal_chunks(commit)
+    if pending is None and commit.has_rows:  # the usual end: one statement
+        return await end_step_and_run(
+            session,
+            session_id=commit.session_id,
+            run_id=commit.run_id,
+            agent_name=commit.agent_name,
+            step=commit.step,
+            messages=commit.messages,
+            state=commit.state,
+            usage=commit.usage,
+            step_chunks=commit.events,
+            head_messages=commit.head_messages,
+            status=commit.status,
+            output=commit.output,
+            error=commit.error,
+            stop_reason=commit.stop_reason,
+            end_chunks=chunks,
+            notify=notify,
+        )
     if pending is not None:
         await write_step_rows(session, pending, durable=False)
-    chunks = terminal_chunks(commit)
     if commit.has_rows:
         await write_step_rows(session, commit, durable=False)
     else:
         chunks = commit.events + chunks
-    assert commit.status is not None
     return await end_run(
         session,
         session_id=commit.session_id,

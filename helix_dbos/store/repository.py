@@ -578,6 +578,16 @@ async def append_messages(
     return await insert_messages(conn, session_id, run_id, first_seq, messages)
 
 
+# A step's usage rows (:usage, in `_USAGE_RECORDSET`'s column order), once a `claim`
+# row says this write is the step's first.
+INSERT_STEP_USAGE = (
+    "INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, kind, model, "
+    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, "
+    f"tool_name, duration_ms, success, cost_usd) SELECT :sid, :rid, x.* FROM claim, "
+    f"{_USAGE_RECORDSET} ON CONFLICT (usage_id) DO NOTHING"
+)
+
+
 # The rows of one step after `s` (the session's counters) and a `claim` with `with_head`:
 # a head already written (`runs.committed_head`) is skipped, and the rest renumbered.
 _STEP_ROWS = (
@@ -587,13 +597,7 @@ _STEP_ROWS = (
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
     f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
     "WHERE m.ord >= :nhead OR claim.with_head RETURNING 1), "
-    "u AS (INSERT INTO helix.usage (usage_id, session_id, run_id, agent_name, step, kind, "
-    "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-    "reasoning_tokens, tool_name, duration_ms, success, cost_usd) SELECT x.usage_id, :sid, "
-    ":rid, x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
-    "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
-    f"x.duration_ms, x.success, x.cost_usd FROM claim, {_USAGE_RECORDSET} "
-    "ON CONFLICT (usage_id) DO NOTHING RETURNING 1), "
+    f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
     f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
 )
 # The session's counters, moved past the rows a claimed write inserts.

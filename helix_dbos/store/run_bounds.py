@@ -18,13 +18,16 @@ from helix_dbos.store.repository import (
     _MESSAGE_FIELDS,
     _MESSAGE_RECORDSET,
     _RUN_COLUMNS,
+    INSERT_STEP_USAGE,
     USAGE_KEYS,
     USAGE_SELECT,
     Executor,
     RunRow,
+    UsageRecord,
     _chunk_records,
     _json,
     _sql,
+    _step_params,
     message_record,
 )
 from helix_dbos.store.storable import storable_text
@@ -150,6 +153,103 @@ async def end_run(
     ).one()
     usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage)
+
+
+# A run's last step and its end in one statement: `end_run` after `commit_step_rows`,
+# with their keys and guards. The step's rows land once (`runs.committed_step`, its
+# head skipped if written before), the status only on a live run; `r` updates the run's
+# row once for both (two updates of one row in one statement would drop one). The
+# usage read adds the rows inserted here, which the statement's snapshot cannot see.
+_END_STEP_AND_RUN = _sql(
+    "WITH p AS (SELECT committed_step < :step AS claimed, committed_head < :step AS "
+    f"with_head, status IN {_LIVE} AS live FROM helix.runs WHERE run_id = :rid FOR UPDATE), "
+    "r AS (UPDATE helix.runs SET committed_step = GREATEST(committed_step, :step), "
+    "committed_head = GREATEST(committed_head, :step), "
+    "step_count = CASE WHEN p.live THEN :step ELSE step_count END, "
+    "status = CASE WHEN p.live THEN :status ELSE status END, "
+    "output = CASE WHEN p.live THEN CAST(:output AS json) ELSE output END, "
+    "error = CASE WHEN p.live THEN :error ELSE error END, "
+    "waiting_for = CASE WHEN NOT p.live THEN waiting_for END, "
+    "finished_at = CASE WHEN p.live THEN now() ELSE finished_at END, "
+    "stop_reason = CASE WHEN p.live THEN :stop ELSE stop_reason END "
+    "FROM p WHERE run_id = :rid AND (p.claimed OR p.live) RETURNING p.*), "
+    "claim AS (SELECT with_head, CASE WHEN with_head THEN :nmsg ELSE :nmsg - :nhead END "
+    "AS n FROM r WHERE claimed), "
+    "k AS (SELECT bool_or(claimed) AS claimed, bool_or(live) AS live FROM r), "
+    "s AS (UPDATE helix.sessions SET message_seq = COALESCE(GREATEST(message_seq, "
+    "(SELECT COALESCE(max(seq), 0) FROM helix.messages WHERE session_id = :sid)) "
+    "+ (SELECT n FROM claim), message_seq), "
+    "chunk_seq = chunk_seq + :nchunk, "
+    "state = CASE WHEN k.claimed THEN COALESCE(CAST(:state AS jsonb), state) ELSE state END, "
+    "status = CASE WHEN k.live THEN :status ELSE status END, "
+    "output = CASE WHEN k.live THEN CAST(:output AS jsonb) ELSE output END, "
+    "error = CASE WHEN k.live THEN :error ELSE error END, "
+    "updated_at = CASE WHEN k.claimed OR k.live THEN now() ELSE updated_at END "
+    "FROM k WHERE session_id = :sid RETURNING message_seq - (SELECT n FROM claim) + 1 "
+    "AS first_msg, chunk_seq - :nchunk AS chunk_base), "
+    "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
+    "tool_call_id, tool_name, thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
+    f"CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, {_MESSAGE_FIELDS} "
+    f"FROM s, claim, {_MESSAGE_RECORDSET} WHERE m.ord >= :nhead OR claim.with_head "
+    "RETURNING 1), "
+    f"u AS ({INSERT_STEP_USAGE} RETURNING *), "
+    "c AS (INSERT INTO helix.stream_chunks "
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
+    "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb) "
+    "WHERE c.ord > :nstep OR EXISTS (SELECT 1 FROM claim) "
+    "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+    "SELECT k.live IS TRUE, pg_notify('helix_chunks', :sid), "
+    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, t.* "
+    f"FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
+    "UNION ALL TABLE u) AS usage) t, k"
+)
+
+
+async def end_step_and_run(
+    conn: Executor,
+    *,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    messages: Sequence[Message],
+    state: dict[str, Any] | None,
+    usage: Sequence[UsageRecord],
+    step_chunks: Sequence[tuple[str, str, Any]],
+    head_messages: int,
+    status: str,
+    output: Any,
+    error: str | None,
+    stop_reason: str | None,
+    end_chunks: Sequence[tuple[str, str, Any]],
+    notify: bool,
+) -> EndedRun:
+    """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
+    statement: one round trip and one commit fewer on every run."""
+    params = _step_params(
+        session_id,
+        run_id,
+        agent_name,
+        step,
+        messages,
+        usage,
+        [*step_chunks, *end_chunks],
+        state,
+        head_messages,
+    )
+    params.update(
+        status=status,
+        output=_json(output),
+        error=storable_text(error) if error is not None else None,
+        stop=stop_reason,
+        nstep=len(step_chunks),
+        notify=notify,
+    )
+    row = (await conn.execute(_END_STEP_AND_RUN, params)).one()
+    usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
+    return EndedRun(ended=bool(row[0]), usage=usage_totals)
 
 
 @dataclass(frozen=True)
