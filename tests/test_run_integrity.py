@@ -7,15 +7,18 @@ import asyncio
 import pickle
 import threading
 import time
+from typing import Any
 
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 from dbos import error as dbos_errors
+from helpers import sql
 
-from helix_dbos import AgentAlreadyRunningError, LLMConfig, RunHandle, ToolContext, tool
+from helix_dbos import AgentAlreadyRunningError, AgentHooks, LLMConfig, RunHandle, ToolContext, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime import agent_loop
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.step_types import RunOptions
 
 
 def test_a_provider_error_survives_a_pickle_round_trip_alone_and_inside_dbos_retries():
@@ -77,26 +80,41 @@ async def test_concurrent_starts_on_an_idle_session_let_exactly_one_run_in(
     helix, make_agent, mock_llm
 ):
     """Three callers start a run on one completed session at once, twenty times over:
-    each time one wins, the others get AgentAlreadyRunningError and store nothing."""
+    each time one wins, the others get AgentAlreadyRunningError and store nothing.
+    The winner's model answers only once all three calls returned (a caller slower
+    than a whole run would otherwise rightly start the next turn)."""
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "turn 0"}, agent=agent.name)
     session_id = (await (await helix.execute(agent, "turn 0")).result()).session_id
     winners: list[str] = []
-    for turn in range(1, 21):
-        mock_llm.add_response({"type": "text", "content": f"turn {turn}"}, agent=agent.name)
-        outcomes = await asyncio.gather(
-            *(
-                helix.execute(agent, f"turn {turn} caller {caller}", session_id=session_id)
-                for caller in range(3)
-            ),
-            return_exceptions=True,
-        )
-        handles = [o for o in outcomes if isinstance(o, RunHandle)]
-        refused = [o for o in outcomes if isinstance(o, AgentAlreadyRunningError)]
-        assert (len(handles), len(refused)) == (1, 2), outcomes
-        result = await asyncio.wait_for(handles[0].result(), timeout=30)
-        assert result.status == "completed" and result.output == f"turn {turn}"
-        winners.append(result.run_id)
+    callers_back = threading.Event()
+
+    async def after_the_callers(request: LLMRequest) -> dict[str, Any]:
+        while not callers_back.is_set():
+            await asyncio.sleep(0.005)
+        said = request.messages[-1].content or ""
+        return {"type": "text", "content": said.split(" caller")[0]}
+
+    mock_llm.set_responder(after_the_callers)
+    try:
+        for turn in range(1, 21):
+            callers_back.clear()
+            outcomes = await asyncio.gather(
+                *(
+                    helix.execute(agent, f"turn {turn} caller {caller}", session_id=session_id)
+                    for caller in range(3)
+                ),
+                return_exceptions=True,
+            )
+            callers_back.set()
+            handles = [o for o in outcomes if isinstance(o, RunHandle)]
+            refused = [o for o in outcomes if isinstance(o, AgentAlreadyRunningError)]
+            assert (len(handles), len(refused)) == (1, 2), outcomes
+            result = await asyncio.wait_for(handles[0].result(), timeout=30)
+            assert result.status == "completed" and result.output == f"turn {turn}"
+            winners.append(result.run_id)
+    finally:
+        mock_llm.set_responder(None)
     runs = await helix.list_runs(session_id)
     assert len(runs) == 21 and {r.status for r in runs} == {"completed"}
     users = [m.content for m in await helix.get_messages(session_id) if m.role == "user"]
@@ -235,3 +253,126 @@ async def test_a_run_whose_last_write_is_rejected_ends_failed_and_result_returns
     assert (run.status, run.error) == (result.status, result.error)
     status = await on_target_loop(lambda: DBOS.get_workflow_status_async(handle.workflow_id))
     assert status is not None and status.status == "ERROR"
+
+
+async def test_a_new_sessions_open_that_fails_while_its_workflow_starts_leaves_no_run(
+    helix, make_agent, mock_llm, database_url
+):
+    """A new session's run is opened while its workflow starts. When PostgreSQL refuses
+    the open (slowly: the workflow is well under way by then), the caller gets the
+    error, and the workflow ends without asking the model or writing anything: no
+    session, no run, nothing live."""
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "never asked"}, agent=agent.name)
+    trigger = f"refuse_{agent.name}"[:60]
+    sql(
+        database_url,
+        f"CREATE FUNCTION helix.{trigger}() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_sleep(0.3); RAISE EXCEPTION 'the open is refused'; END $$",
+    )
+    sql(
+        database_url,
+        f"CREATE TRIGGER {trigger} BEFORE INSERT ON helix.sessions FOR EACH ROW "
+        f"WHEN (NEW.agent_name = '{agent.name}') EXECUTE FUNCTION helix.{trigger}()",
+    )
+    try:
+        try:
+            await helix.execute(agent, "go")
+        except Exception as exc:
+            assert "the open is refused" in str(exc)
+        else:
+            raise AssertionError("execute() returned for a run whose open failed")
+    finally:
+        sql(database_url, f"DROP TRIGGER {trigger} ON helix.sessions")
+        sql(database_url, f"DROP FUNCTION helix.{trigger}()")
+
+    async def started_for_agent() -> list[Any]:
+        found = await on_target_loop(
+            lambda: DBOS.list_workflows_async(name=agent_loop.WORKFLOW_NAME, load_input=True)
+        )
+        return [w for w in found if w.input and w.input["args"][2] == agent.name]
+
+    deadline = time.monotonic() + 15
+    while not (workflows := await started_for_agent()) or workflows[0].status == "PENDING":
+        assert time.monotonic() < deadline, "the workflow did not end"
+        await asyncio.sleep(0.05)
+    assert len(workflows) == 1 and workflows[0].status == "SUCCESS"
+    assert workflows[0].output.status == "failed"
+    assert "never opened" in workflows[0].output.error
+    assert not [r for r in mock_llm.inputs if r.agent_name == agent.name], "the model was asked"
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.runs WHERE agent_name = %s", agent.name
+    ) == [(0,)]
+    # the next run of the agent opens and completes as usual
+    handle = await helix.execute(agent, "again")
+    assert (await asyncio.wait_for(handle.result(), timeout=30)).output == "never asked"
+
+
+async def test_a_slow_open_of_a_new_session_delays_its_first_step_and_nothing_else(
+    helix, make_agent, mock_llm, database_url
+):
+    """The workflow starts alongside the open of its run; its first step waits for the
+    open, so a slow one (300 ms here) loses nothing: the model's reply is streamed and
+    written, the run completes with the whole transcript."""
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "after the open"}, agent=agent.name)
+    trigger = f"slow_{agent.name}"[:60]
+    sql(
+        database_url,
+        f"CREATE FUNCTION helix.{trigger}() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$",
+    )
+    sql(
+        database_url,
+        f"CREATE TRIGGER {trigger} BEFORE INSERT ON helix.sessions FOR EACH ROW "
+        f"WHEN (NEW.agent_name = '{agent.name}') EXECUTE FUNCTION helix.{trigger}()",
+    )
+    try:
+        handle = await helix.execute(agent, "go")
+    finally:
+        sql(database_url, f"DROP TRIGGER {trigger} ON helix.sessions")
+        sql(database_url, f"DROP FUNCTION helix.{trigger}()")
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert (result.status, result.output) == ("completed", "after the open")
+    messages = await helix.get_messages(handle.session_id)
+    assert [(m.role, m.content) for m in messages] == [
+        ("user", "go"),
+        ("assistant", "after the open"),
+    ]
+    kinds = [
+        kind
+        for (kind,) in sql(
+            database_url,
+            "SELECT type FROM helix.stream_chunks WHERE run_id = %s ORDER BY seq",
+            handle.run_id,
+        )
+    ]
+    assert kinds[0] == "run_started" and "text_delta" in kinds and kinds[-1] == "run_completed"
+
+
+async def test_a_recovered_workflow_whose_run_was_never_opened_ends_without_asking(
+    helix, make_agent, mock_llm, database_url
+):
+    """What recovery finds when a process died after DBOS committed a new session's
+    workflow but before the run's open committed: a workflow with no run row. It ends
+    failed at its first step, without a model call, a hook or a row."""
+    completed: list[str] = []
+    agent = make_agent(hooks=AgentHooks(on_agent_failed=lambda event: completed.append("x")))
+    mock_llm.add_response({"type": "text", "content": "never asked"}, agent=agent.name)
+    run_id, session_id = f"run_orphan_{time.time_ns()}", f"ses_orphan_{time.time_ns()}"
+
+    async def start() -> Any:
+        with SetWorkflowID(f"helix-{run_id}"):
+            handle = await DBOS.start_workflow_async(
+                agent_loop.agent_run_workflow, run_id, session_id, agent.name, RunOptions()
+            )
+        return await handle.get_result()
+
+    result = await asyncio.wait_for(on_target_loop(start), timeout=30)
+    assert (result.status, result.run_id) == ("failed", run_id)
+    assert "never opened" in result.error
+    assert not [r for r in mock_llm.inputs if r.agent_name == agent.name], "the model was asked"
+    assert completed == [], "a hook fired for a run that never existed"
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.sessions WHERE session_id = %s", session_id
+    ) == [(0,)]

@@ -76,6 +76,7 @@ from helix_dbos.runtime.step_types import (
     FinalStatus,
     InterruptRequested,
     ModelReply,
+    RunNotOpened,
     RunOptions,
 )
 from helix_dbos.runtime.tool_batch import ToolBatch
@@ -156,6 +157,8 @@ class AgentLoop:
                 return await self.end_without_step(step, "failed", error, usage=usage)
             if isinstance(reply, InterruptRequested):
                 return await self._interrupted(step - 1)
+            if isinstance(reply, RunNotOpened):
+                return self.not_opened()
             # 3.-4. Plan the reply and run its tools: the step's rows, in memory.
             commit = await self._take_step(step, reply)
             self._check_stop_when(reply, commit)
@@ -386,6 +389,16 @@ class AgentLoop:
         commit.end(status, error=error)
         return await self._end(commit)
 
+    def not_opened(self) -> AgentResult:
+        """The result of a workflow whose run was never opened: its starter died or failed
+        between starting it and committing the run's rows (see `RunNotOpened`). Nothing
+        is written and no hook fires: for the database, the run never existed."""
+        error = "The run was never opened: its start failed before its rows were written"
+        logger.warning("Agent run %s: %s", self.run_id, error)
+        return AgentResult(
+            status="failed", error=error, session_id=self.session_id, run_id=self.run_id
+        )
+
     async def _interrupted(self, step: int) -> AgentResult:
         message = await DBOS.recv_async(INTERRUPT_TOPIC, timeout_seconds=0)
         reason = message.get("reason") if isinstance(message, dict) else None
@@ -509,6 +522,8 @@ async def agent_run_workflow(
 ) -> AgentResult:
     rt = current_runtime()
     loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
+    if not await rt.wait_opened(run_id):  # started alongside an open that failed
+        return loop.not_opened()
     try:
         return await loop.run()
     except Exception as exc:  # a bug must not leave the run `running` forever

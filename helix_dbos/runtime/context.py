@@ -77,16 +77,14 @@ class HistoryCache:
         return messages, last_seq + 1
 
     async def read_first(
-        self, conn: AsyncConnection, workflow_id: str | None, session_id: str
-    ) -> tuple[bool, dict[str, Any], list[Message]]:
-        """A run's first read: a pending interrupt, the session's state and the
-        transcript (topped up), in one round trip."""
+        self, conn: AsyncConnection, workflow_id: str | None, session_id: str, run_id: str
+    ) -> tuple[repo.FirstRead, list[Message]]:
+        """A run's first read (`repo.first_read`) in one round trip, and the transcript
+        topped up."""
         last_seq, messages = self._entries.pop(session_id, (0, []))
-        interrupted, state, rows = await repo.interrupt_state_and_messages(
-            conn, workflow_id, session_id, after_seq=last_seq
-        )
-        messages, _ = self._top_up(session_id, last_seq, messages, rows)
-        return interrupted, state, messages
+        read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=last_seq)
+        messages, _ = self._top_up(session_id, last_seq, messages, read.messages)
+        return read, messages
 
     def _top_up(
         self,
@@ -143,6 +141,9 @@ class Runtime:
         self.llm_override = llm
         self._adapter_factory = adapter_factory
         self.history = HistoryCache()
+        # Opens of new sessions' runs still being written while their workflows start
+        # (`HelixDBOS._open_while_starting`), by run id: each workflow waits for its own.
+        self._opening: dict[str, asyncio.Future[Any]] = {}
         # The process's LISTEN connection (set by HelixDBOS): a slow tool step sleeps on
         # it to learn that its run was aborted, from this process or another.
         self.notifier: Callable[[], Awaitable[ChunkNotifier]] | None = None
@@ -221,6 +222,30 @@ class Runtime:
                 )
                 await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
         raise AssertionError("unreachable")
+
+    def opening(self, run_id: str, write: asyncio.Future[Any]) -> None:
+        """`write` opens the run (its rows): its workflow waits for it before its first
+        step. The starter forgets it if the workflow never started."""
+        self._opening[run_id] = write
+
+    def forget_opening(self, run_id: str) -> None:
+        self._opening.pop(run_id, None)
+
+    async def wait_opened(self, run_id: str) -> bool:
+        """Wait for this process's open of the run, if one is under way; False when that
+        open failed (its starter raised the error to its caller)."""
+        write = self._opening.pop(run_id, None)
+        if write is None:
+            return True  # opened before the workflow started, or by another process
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.cancelled():
+                raise  # this workflow was cancelled, not the open
+            return False
+        except Exception:
+            return False
+        return True
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:

@@ -108,6 +108,10 @@ class Dispatch:
         if self.executes_runs:
             dbos_internals.listen_also(queue_name)
 
+    def starts_here(self, agent: Agent, priority: int | None) -> bool:
+        """Whether `start` runs the workflow in this process rather than enqueueing it."""
+        return agent.name not in self._queue_of and self.executes_runs and priority is None
+
     async def start(
         self,
         workflow_id: str,
@@ -120,7 +124,7 @@ class Dispatch:
         """Start the run's workflow here (returns its task), or enqueue it under its
         workflow id (returns None)."""
         shared = self._queue_of.get(agent.name)
-        if shared is None and self.executes_runs and priority is None:
+        if self.starts_here(agent, priority):
             with SetWorkflowID(workflow_id):
                 handle = await DBOS.start_workflow_async(
                     agent_run_workflow, run_id, session_id, agent.name, options

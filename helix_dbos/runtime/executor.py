@@ -366,7 +366,8 @@ class HelixDBOS:
     async def _open_and_start_locked(
         self, request: OpenRunRequest, agent: Agent, priority: int | None
     ) -> OpenedRun:
-        """Open the run and start its workflow under the run's start lock.
+        """Open the run and start its workflow under the run's start lock (a new
+        session's run started here: both at once, see `_open_while_starting`).
 
         No other process can then take the run for stale between the two (two
         concurrent starts on one session: exactly one wins). A process killed between
@@ -381,28 +382,25 @@ class HelixDBOS:
             new_session = request.session_id is None and DBOS.workflow_id is None
             if not new_session:
                 await repo.lock_run_start(lock, request.run_id)
+            task: asyncio.Future[Any] | None
             try:
-                if new_session:  # one statement, which takes the lock as well
-                    opened = await _open_new_session_run(lock, request)
-                    self.runtime.history.seed_new_run(
-                        opened.session_id,
+                if new_session and self.dispatch.starts_here(agent, priority):
+                    opened, task = await self._open_while_starting(lock, request, agent)
+                else:
+                    if new_session:  # one statement, which takes the lock as well
+                        opened = _new_session_ids(request)
+                        await _open_new_session_run(lock, request, opened)
+                    else:
+                        opened = await self._open(request)
+                    task = await self.dispatch.start(
+                        opened.workflow_id,
                         opened.run_id,
-                        request.messages,
-                        request.new_session_state,
+                        opened.session_id,
+                        agent,
+                        request.options,
+                        priority,
                     )
-                else:
-                    opened = await self._open(request)
-                task = await self.dispatch.start(
-                    opened.workflow_id,
-                    opened.run_id,
-                    opened.session_id,
-                    agent,
-                    request.options,
-                    priority,
-                )
-                if task is None:  # enqueued: whichever worker runs it reads its transcript
-                    self.runtime.history.take_new_run(opened.session_id, opened.run_id)
-                else:
+                if task is not None:
                     self._local_runs[opened.workflow_id] = task
                     task.add_done_callback(lambda _: self._local_runs.pop(opened.workflow_id, None))
             finally:
@@ -412,6 +410,54 @@ class HelixDBOS:
                     await lock.invalidate()  # never return a connection that holds the lock
                     raise
         return opened
+
+    async def _open_while_starting(
+        self, lock: AsyncConnection, request: OpenRunRequest, agent: Agent
+    ) -> tuple[OpenedRun, asyncio.Future[Any]]:
+        """Open a new session's run and start its workflow here at the same time: the
+        open's round trip hides behind DBOS's own start instead of adding to it.
+
+        The workflow waits for the open (`Runtime.wait_opened`) before its first step,
+        and its first step reads nothing (the open's rows are seeded in this process's
+        history cache). The start lock is taken inside the open's statement, so whoever
+        sees the live run row also sees it locked until both are done, as in the
+        sequential path. If the open fails, the workflow ends without writing anything
+        and the error goes to the caller; if the process dies between DBOS's commit and
+        the open's, the recovered workflow finds no run row (`RunNotOpened`) and ends
+        the same way. A run whose workflow failed to start is closed like any other
+        (`_close_if_stale`).
+        """
+        opened = _new_session_ids(request)
+        history = self.runtime.history
+        history.seed_new_run(
+            opened.session_id, opened.run_id, request.messages, request.new_session_state
+        )
+        write = asyncio.ensure_future(_open_new_session_run(lock, request, opened))
+        self.runtime.opening(opened.run_id, write)
+        await asyncio.sleep(0)  # the open's statement goes out first, then DBOS's start
+        try:
+            task = await self.dispatch.start(
+                opened.workflow_id,
+                opened.run_id,
+                opened.session_id,
+                agent,
+                request.options,
+                None,
+            )
+        except BaseException:
+            self.runtime.forget_opening(opened.run_id)
+            history.take_new_run(opened.session_id, opened.run_id)
+            await asyncio.gather(write, return_exceptions=True)  # the lock is taken or not
+            raise
+        assert task is not None
+        try:
+            await asyncio.shield(write)
+        except BaseException:  # the open failed, or the caller was cancelled
+            await asyncio.gather(write, return_exceptions=True)  # done before the unlock
+            if write.cancelled() or write.exception() is not None:
+                history.take_new_run(opened.session_id, opened.run_id)
+            raise
+        return opened, task
 
     async def _open(self, request: OpenRunRequest) -> OpenedRun:
         try:
@@ -982,24 +1028,29 @@ class OpenedRun:
     turn: int
 
 
-async def _open_new_session_run(conn: AsyncConnection, request: OpenRunRequest) -> OpenedRun:
+def _new_session_ids(request: OpenRunRequest) -> OpenedRun:
+    """The ids of a run on a new session, made before anything is written."""
+    run_id = request.run_id
+    return OpenedRun(new_id("ses"), run_id, f"helix-{run_id}", 1)
+
+
+async def _open_new_session_run(
+    conn: AsyncConnection, request: OpenRunRequest, opened: OpenedRun
+) -> None:
     """`_open_run` for a session that cannot exist yet (its id is new), in one round
     trip that also takes the run's start lock on `conn`. Outside workflows only: a
     workflow opens its runs in an exactly-once datasource transaction."""
-    session_id, run_id = new_id("ses"), request.run_id
-    workflow_id = f"helix-{run_id}"
     await run_bounds.open_new_session_run(
         conn,
-        session_id=session_id,
-        run_id=run_id,
-        workflow_id=workflow_id,
+        session_id=opened.session_id,
+        run_id=opened.run_id,
+        workflow_id=opened.workflow_id,
         agent_name=request.agent_name,
         state=request.new_session_state,
         max_steps=request.max_steps,
         options=request.stored_options,
         messages=request.messages,
     )
-    return OpenedRun(session_id, run_id, workflow_id, 1)
 
 
 async def _open_run(session: repo.Executor, request: OpenRunRequest) -> OpenedRun:

@@ -50,6 +50,7 @@ from helix_dbos.runtime.step_types import (
     InterruptRequested,
     LLMStepOutput,
     ModelReply,
+    RunNotOpened,
     RunOptions,
 )
 from helix_dbos.store.repository import UsageRecord
@@ -156,6 +157,8 @@ async def llm_step(
     rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, run_id, previous)
+    if isinstance(seen, RunNotOpened):
+        return seen
     unannounced = previous.commit.unannounced if previous is not None else []
     if seen is None:
         await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
@@ -250,8 +253,9 @@ def _ms_since(started: float) -> float:
 
 async def _transcript(
     rt: Runtime, session_id: str, run_id: str, previous: WriteAhead | None
-) -> tuple[list[Message], dict[str, Any]] | None:
-    """The history and state the model is asked with; `None` if an interrupt waits.
+) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | None:
+    """The history and state the model is asked with; `None` if an interrupt waits,
+    `RunNotOpened` if the run has no row.
 
     After a write-ahead, the rows this process just wrote top up its cached
     transcript without a query.
@@ -261,10 +265,10 @@ async def _transcript(
         if seeded is not None:  # a new session opened by this process: nothing to read
             return seeded
         async with rt.engine.connect() as conn:
-            interrupted, state, history = await rt.history.read_first(
-                conn, DBOS.workflow_id, session_id
-            )
-        return None if interrupted else (history, state)
+            read, history = await rt.history.read_first(conn, DBOS.workflow_id, session_id, run_id)
+        if not read.run_exists:
+            return RunNotOpened()
+        return None if read.interrupted else (history, read.state)
     wrote = await previous.result()
     if wrote.interrupted:
         return None

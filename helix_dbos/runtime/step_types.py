@@ -50,7 +50,14 @@ class InterruptRequested:
     """The LLM step found an interrupt waiting and did not call the model."""
 
 
-LLMStepOutput = ModelReply | InterruptRequested
+@dataclass(frozen=True)
+class RunNotOpened:
+    """The LLM step found no row for its run: a workflow started alongside the open of
+    its run (see `HelixDBOS._open_while_starting`) whose open never committed, because
+    the process died in between or the open failed. Nothing to do, nothing to write."""
+
+
+LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened
 
 
 # --- gates and tool outcomes -------------------------------------------------------

@@ -762,25 +762,42 @@ async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:
     return bool(row.scalar())
 
 
-async def interrupt_state_and_messages(
-    conn: Executor, workflow_id: str | None, session_id: str, *, after_seq: int
-) -> tuple[bool, dict[str, Any], list[tuple[int, Message]]]:
-    """A pending interrupt, the session's state and `load_messages` in one round trip (a run's first LLM
-    step): a header row at seq 0, which no message has, then the messages."""
+@dataclass(frozen=True)
+class FirstRead:
+    """What a run's first LLM step reads: whether its run exists, a pending interrupt,
+    the session's state, and the transcript after a given sequence number."""
+
+    run_exists: bool
+    interrupted: bool
+    state: dict[str, Any]
+    messages: list[tuple[int, Message]]
+
+
+async def first_read(
+    conn: Executor, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
+) -> FirstRead:
+    """`FirstRead` in one round trip: a header row at seq 0, which no message has, then
+    the messages."""
     rows = (
         await conn.execute(
             _sql(
                 f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
-                "(SELECT state FROM helix.sessions WHERE session_id = :sid) "
+                "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
+                "EXISTS (SELECT 1 FROM helix.runs WHERE run_id = :rid) "
                 "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
-                "thinking, is_error, NULL FROM helix.messages "
+                "thinking, is_error, NULL, NULL FROM helix.messages "
                 "WHERE session_id = :sid AND seq > :after ORDER BY 1"
             ),
-            {"wid": workflow_id, "sid": session_id, "after": after_seq},
+            {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},
         )
     ).all()
     header, messages = rows[0], rows[1:]
-    return bool(header[7]), dict(header[8] or {}), [_message_from_row(r[:8]) for r in messages]
+    return FirstRead(
+        run_exists=bool(header[9]),
+        interrupted=bool(header[7]),
+        state=dict(header[8] or {}),
+        messages=[_message_from_row(r[:8]) for r in messages],
+    )
 
 
 async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
