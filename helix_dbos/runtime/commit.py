@@ -218,11 +218,14 @@ async def commit_final(
 ) -> EndedRun:
     """The run's last writes on an autocommit connection: a step not yet written (if the
     run ends before another LLM step wrote it), this step's rows, and the final status.
-    Usually that is this step and the status alone, written in one statement. Otherwise
-    each write is keyed or guarded, so none needs the others' transaction, and the rows
-    commit without waiting for their disk flush, which the final status's commit does
-    for them. Returns whether this call ended the run (an abort that got there first
-    keeps its status) and the run's usage."""
+    Usually that is this step and the status alone, written in one statement, whose
+    commit does not wait for its disk flush: the workflow always commits a checkpoint
+    to the same database afterwards (its end, or the step this runs in), which flushes
+    it, and a PostgreSQL crash before that loses both, so the replayed workflow writes
+    it again. Otherwise each write is keyed or guarded, so none needs the others'
+    transaction, and the rows commit without waiting for their disk flush, which the
+    final status's commit does for them. Returns whether this call ended the run (an
+    abort that got there first keeps its status) and the run's usage."""
     assert commit.status is not None
     chunks = terminal_chunks(commit)
     if pending is None and commit.has_rows:  # the usual end: one statement
@@ -243,6 +246,7 @@ async def commit_final(
             stop_reason=commit.stop_reason,
             end_chunks=chunks,
             notify=notify,
+            durable=False,
         )
     if pending is not None:
         await write_step_rows(session, pending, durable=False)

@@ -160,7 +160,7 @@ async def end_run(
 # head skipped if written before), the status only on a live run; `r` updates the run's
 # row once for both (two updates of one row in one statement would drop one). The
 # usage read adds the rows inserted here, which the statement's snapshot cannot see.
-_END_STEP_AND_RUN = _sql(
+_END_STEP_AND_RUN_HEAD = (
     "WITH p AS (SELECT committed_step < :step AS claimed, committed_head < :step AS "
     f"with_head, status IN {_LIVE} AS live FROM helix.runs WHERE run_id = :rid FOR UPDATE), "
     "r AS (UPDATE helix.runs SET committed_step = GREATEST(committed_step, :step), "
@@ -184,7 +184,7 @@ _END_STEP_AND_RUN = _sql(
     "status = CASE WHEN k.live THEN :status ELSE status END, "
     "output = CASE WHEN k.live THEN CAST(:output AS jsonb) ELSE output END, "
     "error = CASE WHEN k.live THEN :error ELSE error END, "
-    "updated_at = CASE WHEN k.claimed OR k.live THEN now() ELSE updated_at END "
+    "updated_at = now() "
     "FROM k WHERE session_id = :sid RETURNING message_seq - (SELECT n FROM claim) + 1 "
     "AS first_msg, chunk_seq - :nchunk AS chunk_base), "
     "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
@@ -201,10 +201,22 @@ _END_STEP_AND_RUN = _sql(
     "WHERE c.ord > :nstep OR EXISTS (SELECT 1 FROM claim) "
     "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
     "SELECT k.live IS TRUE, pg_notify('helix_chunks', :sid), "
-    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, t.* "
-    f"FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
+    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
+)
+_END_STEP_AND_RUN_FROM = (
+    f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
     "UNION ALL TABLE u) AS usage) t, k"
 )
+# Durable (its commit waits for the disk flush), and not: for a caller whose own
+# checkpoint, committed afterwards to the same database, flushes it (`commit_final`).
+_END_STEP_AND_RUN = {
+    durable: _sql(
+        _END_STEP_AND_RUN_HEAD
+        + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+        + _END_STEP_AND_RUN_FROM
+    )
+    for durable in (True, False)
+}
 
 
 async def end_step_and_run(
@@ -225,9 +237,11 @@ async def end_step_and_run(
     stop_reason: str | None,
     end_chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
+    durable: bool = True,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
-    statement: one round trip and one commit fewer on every run."""
+    statement: one round trip and one commit fewer on every run. `durable=False` does
+    not wait for the disk flush (see `commit_final`)."""
     params = _step_params(
         session_id,
         run_id,
@@ -247,8 +261,8 @@ async def end_step_and_run(
         nstep=len(step_chunks),
         notify=notify,
     )
-    row = (await conn.execute(_END_STEP_AND_RUN, params)).one()
-    usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
+    row = (await conn.execute(_END_STEP_AND_RUN[durable], params)).one()
+    usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[-len(USAGE_KEYS) :], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage_totals)
 
 
