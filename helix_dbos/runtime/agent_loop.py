@@ -483,7 +483,7 @@ async def final_step(
     """The run's last write (`helix.commit_final`), whose writes are keyed or guarded by
     the run's status, so one replayed after a crash changes nothing."""
     rt = current_runtime()
-    async with rt.autocommit() as conn:
+    async with rt.statements() as conn:
         wrote = await commit_final(conn, commit, unwritten, notify=notify)
     ended = wrote.ended
     if ended:  # on_message for what workflow code said last (once: a replay ends nothing)

@@ -15,8 +15,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.context import current_runtime, logger
@@ -109,7 +107,7 @@ class StepCommit:
 
 
 async def write_step_rows(
-    conn: AsyncConnection,
+    conn: repo.Executor,
     commit: StepCommit,
     *,
     durable: bool = True,
@@ -158,7 +156,7 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
     """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
     session's state and pending interrupt in the same round trip."""
-    async with current_runtime().autocommit() as conn:
+    async with current_runtime().statements() as conn:
         return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
 
 
@@ -210,7 +208,7 @@ def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
 
 
 async def commit_final(
-    session: AsyncConnection,
+    session: repo.Executor,
     commit: StepCommit,
     pending: StepCommit | None = None,
     *,

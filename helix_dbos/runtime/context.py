@@ -24,6 +24,7 @@ from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
+from helix_dbos.store.driver import DriverExecutor, driver
 from helix_dbos.streaming.notifier import ChunkNotifier
 
 T = TypeVar("T")
@@ -70,14 +71,14 @@ class HistoryCache:
             return None
         return list(entry[1]), state
 
-    async def read(self, conn: AsyncConnection, session_id: str) -> tuple[list[Message], int]:
+    async def read(self, conn: repo.Executor, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         messages, last_seq = self._top_up(session_id, last_seq, messages, rows)
         return messages, last_seq + 1
 
     async def read_first(
-        self, conn: AsyncConnection, workflow_id: str | None, session_id: str, run_id: str
+        self, conn: repo.Executor, workflow_id: str | None, session_id: str, run_id: str
     ) -> tuple[repo.FirstRead, list[Message]]:
         """A run's first read (`repo.first_read`) in one round trip, and the transcript
         topped up."""
@@ -254,14 +255,23 @@ class Runtime:
         async with self.engine.connect() as conn:
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
+    @asynccontextmanager
+    async def statements(self) -> AsyncIterator[DriverExecutor]:
+        """`autocommit()` with its statements sent straight to psycopg (`store.driver`):
+        for the statements every run and every step executes."""
+        async with self.autocommit() as conn:
+            yield await driver(conn)
+
     async def read(
         self,
-        func: Callable[Concatenate[AsyncConnection, P], Coroutine[Any, Any, T]],
+        func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """A read-only query on a pooled connection."""
-        async with self.engine.connect() as conn:
+        """A read-only query on a pooled connection, in autocommit: one statement needs
+        no transaction, and a BEGIN and a ROLLBACK around it would triple its round
+        trips (each read here is one statement, so it sees one snapshot)."""
+        async with self.statements() as conn:
             return await func(conn, *args, **kwargs)
 
 

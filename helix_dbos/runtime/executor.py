@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
@@ -66,6 +66,7 @@ from helix_dbos.store.database import (
     resolve_database_url,
     sqlalchemy_url,
 )
+from helix_dbos.store.driver import driver
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.run_bounds import RunOutcome
 from helix_dbos.store.storable import check_storable
@@ -378,7 +379,7 @@ class HelixDBOS:
         a burst of starts can never take every connection and wait forever for one more.
         """
         async with self._start_slots, self.runtime.engine.connect() as conn:
-            lock = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            lock = await driver(await conn.execution_options(isolation_level="AUTOCOMMIT"))
             new_session = request.session_id is None and DBOS.workflow_id is None
             if not new_session:
                 await repo.lock_run_start(lock, request.run_id)
@@ -407,12 +408,12 @@ class HelixDBOS:
                 try:
                     await repo.unlock_run_start(lock, request.run_id)
                 except BaseException:
-                    await lock.invalidate()  # never return a connection that holds the lock
+                    await conn.invalidate()  # never return a connection that holds the lock
                     raise
         return opened
 
     async def _open_while_starting(
-        self, lock: AsyncConnection, request: OpenRunRequest, agent: Agent
+        self, lock: repo.Executor, request: OpenRunRequest, agent: Agent
     ) -> tuple[OpenedRun, asyncio.Future[Any]]:
         """Open a new session's run and start its workflow here at the same time: the
         open's round trip hides behind DBOS's own start instead of adding to it.
@@ -911,7 +912,7 @@ class HelixDBOS:
 
     async def _read(
         self,
-        func: Callable[Concatenate[AsyncConnection, P], Coroutine[Any, Any, T]],
+        func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -1035,7 +1036,7 @@ def _new_session_ids(request: OpenRunRequest) -> OpenedRun:
 
 
 async def _open_new_session_run(
-    conn: AsyncConnection, request: OpenRunRequest, opened: OpenedRun
+    conn: repo.Executor, request: OpenRunRequest, opened: OpenedRun
 ) -> None:
     """`_open_run` for a session that cannot exist yet (its id is new), in one round
     trip that also takes the run's start lock on `conn`. Outside workflows only: a

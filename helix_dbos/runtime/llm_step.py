@@ -189,7 +189,8 @@ async def llm_step(
     result = storable_model(generated)
     _trace_call(agent, request, session_id, run_id, step, started_ns, result=result)
     await hooks.after_call(request, _ms_since(started), result=result)
-    await hooks.message(plan_reply(agent, terminating, mode, result).assistant_message)
+    if agent.hooks.on_message is not None:  # the workflow plans the reply again anyway
+        await hooks.message(plan_reply(agent, terminating, mode, result).assistant_message)
     hooks.done()
     await write_chunks(
         rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
@@ -264,7 +265,7 @@ async def _transcript(
         seeded = rt.history.take_new_run(session_id, run_id)
         if seeded is not None:  # a new session opened by this process: nothing to read
             return seeded
-        async with rt.engine.connect() as conn:
+        async with rt.statements() as conn:  # one statement: no transaction
             read, history = await rt.history.read_first(conn, DBOS.workflow_id, session_id, run_id)
         if not read.run_exists:
             return RunNotOpened()
@@ -277,7 +278,7 @@ async def _transcript(
         cached = rt.history.take(session_id, (wrote.first_seq, messages))
         if cached is not None:
             return cached[0], wrote.state
-    async with rt.engine.connect() as conn:
+    async with rt.statements() as conn:
         history, _ = await rt.history.read(conn, session_id)
     return history, wrote.state
 
