@@ -98,6 +98,10 @@ def respond(request: LLMRequest) -> dict:
         # Step 1's rows were written by this LLM step, which is not checkpointed yet.
         mark("crashed_in_model_call")
         os.kill(os.getpid(), signal.SIGKILL)
+    if scenario == "early":  # one step: the output, which says which life wrote it
+        life = "first life" if first_life() else "second life"
+        call = {"id": "fin", "name": "__finish__", "arguments": {"summary": life}}
+        return {"type": "tool_calls", "tool_calls": [call]}
     results = [m for m in request.messages if m.role == "tool"]
     finish = {
         "id": "fin",
@@ -166,6 +170,22 @@ if scenario == "final" and first_life():
         return out
 
     agent_loop.final_step = crash_after_final  # type: ignore[assignment]
+
+if scenario == "early" and first_life():
+    # The run's only LLM step replies with its output; its final write starts before
+    # DBOS checkpoints the step (`AgentLoop._take_early`). The test holds that checkpoint
+    # with a trigger; this life dies once the final write has committed.
+    from helix_dbos.runtime import agent_loop as early_loop
+
+    original_early_final = early_loop.final_step
+
+    async def crash_after_early_final(commit, pending, *more):  # type: ignore[no-untyped-def]
+        out = await original_early_final(commit, pending, *more)
+        mark("crashed_after_early_final")  # committed; the LLM step's checkpoint is held
+        os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    early_loop.final_step = crash_after_early_final  # type: ignore[assignment]
 
 if os.environ.get("HELIX_CODE_EDIT"):
     # A code edit between the crash and the relaunch: with DBOS's default (a hash of the
@@ -295,12 +315,21 @@ async def main() -> None:
         while time.monotonic() < deadline:
             run = await helix.get_run(run_id)
             if run.status not in ("running", "waiting"):
+                ended: dict[str, object] = {}
                 if run.status not in ("paused",):  # its workflow ends a moment after its row
                     with contextlib.suppress(Exception):
                         workflow = await DBOS.retrieve_workflow_async(run.workflow_id)
-                        await asyncio.wait_for(workflow.get_result(), timeout=30)
+                        result = await asyncio.wait_for(workflow.get_result(), timeout=30)
+                        ended = {"status": result.status, "output": result.output}
                 print(
-                    json.dumps({"status": run.status, "output": run.output, "error": run.error}),
+                    json.dumps(
+                        {
+                            "status": run.status,
+                            "output": run.output,
+                            "error": run.error,
+                            "workflow": ended,
+                        }
+                    ),
                     flush=True,
                 )
                 return

@@ -204,6 +204,67 @@ def test_kill_after_the_final_commit_before_its_checkpoint(database_url, tmp_pat
     ) == [("output", 1), ("run_completed", 1), ("tool_end", 1)]
 
 
+def test_kill_after_an_early_final_write_before_its_llm_steps_checkpoint(
+    helix, database_url, tmp_path
+):
+    """A run's last step is written while DBOS checkpoints its LLM step. Here the
+    checkpoint is held (a trigger) and the process dies once the final write committed:
+    the recovered LLM step asks the model again, whose new reply changes nothing. The
+    row, the transcript and the workflow's result all keep the first life's output."""
+    hold = "crash_hold_llm_checkpoint"
+    sql(
+        database_url,
+        f"CREATE FUNCTION helix.{hold}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.function_name = 'helix.llm' AND EXISTS (SELECT 1 FROM helix.runs r "
+        "JOIN helix.messages m ON m.run_id = r.run_id WHERE r.workflow_id = NEW.workflow_uuid "
+        "AND m.content = 'scenario early') THEN PERFORM pg_sleep(30); END IF; "
+        "RETURN NEW; END $$",
+    )
+    sql(
+        database_url,
+        f"CREATE TRIGGER {hold} BEFORE INSERT ON dbos.operation_outputs "
+        f"FOR EACH ROW EXECUTE FUNCTION helix.{hold}()",
+    )
+    try:
+        proc, executor, run_id, session_id = start_run(database_url, "early", tmp_path)
+        proc.wait(timeout=60)
+    finally:
+        sql(  # the held checkpoint's backend outlives its client: end it and its locks
+            database_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+            "datname = current_database() AND pid <> pg_backend_pid() "
+            "AND query LIKE '%operation_outputs%' AND wait_event = 'PgSleep'",
+        )
+        sql(database_url, f"DROP TRIGGER {hold} ON dbos.operation_outputs")
+        sql(database_url, f"DROP FUNCTION helix.{hold}()")
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "crashed_after_early_final").exists()
+    first = {"summary": "first life"}
+    assert sql(
+        database_url, "SELECT status, output::jsonb FROM helix.runs WHERE run_id = %s", run_id
+    ) == [("completed", first)]
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s",
+        f"helix-{run_id}",
+    ) == [(0,)], "the LLM step's checkpoint never committed"
+
+    outcome = relaunch(database_url, executor, "early", tmp_path, run_id)
+
+    assert (outcome["status"], outcome["output"]) == ("completed", first)
+    assert outcome["workflow"] == {"status": "completed", "output": first}, outcome
+    assert len(lines(tmp_path, "llm.log")) == 2, "the unfinished LLM step ran again, once"
+    rows = assert_transcript_is_clean(database_url, session_id, run_id)
+    assert [r[1] for r in rows] == ["user", "assistant", "tool"]
+    assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(1,)]
+    assert sql(
+        database_url,
+        "SELECT type, count(*) FROM helix.stream_chunks WHERE run_id = %s "
+        "AND type IN ('output', 'run_completed') GROUP BY type ORDER BY type",
+        run_id,
+    ) == [("output", 1), ("run_completed", 1)]
+
+
 def test_kill_between_the_llm_step_and_the_commit(database_url, tmp_path):
     proc, executor, run_id, session_id = start_run(database_url, "commit", tmp_path)
     proc.wait(timeout=60)

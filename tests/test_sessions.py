@@ -302,10 +302,11 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
 async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    async def broken(self, step, reply):
+    def broken(self, step, reply, planned):
         raise RuntimeError("a bug in the loop")
 
-    monkeypatch.setattr(AgentLoop, "_take_step", broken)
+    # both where the LLM step takes a step early and where the workflow takes it
+    monkeypatch.setattr(AgentLoop, "_plan", broken)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never seen"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from dbos import DBOS, StepOptions
@@ -68,8 +69,8 @@ from helix_dbos.runtime.llm_step import (
     llm_usage_record,
     run_terminating,
 )
-from helix_dbos.runtime.reply_plan import plan_reply
-from helix_dbos.runtime.results import AgentResult
+from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply
+from helix_dbos.runtime.results import TERMINAL_STATUSES, AgentResult, run_result
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
@@ -80,6 +81,7 @@ from helix_dbos.runtime.step_types import (
     RunOptions,
 )
 from helix_dbos.runtime.tool_batch import ToolBatch
+from helix_dbos.store import run_bounds
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.run_bounds import EndedRun
 
@@ -116,6 +118,8 @@ class AgentLoop:
         self.stop_reason: str | None = None  # "stop_when" when the custom condition ended it
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
+        self._early: dict[int, StepCommit] = {}  # steps the LLM step took (`_take_early`)
+        self._final_write: tuple[StepCommit, asyncio.Future[EndedRun]] | None = None
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
@@ -139,6 +143,7 @@ class AgentLoop:
                     step,
                     self.options,
                     previous,
+                    self._take_early(step),
                 )
             except Exception as exc:
                 error = f"LLM call failed after retries: {describe_llm_failure(exc)}"
@@ -171,9 +176,61 @@ class AgentLoop:
     # --- one step -------------------------------------------------------------------------
 
     async def _take_step(self, step: int, reply: ModelReply) -> StepCommit:
-        """Plan the model's reply (seed 001) and run its tools; returns what the step writes."""
+        """Plan the model's reply (seed 001) and run its tools; returns what the step writes.
+        A step the LLM step already took (`_take_early`) is not taken again."""
+        early = self._early.pop(step, None)
+        if early is not None:
+            return early
         planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
-        result, terminating_call, plan = planned.result, planned.terminating_call, planned.plan
+        commit = self._plan(step, reply, planned)
+        calls = calls_to_run(planned.plan)  # seed 001's subAgentCalls too: none unanswered
+        if calls:
+            await self._run_tools(calls, reply.state, commit, planned.terminating_call)
+        self._apply_nudges(planned.plan, commit)
+        return commit
+
+    def _take_early(self, step: int) -> Callable[[ModelReply], None]:
+        """What the LLM step does with its reply before DBOS checkpoints it: a step with
+        no tool to run is taken at once (the same code as `_take_step`, which then
+        returns it), and if it ends the run, its final write starts now, so it runs
+        while DBOS records the LLM step instead of after.
+
+        The write is keyed and guarded like every final write. If the process dies after
+        it and before the checkpoint, the recovered LLM step asks the model again and its
+        own final write finds the run ended: the run's result is then its row (`_end`),
+        so the caller, the row and the workflow all hold the first reply's outcome.
+        """
+
+        def take(reply: ModelReply) -> None:
+            counters = (self.output_retries, self.nudges, self.max_tokens_fixes)
+            try:
+                planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
+                if calls_to_run(planned.plan):
+                    return  # tools run in workflow code, after the checkpoint
+                commit = self._plan(step, reply, planned)
+                self._apply_nudges(planned.plan, commit)
+                ends = commit.status is not None and self._ends_alone(commit)
+            except Exception:  # a bug: not the model's fault, so not the LLM step's
+                self.output_retries, self.nudges, self.max_tokens_fixes = counters
+                return  # the workflow takes the step itself, and meets the error there
+            self._early[step] = commit
+            if ends:
+                write = asyncio.ensure_future(_write_final(commit, None, True))
+                self._final_write = (commit, write)
+
+        return take
+
+    def _ends_alone(self, commit: StepCommit) -> bool:
+        """The run's end needs nothing but its final write (no hook, no span, no step
+        left unwritten): the notify decision of `_end`, for a run that can end early."""
+        assert commit.status is not None
+        hears = bool(commit.unannounced) and self.agent.hooks.on_message is not None
+        quiet = self._end_hook(commit.status) is None and not spans.tracing()
+        return quiet and not hears and self._unwritten is None
+
+    def _plan(self, step: int, reply: ModelReply, planned: PlannedReply) -> StepCommit:
+        """The step's rows from its plan, before any tool runs."""
+        result, plan = planned.result, planned.plan
         commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
         if reply.state_changed:  # the LLM step's hooks changed it
             commit.state = reply.state
@@ -189,10 +246,6 @@ class AgentLoop:
         if plan.output_error is not None:  # native/prompted: the reply is not the output
             commit.say(Message(role="user", content=plan.output_error))
             self._invalid_output("the reply", plan.output_error, commit)
-        calls = calls_to_run(plan)  # seed 001's subAgentCalls too: none is left unanswered
-        if calls:
-            await self._run_tools(calls, reply.state, commit, terminating_call)
-        self._apply_nudges(plan, commit)
         return commit
 
     async def _run_tools(
@@ -364,7 +417,10 @@ class AgentLoop:
         hears = bool(said) and self.agent.hooks.on_message is not None
         # With nothing left to do after the last write, its commit wakes the callers.
         notify = self._end_hook(commit.status) is None and not hears and not spans.tracing()
-        if hears:
+        early, self._final_write = self._final_write, None
+        if early is not None and early[0] is commit:
+            wrote = await _settled_final_write(early[1], commit)
+        elif hears:
             # User hooks run in a step, as everywhere else (decided from checkpointed
             # data only, so a replay takes the same steps).
             wrote = await DBOS.run_step_async(
@@ -376,7 +432,17 @@ class AgentLoop:
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
         if not notify:
             await announce_run_end(self.run_id)  # after the hook and the span
+        if not wrote.ended:  # ended before (an abort, a replay): the row holds its outcome
+            return await self._row_result(commit, wrote.usage)
         return self._result(commit, wrote.usage)
+
+    async def _row_result(self, commit: StepCommit, usage: dict[str, int]) -> AgentResult:
+        """The run's result from its row, for a final write that found the run ended."""
+        async with self.rt.statements() as conn:
+            outcome = await run_bounds.run_outcome(conn, self.run_id)
+        if outcome is None or outcome.run.status not in TERMINAL_STATUSES:
+            return self._result(commit, usage)
+        return run_result(outcome)
 
     async def end_without_step(
         self, step: int, status: FinalStatus, error: str, *, usage: UsageRecord | None = None
@@ -453,6 +519,15 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
             await write_head(conn, commit, durable=False)
     except Exception as exc:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
+
+
+async def _settled_final_write(write: asyncio.Future[EndedRun], commit: StepCommit) -> EndedRun:
+    """The early final write's outcome; if it failed for good, the write again (keyed)."""
+    try:
+        return await write
+    except Exception as exc:
+        logger.warning("helix's early final write of run %s failed: %s", commit.run_id, exc)
+        return await _write_final(commit, None, True)
 
 
 async def _write_final(commit: StepCommit, unwritten: StepCommit | None, notify: bool) -> EndedRun:

@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -879,6 +880,7 @@ class HelixDBOS:
             if outcome is None:
                 raise RunNotFoundError(run_id)
             if outcome.run.status in TERMINAL_STATUSES:
+                await self._workflow_settled(outcome.run.workflow_id)
                 return outcome
             if not woken:
                 status = await DBOS.get_workflow_status_async(outcome.run.workflow_id)
@@ -888,6 +890,25 @@ class HelixDBOS:
                 timeout = poll_seconds
             await on_target_loop(functools.partial(notifier.wait, key, seen, timeout))
             woken = notifier.version(key) > seen
+
+    async def _workflow_settled(self, workflow_id: str, *, timeout: float = 5.0) -> None:
+        """Wait for DBOS to record the end of a workflow whose run's row has ended.
+
+        The run's last write wakes its waiters with its commit, and the workflow's end
+        commits a moment later: a caller then finds DBOS's status ended too, as the local
+        caller (who awaits the workflow's task) always does. The row stays the result's
+        source: a workflow that does not end within `timeout` (its end hook still
+        running, say) is not waited for any longer.
+        """
+        deadline, pause = time.monotonic() + timeout, 0.002
+        while True:
+            status = await on_target_loop(lambda: DBOS.get_workflow_status_async(workflow_id))
+            if status is None or status.status in _DBOS_TERMINAL:
+                return
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     async def _load_chunks(
         self, session_id: str, after_seq: int, run_id: str | None

@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dbos import DBOS, StepOptions
@@ -146,12 +147,14 @@ async def llm_step(
     step: int,
     options: RunOptions,
     previous: WriteAhead | None,
+    take: Callable[[ModelReply], None] | None = None,
 ) -> LLMStepOutput:
     """Write the previous step's rows (`previous`, started by the workflow while DBOS
     checks this step), read the transcript, ask the model.
 
     The rows are written first, so the model always sees them, and a step costs no
-    durable operation of its own beyond its LLM and tool steps.
+    durable operation of its own beyond its LLM and tool steps. `take` gets the reply
+    last, before DBOS checkpoints it (the workflow's `_take_early`).
     """
     rt = current_runtime()
     rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
@@ -195,7 +198,10 @@ async def llm_step(
     await write_chunks(
         rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
     )
-    return ModelReply(result=result, state=hooks.state, state_changed=hooks.changed)
+    reply = ModelReply(result=result, state=hooks.state, state_changed=hooks.changed)
+    if take is not None:  # last: nothing after it can fail and run this step again
+        take(reply)
+    return reply
 
 
 def _request(
