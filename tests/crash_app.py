@@ -98,9 +98,11 @@ def respond(request: LLMRequest) -> dict:
         # Step 1's rows were written by this LLM step, which is not checkpointed yet.
         mark("crashed_in_model_call")
         os.kill(os.getpid(), signal.SIGKILL)
-    if scenario == "early":  # one step: the output, which says which life wrote it
-        life = "first life" if first_life() else "second life"
-        call = {"id": "fin", "name": "__finish__", "arguments": {"summary": life}}
+    if scenario == "early":  # the first life answers at once; a second would run a tool
+        if first_life():
+            call = {"id": "fin", "name": "__finish__", "arguments": {"summary": "first life"}}
+        else:
+            call = {"id": "z1", "name": "record_a", "arguments": {"value": "second life"}}
         return {"type": "tool_calls", "tool_calls": [call]}
     results = [m for m in request.messages if m.role == "tool"]
     finish = {

@@ -208,9 +208,10 @@ def test_kill_after_an_early_final_write_before_its_llm_steps_checkpoint(
     helix, database_url, tmp_path
 ):
     """A run's last step is written while DBOS checkpoints its LLM step. Here the
-    checkpoint is held (a trigger) and the process dies once the final write committed:
-    the recovered LLM step asks the model again, whose new reply changes nothing. The
-    row, the transcript and the workflow's result all keep the first life's output."""
+    checkpoint is held (a trigger) and the process dies once the final write committed.
+    The recovered LLM step finds the run ended and asks the model nothing (a model asked
+    again would call a tool here): the row, the transcript and the workflow's result all
+    keep the first life's output, and nothing runs after the run's end."""
     hold = "crash_hold_llm_checkpoint"
     sql(
         database_url,
@@ -253,7 +254,8 @@ def test_kill_after_an_early_final_write_before_its_llm_steps_checkpoint(
 
     assert (outcome["status"], outcome["output"]) == ("completed", first)
     assert outcome["workflow"] == {"status": "completed", "output": first}, outcome
-    assert len(lines(tmp_path, "llm.log")) == 2, "the unfinished LLM step ran again, once"
+    assert len(lines(tmp_path, "llm.log")) == 1, "the model was asked again"
+    assert lines(tmp_path, "record_a.log") == [], "a tool ran after the run's end"
     rows = assert_transcript_is_clean(database_url, session_id, run_id)
     assert [r[1] for r in rows] == ["user", "assistant", "tool"]
     assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(1,)]

@@ -21,6 +21,7 @@ from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
 from helix_dbos.store.database import sqlalchemy_url
+from helix_dbos.store.driver import driver
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run, open_new_session_run
 
@@ -130,7 +131,7 @@ class LastStep:
 
     async def one_statement(self, conn: AsyncConnection, session_id: str, run_id: str) -> EndedRun:
         return await end_step_and_run(
-            conn,
+            await driver(conn),  # as runs send it: straight to psycopg
             **self.step_args(session_id, run_id),
             step_chunks=self.chunks(run_id),
             **self.end_args(),

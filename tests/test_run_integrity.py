@@ -376,3 +376,39 @@ async def test_a_recovered_workflow_whose_run_was_never_opened_ends_without_aski
     assert sql(
         database_url, "SELECT count(*) FROM helix.sessions WHERE session_id = %s", session_id
     ) == [(0,)]
+
+
+async def test_a_run_whose_row_ended_meanwhile_asks_the_model_nothing_more(
+    helix, make_agent, mock_llm, database_url
+):
+    """What a recovered step finds after a final write committed and its LLM step's
+    checkpoint did not (the crash test shows that case): the run's row has ended. Here a
+    tool ends the row itself; the next LLM step's write-ahead reads the run's status,
+    asks the model nothing, and the run's result is its row."""
+
+    @tool
+    def close_my_run(ctx: ToolContext) -> str:
+        """Ends this run's row, as a committed final write would have."""
+        sql(
+            database_url,
+            "UPDATE helix.runs SET status = 'completed', output = '\"from the row\"', "
+            "finished_at = now() WHERE run_id = %s",
+            ctx.run_id,
+        )
+        return "closed"
+
+    agent = make_agent(tools=[close_my_run])
+    mock_llm.add_responses(
+        {
+            "type": "tool_calls",
+            "tool_calls": [{"id": "c", "name": "close_my_run", "arguments": {}}],
+        },
+        {"type": "text", "content": "never asked"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert (result.status, result.output) == ("completed", "from the row")
+    assert len([r for r in mock_llm.inputs if r.agent_name == agent.name]) == 1
+    roles = [m.role for m in await helix.get_messages(handle.session_id)]
+    assert roles == ["user", "assistant", "tool"], "the step before the end is written, once"

@@ -77,6 +77,7 @@ from helix_dbos.runtime.step_types import (
     FinalStatus,
     InterruptRequested,
     ModelReply,
+    RunEnded,
     RunNotOpened,
     RunOptions,
 )
@@ -164,6 +165,8 @@ class AgentLoop:
                 return await self._interrupted(step - 1)
             if isinstance(reply, RunNotOpened):
                 return self.not_opened()
+            if isinstance(reply, RunEnded):  # its row holds its outcome: nothing more to do
+                return await self._ended_result(step - 1)
             # 3.-4. Plan the reply and run its tools: the step's rows, in memory.
             commit = await self._take_step(step, reply)
             self._check_stop_when(reply, commit)
@@ -418,7 +421,10 @@ class AgentLoop:
         # With nothing left to do after the last write, its commit wakes the callers.
         notify = self._end_hook(commit.status) is None and not hears and not spans.tracing()
         early, self._final_write = self._final_write, None
-        if early is not None and early[0] is commit:
+        if early is not None and early[0] is not commit:  # the LLM step's checkpoint failed
+            await asyncio.wait({early[1]})  # it may have ended the run: this write then finds so
+            early = None
+        if early is not None:
             wrote = await _settled_final_write(early[1], commit)
         elif hears:
             # User hooks run in a step, as everywhere else (decided from checkpointed
@@ -443,6 +449,13 @@ class AgentLoop:
         if outcome is None or outcome.run.status not in TERMINAL_STATUSES:
             return self._result(commit, usage)
         return run_result(outcome)
+
+    async def _ended_result(self, step: int) -> AgentResult:
+        """The result of a run whose LLM step found it ended: its row's."""
+        logger.warning("Agent run %s had ended before its step %d", self.run_id, step + 1)
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        commit.end("failed", error="The run had ended")  # used only if the row is not final
+        return await self._row_result(commit, {})
 
     async def end_without_step(
         self, step: int, status: FinalStatus, error: str, *, usage: UsageRecord | None = None
@@ -597,8 +610,7 @@ async def agent_run_workflow(
 ) -> AgentResult:
     rt = current_runtime()
     loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
-    if not await rt.wait_opened(run_id):  # started alongside an open that failed
-        return loop.not_opened()
+    await rt.wait_opened(run_id, session_id)  # started alongside the open of its run
     try:
         return await loop.run()
     except Exception as exc:  # a bug must not leave the run `running` forever

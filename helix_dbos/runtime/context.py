@@ -232,21 +232,20 @@ class Runtime:
     def forget_opening(self, run_id: str) -> None:
         self._opening.pop(run_id, None)
 
-    async def wait_opened(self, run_id: str) -> bool:
-        """Wait for this process's open of the run, if one is under way; False when that
-        open failed (its starter raised the error to its caller)."""
+    async def wait_opened(self, run_id: str, session_id: str) -> None:
+        """Wait for this process's open of the run, if one is under way.
+
+        If it failed, or its outcome is unknown (a lost connection, a cancelled
+        caller), the transcript seeded for the run is dropped: the first step then
+        reads the run from the database, and runs it if the open committed after all,
+        or ends it as never opened (`RunNotOpened`) if not.
+        """
         write = self._opening.pop(run_id, None)
         if write is None:
-            return True  # opened before the workflow started, or by another process
-        try:
-            await asyncio.shield(write)
-        except asyncio.CancelledError:
-            if not write.cancelled():
-                raise  # this workflow was cancelled, not the open
-            return False
-        except Exception:
-            return False
-        return True
+            return  # opened before the workflow started, or by another process
+        await asyncio.wait({write})  # a cancelled workflow does not cancel the open
+        if write.cancelled() or write.exception() is not None:
+            self.history.take_new_run(session_id, run_id)
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:

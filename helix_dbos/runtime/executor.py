@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
@@ -406,11 +407,13 @@ class HelixDBOS:
                     self._local_runs[opened.workflow_id] = task
                     task.add_done_callback(lambda _: self._local_runs.pop(opened.workflow_id, None))
             finally:
+                failed = sys.exc_info()[1] is not None
                 try:
                     await repo.unlock_run_start(lock, request.run_id)
                 except BaseException:
                     await conn.invalidate()  # never return a connection that holds the lock
-                    raise
+                    if not failed:  # else the first error is the one the caller sees
+                        raise
         return opened
 
     async def _open_while_starting(
@@ -423,10 +426,11 @@ class HelixDBOS:
         and its first step reads nothing (the open's rows are seeded in this process's
         history cache). The start lock is taken inside the open's statement, so whoever
         sees the live run row also sees it locked until both are done, as in the
-        sequential path. If the open fails, the workflow ends without writing anything
-        and the error goes to the caller; if the process dies between DBOS's commit and
-        the open's, the recovered workflow finds no run row (`RunNotOpened`) and ends
-        the same way. A run whose workflow failed to start is closed like any other
+        sequential path. If the open fails, the error goes to the caller and the
+        workflow's first step, which then reads the run from the database, finds no row
+        (`RunNotOpened`) and ends without asking the model or writing anything; so does
+        a workflow recovered after the process died between DBOS's commit and the
+        open's. A run whose workflow failed to start is closed like any other
         (`_close_if_stale`).
         """
         opened = _new_session_ids(request)
@@ -436,8 +440,8 @@ class HelixDBOS:
         )
         write = asyncio.ensure_future(_open_new_session_run(lock, request, opened))
         self.runtime.opening(opened.run_id, write)
-        await asyncio.sleep(0)  # the open's statement goes out first, then DBOS's start
         try:
+            await asyncio.sleep(0)  # the open's statement goes out first, then DBOS's start
             task = await self.dispatch.start(
                 opened.workflow_id,
                 opened.run_id,
@@ -449,15 +453,13 @@ class HelixDBOS:
         except BaseException:
             self.runtime.forget_opening(opened.run_id)
             history.take_new_run(opened.session_id, opened.run_id)
-            await asyncio.gather(write, return_exceptions=True)  # the lock is taken or not
+            await asyncio.wait({write})  # done before the lock is released
             raise
         assert task is not None
         try:
             await asyncio.shield(write)
         except BaseException:  # the open failed, or the caller was cancelled
-            await asyncio.gather(write, return_exceptions=True)  # done before the unlock
-            if write.cancelled() or write.exception() is not None:
-                history.take_new_run(opened.session_id, opened.run_id)
+            await asyncio.wait({write})  # done before the lock is released
             raise
         return opened, task
 
@@ -891,7 +893,7 @@ class HelixDBOS:
             await on_target_loop(functools.partial(notifier.wait, key, seen, timeout))
             woken = notifier.version(key) > seen
 
-    async def _workflow_settled(self, workflow_id: str, *, timeout: float = 5.0) -> None:
+    async def _workflow_settled(self, workflow_id: str, *, timeout: float = 1.0) -> None:
         """Wait for DBOS to record the end of a workflow whose run's row has ended.
 
         The run's last write wakes its waiters with its commit, and the workflow's end

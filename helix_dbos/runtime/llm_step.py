@@ -51,6 +51,7 @@ from helix_dbos.runtime.step_types import (
     InterruptRequested,
     LLMStepOutput,
     ModelReply,
+    RunEnded,
     RunNotOpened,
     RunOptions,
 )
@@ -160,7 +161,7 @@ async def llm_step(
     rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, run_id, previous)
-    if isinstance(seen, RunNotOpened):
+    if isinstance(seen, RunNotOpened | RunEnded):
         return seen
     unannounced = previous.commit.unannounced if previous is not None else []
     if seen is None:
@@ -260,9 +261,9 @@ def _ms_since(started: float) -> float:
 
 async def _transcript(
     rt: Runtime, session_id: str, run_id: str, previous: WriteAhead | None
-) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | None:
+) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | RunEnded | None:
     """The history and state the model is asked with; `None` if an interrupt waits,
-    `RunNotOpened` if the run has no row.
+    `RunNotOpened` if the run has no row, `RunEnded` if it has a final status.
 
     After a write-ahead, the rows this process just wrote top up its cached
     transcript without a query.
@@ -275,8 +276,12 @@ async def _transcript(
             read, history = await rt.history.read_first(conn, DBOS.workflow_id, session_id, run_id)
         if not read.run_exists:
             return RunNotOpened()
+        if read.run_ended:
+            return RunEnded()
         return None if read.interrupted else (history, read.state)
     wrote = await previous.result()
+    if wrote.run_ended:
+        return RunEnded()
     if wrote.interrupted:
         return None
     messages = previous.commit.written_messages(wrote)

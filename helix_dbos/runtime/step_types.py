@@ -57,7 +57,14 @@ class RunNotOpened:
     the process died in between or the open failed. Nothing to do, nothing to write."""
 
 
-LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened
+@dataclass(frozen=True)
+class RunEnded:
+    """The LLM step found its run ended already (its final write committed before the
+    workflow's last checkpoint, and the process died in between; or an abort): the
+    model is not asked, and the run's result is its row."""
+
+
+LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened | RunEnded
 
 
 # --- gates and tool outcomes -------------------------------------------------------

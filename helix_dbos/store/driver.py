@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
-from sqlalchemy.exc import DBAPIError, NoResultFound, ResourceClosedError
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, ResourceClosedError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 _DIALECT = PGDialectAsync_psycopg()  # type: ignore[no-untyped-call]
@@ -27,6 +27,8 @@ def compiled(clause: TextClause) -> str:
     """The clause in psycopg's `%(name)s` form (statements are built once, see `_sql`)."""
     hit = _compiled.get(id(clause))
     if hit is None or hit[0] is not clause:
+        if len(_compiled) >= 1024:  # bounded like `_sql`'s cache of the clauses
+            _compiled.clear()
         hit = (clause, str(clause.compile(dialect=_DIALECT)))
         _compiled[id(clause)] = hit
     return hit[1]
@@ -55,8 +57,10 @@ class DriverResult:
 
     def one(self) -> tuple[Any, ...]:
         rows = self._all()
-        if len(rows) != 1:
-            raise NoResultFound(f"Expected one row, got {len(rows)}")
+        if not rows:
+            raise NoResultFound("No row was found when one was required")
+        if len(rows) > 1:
+            raise MultipleResultsFound("Multiple rows were found when exactly one was required")
         return rows[0]
 
     def scalar(self) -> Any:
@@ -81,7 +85,7 @@ class DriverExecutor:
                 await cursor.execute(sql, parameters)
                 rows = await cursor.fetchall() if cursor.description is not None else None
         except psycopg.Error as exc:
-            lost = isinstance(exc, psycopg.OperationalError) or self._raw.closed
+            lost = self._raw.broken or self._raw.closed  # a timeout or a deadlock is not
             if lost:
                 await self._conn.invalidate()
             raise DBAPIError.instance(

@@ -690,7 +690,9 @@ async def commit_step_rows(
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid)), "
                 f"{_INTERRUPT_PENDING}, "
                 "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END, "
-                "bool_or(claim.with_head)"
+                "bool_or(claim.with_head), "
+                "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
+                "('running', 'waiting', 'paused')"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -703,6 +705,7 @@ async def commit_step_rows(
         state=dict(row[2] or {}),
         interrupted=bool(row[3]),
         with_head=bool(row[5]) if wrote else False,
+        run_ended=bool(row[6]),
     )
 
 
@@ -748,6 +751,7 @@ class StepWrite:
     state: dict[str, Any]
     interrupted: bool
     with_head: bool = True  # False: the step's head had been written before these rows
+    run_ended: bool = False  # the run has a final status already (see `FirstRead`)
 
 
 # A `helix.interrupt` message sent to the run's workflow and not yet received.
@@ -764,10 +768,15 @@ async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:
 
 @dataclass(frozen=True)
 class FirstRead:
-    """What a run's first LLM step reads: whether its run exists, a pending interrupt,
-    the session's state, and the transcript after a given sequence number."""
+    """What a run's first LLM step reads: whether its run exists and has ended, a
+    pending interrupt, the session's state, and the transcript after a sequence number.
+
+    A run that has ended already is one whose final write committed before its
+    workflow's last checkpoint (a crash in between, see `AgentLoop._take_early`), or one
+    aborted meanwhile: its next LLM step must not ask the model anything."""
 
     run_exists: bool
+    run_ended: bool
     interrupted: bool
     state: dict[str, Any]
     messages: list[tuple[int, Message]]
@@ -783,7 +792,7 @@ async def first_read(
             _sql(
                 f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
-                "EXISTS (SELECT 1 FROM helix.runs WHERE run_id = :rid) "
+                "(SELECT status FROM helix.runs WHERE run_id = :rid) "
                 "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
                 "thinking, is_error, NULL, NULL FROM helix.messages "
                 "WHERE session_id = :sid AND seq > :after ORDER BY 1"
@@ -793,7 +802,8 @@ async def first_read(
     ).all()
     header, messages = rows[0], rows[1:]
     return FirstRead(
-        run_exists=bool(header[9]),
+        run_exists=header[9] is not None,
+        run_ended=header[9] is not None and header[9] not in ("running", "waiting", "paused"),
         interrupted=bool(header[7]),
         state=dict(header[8] or {}),
         messages=[_message_from_row(r[:8]) for r in messages],
