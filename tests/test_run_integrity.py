@@ -4,9 +4,11 @@ its error, and neither races nor aborts leave it stuck, doubled or short of its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -255,6 +257,28 @@ async def test_a_run_whose_last_write_is_rejected_ends_failed_and_result_returns
     assert status is not None and status.status == "ERROR"
 
 
+@contextlib.contextmanager
+def opening_trigger(database_url: str, agent_name: str, body: str) -> Iterator[None]:
+    """A real PostgreSQL trigger on the insert of `agent_name`'s new sessions (the open of
+    a new session's run), running `body`, for the length of the block."""
+    name = f"open_{agent_name}"[:60]
+    sql(
+        database_url,
+        f"CREATE FUNCTION helix.{name}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN {body} END $$",
+    )
+    sql(
+        database_url,
+        f"CREATE TRIGGER {name} BEFORE INSERT ON helix.sessions FOR EACH ROW "
+        f"WHEN (NEW.agent_name = '{agent_name}') EXECUTE FUNCTION helix.{name}()",
+    )
+    try:
+        yield
+    finally:
+        sql(database_url, f"DROP TRIGGER {name} ON helix.sessions")
+        sql(database_url, f"DROP FUNCTION helix.{name}()")
+
+
 async def test_a_new_sessions_open_that_fails_while_its_workflow_starts_leaves_no_run(
     helix, make_agent, mock_llm, database_url
 ):
@@ -264,27 +288,14 @@ async def test_a_new_sessions_open_that_fails_while_its_workflow_starts_leaves_n
     session, no run, nothing live."""
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never asked"}, agent=agent.name)
-    trigger = f"refuse_{agent.name}"[:60]
-    sql(
-        database_url,
-        f"CREATE FUNCTION helix.{trigger}() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN PERFORM pg_sleep(0.3); RAISE EXCEPTION 'the open is refused'; END $$",
-    )
-    sql(
-        database_url,
-        f"CREATE TRIGGER {trigger} BEFORE INSERT ON helix.sessions FOR EACH ROW "
-        f"WHEN (NEW.agent_name = '{agent.name}') EXECUTE FUNCTION helix.{trigger}()",
-    )
-    try:
+    refuse = "PERFORM pg_sleep(0.3); RAISE EXCEPTION 'the open is refused';"
+    with opening_trigger(database_url, agent.name, refuse):
         try:
             await helix.execute(agent, "go")
         except Exception as exc:
             assert "the open is refused" in str(exc)
         else:
             raise AssertionError("execute() returned for a run whose open failed")
-    finally:
-        sql(database_url, f"DROP TRIGGER {trigger} ON helix.sessions")
-        sql(database_url, f"DROP FUNCTION helix.{trigger}()")
 
     async def started_for_agent() -> list[Any]:
         found = await on_target_loop(
@@ -316,22 +327,8 @@ async def test_a_slow_open_of_a_new_session_delays_its_first_step_and_nothing_el
     written, the run completes with the whole transcript."""
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "after the open"}, agent=agent.name)
-    trigger = f"slow_{agent.name}"[:60]
-    sql(
-        database_url,
-        f"CREATE FUNCTION helix.{trigger}() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$",
-    )
-    sql(
-        database_url,
-        f"CREATE TRIGGER {trigger} BEFORE INSERT ON helix.sessions FOR EACH ROW "
-        f"WHEN (NEW.agent_name = '{agent.name}') EXECUTE FUNCTION helix.{trigger}()",
-    )
-    try:
+    with opening_trigger(database_url, agent.name, "PERFORM pg_sleep(0.3); RETURN NEW;"):
         handle = await helix.execute(agent, "go")
-    finally:
-        sql(database_url, f"DROP TRIGGER {trigger} ON helix.sessions")
-        sql(database_url, f"DROP FUNCTION helix.{trigger}()")
     result = await asyncio.wait_for(handle.result(), timeout=30)
     assert (result.status, result.output) == ("completed", "after the open")
     messages = await helix.get_messages(handle.session_id)
