@@ -395,14 +395,7 @@ class HelixDBOS:
                         await _open_new_session_run(lock, request, opened)
                     else:
                         opened = await self._open(request)
-                    task = await self.dispatch.start(
-                        opened.workflow_id,
-                        opened.run_id,
-                        opened.session_id,
-                        agent,
-                        request.options,
-                        priority,
-                    )
+                    task = await self._start(opened, agent, request.options, priority)
                 if task is not None:
                     self._local_runs[opened.workflow_id] = task
                     task.add_done_callback(lambda _: self._local_runs.pop(opened.workflow_id, None))
@@ -415,6 +408,14 @@ class HelixDBOS:
                     if not failed:  # else the first error is the one the caller sees
                         raise
         return opened
+
+    async def _start(
+        self, opened: OpenedRun, agent: Agent, options: RunOptions, priority: int | None
+    ) -> asyncio.Future[Any] | None:
+        """Start the opened run's workflow here (its task) or enqueue it (None)."""
+        return await self.dispatch.start(
+            opened.workflow_id, opened.run_id, opened.session_id, agent, options, priority
+        )
 
     async def _open_while_starting(
         self, lock: repo.Executor, request: OpenRunRequest, agent: Agent
@@ -442,14 +443,7 @@ class HelixDBOS:
         self.runtime.opening(opened.run_id, write)
         try:
             await asyncio.sleep(0)  # the open's statement goes out first, then DBOS's start
-            task = await self.dispatch.start(
-                opened.workflow_id,
-                opened.run_id,
-                opened.session_id,
-                agent,
-                request.options,
-                None,
-            )
+            task = await self._start(opened, agent, request.options, None)
         except BaseException:
             self.runtime.forget_opening(opened.run_id)
             history.take_new_run(opened.session_id, opened.run_id)
