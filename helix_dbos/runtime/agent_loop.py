@@ -120,6 +120,7 @@ class AgentLoop:
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
         self._early: dict[int, StepCommit] = {}  # steps the LLM step took (`_take_early`)
+        self._planned: dict[int, PlannedReply] = {}  # and the plans of steps with tools
         self._final_write: tuple[StepCommit, asyncio.Future[EndedRun]] | None = None
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
@@ -184,7 +185,9 @@ class AgentLoop:
         early = self._early.pop(step, None)
         if early is not None:
             return early
-        planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
+        planned = self._planned.pop(step, None)  # planned in the LLM step: a step with tools
+        if planned is None:  # a replay: the LLM step's output came from its checkpoint
+            planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
         commit = self._plan(step, reply, planned)
         calls = calls_to_run(planned.plan)  # seed 001's subAgentCalls too: none unanswered
         if calls:
@@ -198,10 +201,11 @@ class AgentLoop:
         returns it), and if it ends the run, its final write starts now, so it runs
         while DBOS records the LLM step instead of after.
 
-        The write is keyed and guarded like every final write. If the process dies after
-        it and before the checkpoint, the recovered LLM step asks the model again and its
-        own final write finds the run ended: the run's result is then its row (`_end`),
-        so the caller, the row and the workflow all hold the first reply's outcome.
+        A step with tools is only planned here (`_take_step` reuses the plan). The write
+        is keyed and guarded like every final write. If the process dies after it and
+        before the checkpoint, the recovered LLM step finds the run ended and asks the
+        model nothing (`RunEnded`): the run's result is its row, so the caller, the row
+        and the workflow all hold the first reply's outcome.
         """
 
         def take(reply: ModelReply) -> None:
@@ -209,6 +213,7 @@ class AgentLoop:
             try:
                 planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
                 if calls_to_run(planned.plan):
+                    self._planned[step] = planned
                     return  # tools run in workflow code, after the checkpoint
                 commit = self._plan(step, reply, planned)
                 self._apply_nudges(planned.plan, commit)
