@@ -1,5 +1,6 @@
-"""Statements sent straight to psycopg (`store.driver`) behave as SQLAlchemy's would:
-the same rows, the same exception types, and a lost connection never handed out again."""
+"""Statements sent straight to psycopg (`store.driver`, on `store.statement_pool`) behave
+as SQLAlchemy's would: the same rows, the same exception types, and a lost connection
+never handed out again."""
 
 from __future__ import annotations
 
@@ -9,30 +10,35 @@ import pytest
 from helpers import sql
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, NoResultFound, OperationalError, ProgrammingError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from helix_dbos import HelixDBOS
-from helix_dbos.store.database import sqlalchemy_url
-from helix_dbos.store.driver import driver
+from helix_dbos.runtime.context import is_transient_db_error
+from helix_dbos.store.database import libpq_url, sqlalchemy_url
+from helix_dbos.store.statement_pool import StatementPool
 
 
 @pytest.fixture
-async def engine(helix: HelixDBOS, database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(sqlalchemy_url(database_url), pool_size=1, max_overflow=0)
-    yield engine
-    await engine.dispose()
+async def pool(helix: HelixDBOS, database_url: str) -> AsyncIterator[StatementPool]:
+    """A one-connection pool of this test's own, on this test's loop."""
+    pool = StatementPool(libpq_url(database_url), max_size=1)
+    yield pool
+    await pool.close()
 
 
-async def test_rows_read_through_the_driver_equal_sqlalchemys(engine: AsyncEngine) -> None:
+async def test_rows_read_through_the_driver_equal_sqlalchemys(
+    pool: StatementPool, database_url: str
+) -> None:
     query = text(
         "SELECT n, 'x%' || n, CAST(:doc AS jsonb) -> 'k' FROM generate_series(1, :n) AS n "
         "WHERE n >= :low ORDER BY n"
     )
     params = {"n": 3, "low": 2, "doc": '{"k": [1, "%s"]}'}
+    engine = create_async_engine(sqlalchemy_url(database_url), pool_size=1, max_overflow=0)
     async with engine.connect() as conn:
-        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        expected = [tuple(row) for row in (await auto.execute(query, params)).all()]
-        fast = await driver(auto)
+        expected = [tuple(row) for row in (await conn.execute(query, params)).all()]
+    await engine.dispose()
+    async with pool.connection() as fast:
         assert (await fast.execute(query, params)).all() == expected
         assert (await fast.execute(query, params)).first() == expected[0]
         assert (await fast.execute(query, {**params, "low": 3})).one() == expected[1]
@@ -43,10 +49,9 @@ async def test_rows_read_through_the_driver_equal_sqlalchemys(engine: AsyncEngin
 
 
 async def test_errors_come_as_sqlalchemys_types_and_the_connection_stays_usable(
-    engine: AsyncEngine,
+    pool: StatementPool,
 ) -> None:
-    async with engine.connect() as conn:
-        fast = await driver(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+    async with pool.connection() as fast:
         await fast.execute(text("CREATE TEMP TABLE t (k int PRIMARY KEY)"))
         await fast.execute(text("INSERT INTO t VALUES (:k)"), {"k": 1})
         with pytest.raises(IntegrityError) as duplicate:
@@ -54,19 +59,42 @@ async def test_errors_come_as_sqlalchemys_types_and_the_connection_stays_usable(
         assert "duplicate key" in str(duplicate.value.orig)
         with pytest.raises(ProgrammingError):
             await fast.execute(text("SELECT no_such_column FROM t"))
+        # autocommit: the failed statements took nothing else with them
         assert (await fast.execute(text("SELECT count(*) FROM t"))).scalar_one() == 1
 
 
-async def test_a_connection_lost_under_the_driver_is_invalidated_not_pooled(
-    engine: AsyncEngine, database_url: str
+async def test_a_connection_lost_under_the_driver_is_replaced_not_pooled(
+    pool: StatementPool, database_url: str
 ) -> None:
-    async with engine.connect() as conn:  # the pool's only connection
-        fast = await driver(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+    async with pool.connection() as fast:  # the pool's only connection
         pid = (await fast.execute(text("SELECT pg_backend_pid()"))).scalar_one()
         sql(database_url, "SELECT pg_terminate_backend(%s)", pid)
         with pytest.raises(OperationalError) as lost:
             await fast.execute(text("SELECT 1"))
         assert lost.value.connection_invalidated
-    async with engine.connect() as conn:  # the pool opened a new one in its place
-        fast = await driver(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+        assert is_transient_db_error(lost.value)  # workflow code retries it
+    async with pool.connection() as fast:  # the pool opened a new one in its place
         assert (await fast.execute(text("SELECT pg_backend_pid()"))).scalar_one() != pid
+
+
+async def test_a_discarded_connection_takes_its_session_lock_with_it(
+    pool: StatementPool, database_url: str
+) -> None:
+    """A start whose unlock failed discards its connection: the lock must not outlive it."""
+    async with pool.connection() as fast:
+        pid = (await fast.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        await fast.execute(text("SELECT pg_advisory_lock(4242)"))
+        await fast.discard()
+    async with pool.connection() as fast:
+        assert (await fast.execute(text("SELECT pg_backend_pid()"))).scalar_one() != pid
+        assert (await fast.execute(text("SELECT pg_try_advisory_lock(4242)"))).scalar_one()
+        await fast.execute(text("SELECT pg_advisory_unlock(4242)"))
+
+
+async def test_a_closed_pool_opens_again_on_its_next_use(pool: StatementPool) -> None:
+    """`HelixDBOS.shutdown()` closes the pool; a later launch finds it usable."""
+    async with pool.connection() as fast:
+        assert (await fast.execute(text("SELECT 1"))).scalar_one() == 1
+    await pool.close()
+    async with pool.connection() as fast:
+        assert (await fast.execute(text("SELECT 2"))).scalar_one() == 2

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
 from helix_dbos.store.database import sqlalchemy_url
-from helix_dbos.store.driver import driver
+from helix_dbos.store.driver import DriverExecutor
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run, open_new_session_run
 
@@ -35,6 +36,13 @@ async def conn(helix: HelixDBOS, database_url: str) -> AsyncIterator[AsyncConnec
     async with engine.connect() as connection:
         yield await connection.execution_options(isolation_level="AUTOCOMMIT")
     await engine.dispose()
+
+
+async def on_psycopg(conn: AsyncConnection) -> DriverExecutor:
+    """`conn`'s own psycopg connection, under the driver helix's statements go through."""
+    raw = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(raw, psycopg.AsyncConnection)
+    return DriverExecutor(raw)
 
 
 async def open_run(conn: AsyncConnection) -> tuple[str, str]:
@@ -131,7 +139,7 @@ class LastStep:
 
     async def one_statement(self, conn: AsyncConnection, session_id: str, run_id: str) -> EndedRun:
         return await end_step_and_run(
-            await driver(conn),  # as runs send it: straight to psycopg
+            await on_psycopg(conn),  # as runs send it: straight to psycopg
             **self.step_args(session_id, run_id),
             step_chunks=self.chunks(run_id),
             **self.end_args(),

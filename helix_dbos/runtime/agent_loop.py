@@ -533,7 +533,7 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
     asked for. Live and keyed, like a slow tool's `tool_start`: best effort."""
     await asyncio.sleep(LIVE_TOOL_START_SECONDS)
     try:
-        async with rt.autocommit() as conn:
+        async with rt.statements() as conn:
             await write_head(conn, commit, durable=False)
     except Exception as exc:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)

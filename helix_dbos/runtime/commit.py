@@ -272,7 +272,7 @@ async def announce_run_end(run_id: str) -> None:
     does at its end (the final write, its hooks, its span), so a caller that wakes
     finds it all done; a lost wake-up only costs a waiting caller its next poll."""
     try:
-        async with current_runtime().autocommit() as conn:
+        async with current_runtime().statements() as conn:
             await repo.notify_run_end(conn, run_id)
     except Exception as exc:
         logger.warning("helix could not announce the end of run %s: %s", run_id, exc)

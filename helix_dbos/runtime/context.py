@@ -15,16 +15,18 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import AsyncSQLAlchemyDatasource
+from psycopg_pool import PoolTimeout
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
-from helix_dbos.store.driver import DriverExecutor, driver
+from helix_dbos.store.driver import DriverExecutor
+from helix_dbos.store.statement_pool import StatementPool
 from helix_dbos.streaming.notifier import ChunkNotifier
 
 T = TypeVar("T")
@@ -130,6 +132,7 @@ class Runtime:
         *,
         agents: dict[str, Agent],
         engine: AsyncEngine,
+        statement_pool: StatementPool,
         datasource: AsyncSQLAlchemyDatasource,
         llm: LLMAdapter | None,
         adapter_factory: Callable[[Agent], LLMAdapter],
@@ -137,7 +140,8 @@ class Runtime:
         client_tool_timeout_seconds: float = 600,
     ) -> None:
         self.agents = agents
-        self.engine = engine
+        self.engine = engine  # transactions: DBOS's datasource, and a few of helix's own
+        self.statement_pool = statement_pool  # every other statement (`statements()`)
         self.datasource = datasource
         self.llm_override = llm
         self._adapter_factory = adapter_factory
@@ -248,18 +252,12 @@ class Runtime:
             self.history.take_new_run(session_id, run_id)
 
     @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A pooled connection on which each statement commits by itself: for writes that
-        are keyed or guarded on their own and need no transaction around them."""
-        async with self.engine.connect() as conn:
-            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
-
-    @asynccontextmanager
     async def statements(self) -> AsyncIterator[DriverExecutor]:
-        """`autocommit()` with its statements sent straight to psycopg (`store.driver`):
-        for the statements every run and every step executes."""
-        async with self.autocommit() as conn:
-            yield await driver(conn)
+        """A pooled connection on which each statement commits by itself, sent straight
+        to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
+        on their own and need no transaction around them."""
+        async with self.statement_pool.connection() as conn:
+            yield conn
 
     async def read(
         self,
@@ -281,6 +279,7 @@ def no_lease() -> None:
 TRANSIENT_ATTEMPTS = 5
 _TRANSIENT_MARKERS = (
     "QueuePool limit",
+    "couldn't get a connection",  # psycopg_pool.PoolTimeout
     "connection timed out",
     "server closed the connection",
     "terminating connection",
@@ -296,7 +295,7 @@ def is_transient_db_error(exc: BaseException) -> bool:
     Judged by type and by message, since an error replayed from a checkpoint may
     come back as a plainer exception type.
     """
-    if isinstance(exc, (SATimeoutError, OperationalError, InterfaceError)):
+    if isinstance(exc, (SATimeoutError, PoolTimeout, OperationalError, InterfaceError)):
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True

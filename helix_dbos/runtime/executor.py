@@ -44,7 +44,7 @@ from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.dispatch import Dispatch, check_priority
-from helix_dbos.runtime.event_loop import on_target_loop, run_sync
+from helix_dbos.runtime.event_loop import on_target_loop, run_sync, target_loop
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
@@ -68,9 +68,9 @@ from helix_dbos.store.database import (
     resolve_database_url,
     sqlalchemy_url,
 )
-from helix_dbos.store.driver import driver
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.run_bounds import RunOutcome
+from helix_dbos.store.statement_pool import StatementPool
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
@@ -92,6 +92,13 @@ P = ParamSpec("P")
 def _list_workers(database_url: str) -> list[WorkerRow]:
     with connect(database_url, autocommit=True) as conn:
         return workers_sql.list_workers(conn)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def new_id(prefix: str) -> str:
@@ -136,21 +143,25 @@ class HelixDBOS:
             "HELIX_APP_VERSION", DEFAULT_APP_VERSION
         )
         self._configure_dbos(app_name, executor_id)
+        # Two pools of `pool_size` connections each: psycopg's for the statements of
+        # every run and step, SQLAlchemy's for transactions (see `store.statement_pool`).
         engine = create_async_engine(
             sqlalchemy_url(self.database_url),
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=0,
             # Under a burst (a thousand runs resuming at once) wait for a connection;
             # failing a durable run because the pool was busy would be worse.
             pool_timeout=600,
         )
         self._engine = engine
-        self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
+        statement_pool = StatementPool(libpq_url(self.database_url), pool_size)
+        self._start_slots = asyncio.Semaphore(max(1, pool_size // 2))  # see _open_and_start_locked
         # Workflows started and running in this process, by id: a caller awaits its task.
         self._local_runs: dict[str, asyncio.Future[Any]] = {}
         self.runtime = Runtime(
             agents=self.agents,
             engine=engine,
+            statement_pool=statement_pool,
             datasource=_create_datasource(sqlalchemy_url(self.database_url), engine),
             llm=llm,
             adapter_factory=_provider_adapter,
@@ -160,6 +171,7 @@ class HelixDBOS:
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
+        self._closing: asyncio.Task[None] | None = None  # the statement pool's close
         self._sweep: asyncio.Task[None] | None = None
         self.reconcile_seconds = reconcile_seconds
         self._chunk_reads = SharedChunkReads(self._load_chunks)
@@ -294,11 +306,23 @@ class HelixDBOS:
             with contextlib.suppress(RuntimeError):
                 run_sync(self._notifier.stop)
             self._notifier = None
+        self._close_statement_pool()
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
         if self.lease is not None:
             self.lease.stop()
             self.lease = None
+
+    def _close_statement_pool(self) -> None:
+        """Close the statement pool's connections on the loop they belong to; called on
+        that loop itself (an async caller's shutdown), in a task of their own."""
+        close = self.runtime.statement_pool.close
+        with contextlib.suppress(RuntimeError):  # DBOS never launched, or its loop is gone
+            loop = target_loop()
+            if _running_loop() is loop:
+                self._closing = loop.create_task(close())
+            else:
+                run_sync(close)
 
     # --- runs ---------------------------------------------------------------
 
@@ -376,12 +400,11 @@ class HelixDBOS:
         concurrent starts on one session: exactly one wins). A process killed between
         them leaves a live row whose lock is free, which `_close_if_stale` closes.
 
-        A start holds its lock connection while it takes another from the same pool, so
-        at most `pool_size` starts (half the pool with its overflow) hold a lock at once:
-        a burst of starts can never take every connection and wait forever for one more.
+        A start holds its lock connection (from the statement pool) until its workflow
+        has started, so at most half that pool's connections hold a start lock at once:
+        a burst of starts leaves the runs under way connections for their steps.
         """
-        async with self._start_slots, self.runtime.engine.connect() as conn:
-            lock = await driver(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+        async with self._start_slots, self.runtime.statements() as lock:
             new_session = request.session_id is None and DBOS.workflow_id is None
             if not new_session:
                 await repo.lock_run_start(lock, request.run_id)
@@ -404,7 +427,7 @@ class HelixDBOS:
                 try:
                     await repo.unlock_run_start(lock, request.run_id)
                 except BaseException:
-                    await conn.invalidate()  # never return a connection that holds the lock
+                    await lock.discard()  # never return a connection that holds the lock
                     if not failed:  # else the first error is the one the caller sees
                         raise
         return opened

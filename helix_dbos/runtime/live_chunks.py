@@ -32,7 +32,7 @@ async def write_chunks(
 ) -> None:
     """Live chunks, committed at once on their own connection."""
     if chunks:
-        async with rt.autocommit() as conn:
+        async with rt.statements() as conn:
             await repo.insert_chunks(
                 conn, session_id, run_id, agent_name, step, chunks, durable=False
             )

@@ -3,9 +3,8 @@
 SQLAlchemy's `AsyncConnection.execute` spends about 80 µs of Python on each statement
 (a greenlet hop, bind processing, a result wrapper): as much as the round trip of a
 short query. `DriverExecutor` runs the same `text()` clauses, compiled once to psycopg's
-placeholders, on the pooled connection's own psycopg connection, and raises the errors
-SQLAlchemy would (a lost connection is invalidated, so the pool never hands it out
-again). The connection stays SQLAlchemy's: its pool, its reset on return.
+placeholders, on a psycopg connection of `store.statement_pool`, and raises the errors
+SQLAlchemy would, so callers tell a lost connection from a refused statement the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import psycopg
 from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, ResourceClosedError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 _DIALECT = PGDialectAsync_psycopg()  # type: ignore[no-untyped-call]
 _compiled: dict[int, tuple[TextClause, str]] = {}
@@ -72,10 +70,11 @@ class DriverResult:
 
 
 class DriverExecutor:
-    """`repository.Executor` over a pooled SQLAlchemy connection's psycopg connection."""
+    """`repository.Executor` over a psycopg connection (autocommit: each statement
+    commits alone). A lost connection is flagged `connection_invalidated`; its pool
+    replaces it when it comes back."""
 
-    def __init__(self, conn: AsyncConnection, raw: psycopg.AsyncConnection[Any]) -> None:
-        self._conn = conn
+    def __init__(self, raw: psycopg.AsyncConnection[Any]) -> None:
         self._raw = raw
 
     async def execute(self, statement: Any, parameters: Any = None) -> DriverResult:
@@ -86,17 +85,12 @@ class DriverExecutor:
                 rows = await cursor.fetchall() if cursor.description is not None else None
         except psycopg.Error as exc:
             lost = self._raw.broken or self._raw.closed  # a timeout or a deadlock is not
-            if lost:
-                await self._conn.invalidate()
             raise DBAPIError.instance(
                 sql, parameters, exc, psycopg.Error, connection_invalidated=lost
             ) from exc
         return DriverResult(rows)
 
-
-async def driver(conn: AsyncConnection) -> DriverExecutor:
-    """`conn`'s statements on its psycopg connection (autocommit if `conn` is)."""
-    raw = await conn.get_raw_connection()
-    driver_connection = raw.driver_connection
-    assert isinstance(driver_connection, psycopg.AsyncConnection)
-    return DriverExecutor(conn, driver_connection)
+    async def discard(self) -> None:
+        """Close the connection, so its pool opens another instead of handing it out
+        again (one that may still hold a session-level lock, say)."""
+        await self._raw.close()
