@@ -143,8 +143,9 @@ class HelixDBOS:
             "HELIX_APP_VERSION", DEFAULT_APP_VERSION
         )
         self._configure_dbos(app_name, executor_id)
-        # Two pools of `pool_size` connections each: psycopg's for the statements of
-        # every run and step, SQLAlchemy's for transactions (see `store.statement_pool`).
+        # Two pools: psycopg's, of up to 2 * pool_size connections, for the statements of
+        # every run and step; SQLAlchemy's, of pool_size, for transactions (see
+        # `store.statement_pool`).
         engine = create_async_engine(
             sqlalchemy_url(self.database_url),
             pool_size=pool_size,
@@ -154,8 +155,8 @@ class HelixDBOS:
             pool_timeout=600,
         )
         self._engine = engine
-        statement_pool = StatementPool(libpq_url(self.database_url), pool_size)
-        self._start_slots = asyncio.Semaphore(max(1, pool_size // 2))  # see _open_and_start_locked
+        statement_pool = StatementPool(libpq_url(self.database_url), 2 * pool_size)
+        self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
         # Workflows started and running in this process, by id: a caller awaits its task.
         self._local_runs: dict[str, asyncio.Future[Any]] = {}
         self.runtime = Runtime(
@@ -401,7 +402,7 @@ class HelixDBOS:
         them leaves a live row whose lock is free, which `_close_if_stale` closes.
 
         A start holds its lock connection (from the statement pool) until its workflow
-        has started, so at most half that pool's connections hold a start lock at once:
+        has started, so at most `pool_size` starts (half that pool) hold a lock at once:
         a burst of starts leaves the runs under way connections for their steps.
         """
         async with self._start_slots, self.runtime.statements() as lock:
