@@ -21,6 +21,7 @@ from helix_dbos.definitions.queue import RateLimit, RunQueue, agent_queue
 from helix_dbos.errors import AgentDefinitionError, InvalidInputError
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.agent_loop import agent_run_workflow
+from helix_dbos.runtime.event_loop import running_loop
 from helix_dbos.runtime.step_types import RunOptions
 
 MAX_PRIORITY = 2**31 - 1  # DBOS's range: 1 (first) to 2**31-1
@@ -36,9 +37,7 @@ def _register_queue(name: str, **settings: Any) -> Queue:
     """`DBOS.register_queue` from sync or async code alike: `launch()` and `register()`
     are sync calls that an async app makes on its loop, where DBOS refuses the sync
     variant; a short thread of its own keeps both callers simple."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if running_loop() is None:
         return DBOS.register_queue(name, **settings)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(lambda: DBOS.register_queue(name, **settings)).result()

@@ -59,14 +59,18 @@ async def on_target_loop(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return await asyncio.wrap_future(_submit(loop, factory))
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop running the caller, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run on the target loop from synchronous code and wait for the result."""
     loop = target_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
+    if running_loop() is loop:
         raise RuntimeError(
             "Synchronous helix calls cannot run on the event loop; use the async API"
         )

@@ -44,7 +44,7 @@ from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.dispatch import Dispatch, check_priority
-from helix_dbos.runtime.event_loop import on_target_loop, run_sync, target_loop
+from helix_dbos.runtime.event_loop import on_target_loop, run_sync, running_loop, target_loop
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
@@ -92,13 +92,6 @@ P = ParamSpec("P")
 def _list_workers(database_url: str) -> list[WorkerRow]:
     with connect(database_url, autocommit=True) as conn:
         return workers_sql.list_workers(conn)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def new_id(prefix: str) -> str:
@@ -320,7 +313,7 @@ class HelixDBOS:
         close = self.runtime.statement_pool.close
         with contextlib.suppress(RuntimeError):  # DBOS never launched, or its loop is gone
             loop = target_loop()
-            if _running_loop() is loop:
+            if running_loop() is loop:
                 self._closing = loop.create_task(close())
             else:
                 run_sync(close)
