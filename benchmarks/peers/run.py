@@ -179,7 +179,12 @@ class Figures:
     steady_ms: float  # median time between consecutive model calls
     run_ms: float  # median N-step run, caller's view
     run1_ms: float  # median 1-step run
-    fixed_ms: float  # intercept of run time over steps, from the 1-step and N-step runs
+    # the run outside its model calls (issue 15's "fixed part"): from the call that starts
+    # the run to the first model call, plus from the last model call to the result
+    fixed_ms: float
+    start_ms: float  # its first part: start to the first model call
+    end_ms: float  # its second part: the last model call to the result in the caller's hands
+    intercept_ms: float  # intercept of run time over steps, from the 1-step and N-step runs
     slope_ms: float
     # history size: (run / N ms, steady ms, WAL bytes without full-page images / N)
     hist: dict[int, tuple[float, float, float]] = field(default_factory=dict)
@@ -191,6 +196,10 @@ class Figures:
     ratio_steady: float = float("nan")
 
 
+def _last_call_to_result_s(run: dict[str, Any]) -> float:
+    return float(run["total_s"] - run["first_call_s"] - sum(run["intervals_s"]))
+
+
 def figures(runs: list[dict[str, Any]], steps: int, bare: bool) -> Figures:
     fresh = [r for r in runs if r["history"] == 0]
     long = [r for r in fresh if r["steps"] == steps]
@@ -200,12 +209,17 @@ def figures(runs: list[dict[str, Any]], steps: int, bare: bool) -> Figures:
     slope = (t_n - t_1) / (steps - 1)
     # bare DBOS: the steps' time inside the workflow, as in bench_agent_loop.py
     step = med([r["inside_s"] * 1000 for r in long]) / steps if bare else t_n / steps
+    start = med([r["first_call_s"] * 1000 for r in long])
+    end = med([_last_call_to_result_s(r) * 1000 for r in long])
     fig = Figures(
         step_ms=step,
         steady_ms=med([med(r["intervals_s"]) * 1000 for r in long]),
         run_ms=t_n,
         run1_ms=t_1,
-        fixed_ms=t_1 - slope,
+        fixed_ms=med([(r["first_call_s"] + _last_call_to_result_s(r)) * 1000 for r in long]),
+        start_ms=start,
+        end_ms=end,
+        intercept_ms=t_1 - slope,
         slope_ms=slope,
     )
     for size in sorted({r["history"] for r in runs if r["history"]}):
@@ -333,6 +347,9 @@ def summarize(
             "run_ms": med([f.run_ms for f in figs]),
             "run1_ms": med([f.run1_ms for f in figs]),
             "fixed_ms": med([f.fixed_ms for f in figs]),
+            "start_ms": med([f.start_ms for f in figs]),
+            "end_ms": med([f.end_ms for f in figs]),
+            "intercept_ms": med([f.intercept_ms for f in figs]),
             "slope_ms": med([f.slope_ms for f in figs]),
             "wal_step": med([f.wal_step for f in figs]),
             "wal_step_fpi": med([f.wal_step_fpi for f in figs]),
@@ -380,16 +397,19 @@ def report(
         f"load average {os.getloadavg()[0]:.2f} at the end.",
         "",
         "| system | agent step, ms (run / N) | ÷ bare DBOS step | steady step, ms | ÷ bare | "
-        "1-step run, ms | fixed part per run, ms | fixed ÷ helix's | per-step slope, ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "fixed part per run, ms (outside the model calls) | start to 1st call + last call "
+        "to result, ms | fixed ÷ helix's | 1-step run, ms | intercept, ms | "
+        "per-step slope, ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in names:
         s = summary[name]
         lines.append(
             f"| {BY_NAME[name].label} | {fmt(s['step_ms'], 2)} | {fmt(s['ratio'], 2)} | "
-            f"{fmt(s['steady_ms'], 2)} | {fmt(s['ratio_steady'], 2)} | {fmt(s['run1_ms'])} | "
-            f"{fmt(s['fixed_ms'])} | "
-            f"{fmt(s.get('fixed_vs_helix', float('nan')), 2)} | {fmt(s['slope_ms'], 2)} |"
+            f"{fmt(s['steady_ms'], 2)} | {fmt(s['ratio_steady'], 2)} | {fmt(s['fixed_ms'])} | "
+            f"{fmt(s['start_ms'])} + {fmt(s['end_ms'])} | "
+            f"{fmt(s.get('fixed_vs_helix', float('nan')), 2)} | {fmt(s['run1_ms'])} | "
+            f"{fmt(s['intercept_ms'])} | {fmt(s['slope_ms'], 2)} |"
         )
     lines += [
         "",

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from sqlalchemy import TextClause, text
 
-from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
+from helix_dbos.orchestration.types import LLMUsage, Message
 from helix_dbos.store.storable import dumps, storable_text
 
 
@@ -345,17 +345,30 @@ _MESSAGE_RECORDSET = (
 )
 
 
+_MESSAGE_VALIDATOR = Message.__pydantic_validator__
+
+
 def _message_from_row(row: Any) -> tuple[int, Message]:
-    seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error = row
-    return seq, Message(
-        role=role,
-        content=content,
-        tool_calls=[ToolCall.model_validate(c) for c in (tool_calls or [])],
-        tool_call_id=tool_call_id,
-        tool_name=tool_name,
-        thinking=[ThinkingBlock.model_validate(t) for t in (thinking or [])],
-        is_error=is_error,
-    )
+    """A transcript row (seq, role, content, tool_calls, tool_call_id, tool_name,
+    thinking, is_error, ...) as its message.
+
+    Only the columns that differ from the model's defaults go into the validator's input:
+    a long session's first read builds thousands of these, and this is about twice as fast
+    as building each nested model by hand."""
+    fields: dict[str, Any] = {"role": row[1]}
+    if row[2] is not None:
+        fields["content"] = row[2]
+    if row[3]:
+        fields["tool_calls"] = row[3]
+    if row[4] is not None:
+        fields["tool_call_id"] = row[4]
+    if row[5] is not None:
+        fields["tool_name"] = row[5]
+    if row[6]:
+        fields["thinking"] = row[6]
+    if row[7]:
+        fields["is_error"] = True
+    return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
 
 
 async def load_messages(
@@ -806,7 +819,7 @@ async def first_read(
         run_ended=header[9] is not None and header[9] not in ("running", "waiting", "paused"),
         interrupted=bool(header[7]),
         state=dict(header[8] or {}),
-        messages=[_message_from_row(r[:8]) for r in messages],
+        messages=[_message_from_row(r) for r in messages],
     )
 
 
