@@ -13,11 +13,18 @@ One process, one fresh database, alternating sittings of each:
 4. helix one run at a time (`--sequential` runs): the rate the work itself allows. A
    burst that drains at least as fast is bounded by the work, not by helix's locks or
    its connection pool.
+5. helix as a fleet takes a burst: a web front (a process of its own with
+   `executes_runs=False`, started by this script) calls `execute()` N times, and one
+   worker process (also started here, up for the whole benchmark) drains the agent's
+   queue while the front is still starting. The start rate is the front's; the drain
+   runs from the front's first call to the last run's `completed` row. A different
+   agent name keeps this process from taking those runs.
 
 The figures are rates (runs/s) and their ratios to DBOS's in the same sitting (the
 issue's target: helix's start rate at least half of DBOS's).
 
 usage: .venv/bin/python benchmarks/bench_burst.py [--runs N] [--sittings K] [--database-url URL]
+       (internal: --role front|worker, the fleet sitting's processes)
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -41,6 +51,9 @@ from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.store.database import libpq_url, redact_url
 
 AGENT_NAME = "bench_burst"
+FLEET_AGENT_NAME = "bench_burst_fleet"  # only the front and the worker process know it
+APP_VERSION = "helix-bench"  # one version for every process: a worker dequeues only its own
+HERE = Path(__file__).resolve().parent
 
 
 @DBOS.step(name="bench.burst_step")
@@ -64,6 +77,113 @@ def responder(request: LLMRequest) -> dict[str, Any]:
     if request.messages and request.messages[-1].role == "tool":
         return {"type": "text", "content": "done"}
     return {"type": "tool_calls", "tool_calls": [{"id": "c1", "name": "ping", "arguments": {}}]}
+
+
+def fleet_helix(database_url: str, *, executes_runs: bool, concurrency: int) -> HelixDBOS:
+    """The front's or the worker's HelixDBOS: the same agent under the fleet's name. The
+    front's pool holds its calls in flight (each holds a start lock while it enqueues)."""
+    agent = Agent(FLEET_AGENT_NAME, system_prompt="You ping once.", tools=[ping])
+    return HelixDBOS(
+        [agent],
+        database_url=database_url,
+        llm=MockLLM(responder),
+        executor_id=f"bench-{'worker' if executes_runs else 'front'}-{uuid.uuid4().hex[:8]}",
+        application_version=APP_VERSION,
+        executes_runs=executes_runs,
+        pool_size=max(10, concurrency),
+    )
+
+
+async def front_role(database_url: str, runs: int, concurrency: int, marker: str) -> None:
+    """A web front: launch, say ready, wait for the go line, enqueue `runs` runs with
+    `concurrency` calls in flight, and print when the first and the last call happened."""
+    helix = fleet_helix(database_url, executes_runs=False, concurrency=concurrency)
+    helix.launch()
+    try:
+        print(json.dumps({"ready": True}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        first = time.time()
+
+        async def start(i: int) -> str:
+            handle = await helix.execute(FLEET_AGENT_NAME, f"{marker} {i}")
+            return handle.run_id
+
+        await bounded(concurrency, list(range(runs)), start)
+        print(json.dumps({"first": first, "last": time.time()}), flush=True)
+    finally:
+        helix.shutdown()
+
+
+async def worker_role(database_url: str) -> None:
+    """A worker: launch (DBOS then polls the agent's queue) and run until killed."""
+    helix = fleet_helix(database_url, executes_runs=True, concurrency=10)
+    helix.launch()
+    print(json.dumps({"ready": True}), flush=True)
+    await asyncio.Event().wait()
+
+
+def spawn(role: str, database_url: str, *extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "bench_burst.py"),
+            "--role",
+            role,
+            "--database-url",
+            database_url,
+            *extra,
+        ],
+        cwd=HERE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    read_json(proc)  # {"ready": true}
+    return proc
+
+
+def read_json(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    raise RuntimeError(f"bench_burst {proc.args!r} exited with {proc.wait()}")
+
+
+async def fleet_sitting(
+    database_url: str, conn: psycopg.AsyncConnection[Any], n: int, concurrency: int
+) -> dict[str, float]:
+    """A front process enqueues n runs while the worker process drains them."""
+    marker = uuid.uuid4().hex[:8]
+    front = spawn(
+        "front",
+        database_url,
+        "--runs",
+        str(n),
+        "--concurrency",
+        str(concurrency),
+        "--marker",
+        marker,
+    )
+    try:
+        assert front.stdin is not None
+        front.stdin.write("go\n")
+        front.stdin.flush()
+        times = await asyncio.to_thread(read_json, front)
+        await wait_until(
+            conn,
+            "SELECT count(*) FROM helix.runs r JOIN helix.messages m ON m.run_id = r.run_id "
+            "AND m.seq = 1 WHERE r.status = 'completed' AND m.content LIKE %s",
+            (f"{marker} %",),
+            n,
+        )
+        drained = time.time()
+    finally:
+        front.wait(timeout=60)
+    return {
+        "start_per_s": n / (times["last"] - times["first"]),
+        "drain_per_s": n / (drained - times["first"]),
+    }
 
 
 async def wait_until(conn: psycopg.AsyncConnection[Any], sql: str, params: Any, n: int) -> None:
@@ -132,7 +252,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             database_url=database_url,
             llm=MockLLM(responder),
             executor_id=f"bench-{uuid.uuid4().hex[:8]}",
-            application_version="helix-bench",
+            application_version=APP_VERSION,
         )
         helix.launch()
         sittings: dict[str, list[dict[str, float]]] = {
@@ -140,7 +260,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "helix": [],
             "queued": [],
             "sequential": [],
+            "fleet": [],
         }
+        worker = spawn("worker", database_url)
         try:
             async with await psycopg.AsyncConnection.connect(
                 libpq_url(database_url), autocommit=True
@@ -148,10 +270,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await helix_sitting(helix, agent, conn, 20, 5, False)  # warm-up
                 await helix_sitting(helix, agent, conn, 20, 5, True)
                 await dbos_sitting(conn, 20, 5)
+                await fleet_sitting(database_url, conn, 20, 5)
                 for k in range(args.sittings):
-                    for name in ("dbos", "helix", "queued", "sequential"):
+                    for name in ("dbos", "helix", "queued", "sequential", "fleet"):
                         if name == "dbos":
                             figures = await dbos_sitting(conn, args.runs, args.concurrency)
+                        elif name == "fleet":
+                            figures = await fleet_sitting(
+                                database_url, conn, args.runs, args.concurrency
+                            )
                         elif name == "sequential":
                             figures = await helix_sitting(
                                 helix, agent, conn, args.sequential, 1, False
@@ -165,6 +292,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             f"sitting {k + 1} {name}: {json.dumps(_rounded(figures))}", flush=True
                         )
         finally:
+            worker.kill()
+            worker.wait()
             helix.shutdown()
     report = summarize(sittings)
     print_report(kind, redact_url(server), args, report)
@@ -180,7 +309,7 @@ def summarize(sittings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         h["drain_per_s"] / q["drain_per_s"]
         for h, q in zip(sittings["helix"], sittings["sequential"], strict=True)
     )
-    for name in ("helix", "queued"):
+    for name in ("helix", "queued", "fleet"):
         out[f"{name}_over_dbos"] = {
             key: statistics.median(
                 h[key] / d[key] for h, d in zip(sittings[name], sittings["dbos"], strict=True)
@@ -204,6 +333,7 @@ def print_report(kind: str, server: str, args: argparse.Namespace, r: dict[str, 
     for name, label in (
         ("helix", "helix `execute()` (2 agent steps)"),
         ("queued", "helix `execute(priority=1)` (agent queue)"),
+        ("fleet", "helix web front (`executes_runs=False`) + 1 worker process"),
     ):
         ratio = r[f"{name}_over_dbos"]
         print(
@@ -240,7 +370,15 @@ def main(argv: list[str] | None = None) -> None:
         "--database-url",
         help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",
     )
+    parser.add_argument("--role", choices=("front", "worker"), help=argparse.SUPPRESS)
+    parser.add_argument("--marker", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.role == "front":
+        asyncio.run(front_role(args.database_url, args.runs, args.concurrency, args.marker))
+        return
+    if args.role == "worker":
+        asyncio.run(worker_role(args.database_url))
+        return
     if args.runs < 1 or args.concurrency < 1 or args.sittings < 1:
         parser.error("--runs, --concurrency and --sittings must be >= 1")
     asyncio.run(run(args))
