@@ -79,25 +79,39 @@ def responder(request: LLMRequest) -> dict[str, Any]:
     return {"type": "tool_calls", "tool_calls": [{"id": "c1", "name": "ping", "arguments": {}}]}
 
 
-def fleet_helix(database_url: str, *, executes_runs: bool, concurrency: int) -> HelixDBOS:
-    """The front's or the worker's HelixDBOS: the same agent under the fleet's name. The
-    front's pool holds its calls in flight (each holds a start lock while it enqueues)."""
+def fleet_helix(database_url: str, *, executes_runs: bool) -> HelixDBOS:
+    """The front's or the worker's HelixDBOS: the same agent under the fleet's name.
+
+    Small pools (DBOS's system database 6, helix's 5), as in fleet_app.py: three
+    processes with the default pools can exceed a server's 100 connections. A new
+    session's start needs one statement connection, so 5 start slots serve the front's
+    calls in flight."""
+    role = "worker" if executes_runs else "front"
+    DBOS(
+        config={
+            "name": "helix_dbos",
+            "system_database_url": libpq_url(database_url),
+            "application_version": APP_VERSION,
+            "log_level": "WARNING",
+            "executor_id": f"bench-{role}-{uuid.uuid4().hex[:8]}",
+            "sys_db_pool_size": 6,
+        }
+    )
     agent = Agent(FLEET_AGENT_NAME, system_prompt="You ping once.", tools=[ping])
     return HelixDBOS(
         [agent],
         database_url=database_url,
         llm=MockLLM(responder),
-        executor_id=f"bench-{'worker' if executes_runs else 'front'}-{uuid.uuid4().hex[:8]}",
         application_version=APP_VERSION,
         executes_runs=executes_runs,
-        pool_size=max(10, concurrency),
+        pool_size=5,
     )
 
 
 async def front_role(database_url: str, runs: int, concurrency: int, marker: str) -> None:
     """A web front: launch, say ready, wait for the go line, enqueue `runs` runs with
     `concurrency` calls in flight, and print when the first and the last call happened."""
-    helix = fleet_helix(database_url, executes_runs=False, concurrency=concurrency)
+    helix = fleet_helix(database_url, executes_runs=False)
     helix.launch()
     try:
         print(json.dumps({"ready": True}), flush=True)
@@ -116,7 +130,7 @@ async def front_role(database_url: str, runs: int, concurrency: int, marker: str
 
 async def worker_role(database_url: str) -> None:
     """A worker: launch (DBOS then polls the agent's queue) and run until killed."""
-    helix = fleet_helix(database_url, executes_runs=True, concurrency=10)
+    helix = fleet_helix(database_url, executes_runs=True)
     helix.launch()
     print(json.dumps({"ready": True}), flush=True)
     await asyncio.Event().wait()
