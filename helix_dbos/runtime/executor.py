@@ -165,7 +165,7 @@ class HelixDBOS:
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
         self._notifier: ChunkNotifier | None = None
-        self._closing: asyncio.Task[None] | None = None  # the statement pool's close
+        self._closing: set[asyncio.Task[None]] = set()  # closes under way (see shutdown)
         self._sweep: asyncio.Task[None] | None = None
         self.reconcile_seconds = reconcile_seconds
         self._chunk_reads = SharedChunkReads(self._load_chunks)
@@ -297,24 +297,25 @@ class HelixDBOS:
                 self._sweep.get_loop().call_soon_threadsafe(self._sweep.cancel)
             self._sweep = None
         if self._notifier is not None:
-            with contextlib.suppress(RuntimeError):
-                run_sync(self._notifier.stop)
+            self._close_on_target_loop(self._notifier.stop)
             self._notifier = None
-        self._close_statement_pool()
+        self._close_on_target_loop(self.runtime.statement_pool.close)
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
         if self.lease is not None:
             self.lease.stop()
             self.lease = None
 
-    def _close_statement_pool(self) -> None:
-        """Close the statement pool's connections on the loop they belong to; called on
-        that loop itself (an async caller's shutdown), in a task of their own."""
-        close = self.runtime.statement_pool.close
+    def _close_on_target_loop(self, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `close` on the loop its connections belong to: waited for from another
+        thread, or in a task of its own when shutdown() is called on that loop (an async
+        caller's shutdown, say in a FastAPI lifespan), where it cannot be waited for."""
         with contextlib.suppress(RuntimeError):  # DBOS never launched, or its loop is gone
             loop = target_loop()
             if running_loop() is loop:
-                self._closing = loop.create_task(close())
+                task = loop.create_task(close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
             else:
                 run_sync(close)
 
