@@ -35,8 +35,11 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,7 @@ AGENT_NAME = "bench_burst"
 FLEET_AGENT_NAME = "bench_burst_fleet"  # only the front and the worker process know it
 APP_VERSION = "helix-bench"  # one version for every process: a worker dequeues only its own
 HERE = Path(__file__).resolve().parent
+READY_TIMEOUT_S = 120.0  # a front or worker that has not launched by then is killed
 
 
 @DBOS.step(name="bench.burst_step")
@@ -115,7 +119,9 @@ async def front_role(database_url: str, runs: int, concurrency: int, marker: str
     helix.launch()
     try:
         print(json.dumps({"ready": True}), flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if line.strip() != "go":  # stdin closed: the benchmark gave up
+            return
         first = time.time()
 
         async def start(i: int) -> str:
@@ -125,7 +131,7 @@ async def front_role(database_url: str, runs: int, concurrency: int, marker: str
         await bounded(concurrency, list(range(runs)), start)
         print(json.dumps({"first": first, "last": time.time()}), flush=True)
     finally:
-        helix.shutdown()
+        await helix.shutdown_async()
 
 
 async def worker_role(database_url: str) -> None:
@@ -136,7 +142,13 @@ async def worker_role(database_url: str) -> None:
     await asyncio.Event().wait()
 
 
-def spawn(role: str, database_url: str, *extra: str) -> subprocess.Popen[str]:
+@contextmanager
+def helper_process(
+    role: str, database_url: str, *extra: str, grace_s: float = 0.0
+) -> Iterator[subprocess.Popen[str]]:
+    """The fleet sitting's front or worker, once it said it is ready (killed if it has
+    not within READY_TIMEOUT_S); on the way out its stdin is closed and it is killed
+    unless it exits within `grace_s`, so no process outlives the benchmark."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -152,8 +164,22 @@ def spawn(role: str, database_url: str, *extra: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    read_json(proc)  # {"ready": true}
-    return proc
+    try:
+        hung = threading.Timer(READY_TIMEOUT_S, proc.kill)
+        hung.start()
+        try:
+            read_json(proc)  # {"ready": true}; raises once a killed process's output ends
+        finally:
+            hung.cancel()
+        yield proc
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def read_json(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -169,17 +195,8 @@ async def fleet_sitting(
 ) -> dict[str, float]:
     """A front process enqueues n runs while the worker process drains them."""
     marker = uuid.uuid4().hex[:8]
-    front = spawn(
-        "front",
-        database_url,
-        "--runs",
-        str(n),
-        "--concurrency",
-        str(concurrency),
-        "--marker",
-        marker,
-    )
-    try:
+    extra = ("--runs", str(n), "--concurrency", str(concurrency), "--marker", marker)
+    with helper_process("front", database_url, *extra, grace_s=60) as front:
         assert front.stdin is not None
         front.stdin.write("go\n")
         front.stdin.flush()
@@ -192,8 +209,6 @@ async def fleet_sitting(
             n,
         )
         drained = time.time()
-    finally:
-        front.wait(timeout=60)
     return {
         "start_per_s": n / (times["last"] - times["first"]),
         "drain_per_s": n / (drained - times["first"]),
@@ -276,39 +291,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "sequential": [],
             "fleet": [],
         }
-        worker = spawn("worker", database_url)
         try:
-            async with await psycopg.AsyncConnection.connect(
-                libpq_url(database_url), autocommit=True
-            ) as conn:
-                await helix_sitting(helix, agent, conn, 20, 5, False)  # warm-up
-                await helix_sitting(helix, agent, conn, 20, 5, True)
-                await dbos_sitting(conn, 20, 5)
-                await fleet_sitting(database_url, conn, 20, 5)
-                for k in range(args.sittings):
-                    for name in ("dbos", "helix", "queued", "sequential", "fleet"):
-                        if name == "dbos":
-                            figures = await dbos_sitting(conn, args.runs, args.concurrency)
-                        elif name == "fleet":
-                            figures = await fleet_sitting(
-                                database_url, conn, args.runs, args.concurrency
+            with helper_process("worker", database_url):
+                async with await psycopg.AsyncConnection.connect(
+                    libpq_url(database_url), autocommit=True
+                ) as conn:
+                    await helix_sitting(helix, agent, conn, 20, 5, False)  # warm-up
+                    await helix_sitting(helix, agent, conn, 20, 5, True)
+                    await dbos_sitting(conn, 20, 5)
+                    await fleet_sitting(database_url, conn, 20, 5)
+                    for k in range(args.sittings):
+                        for name in ("dbos", "helix", "queued", "sequential", "fleet"):
+                            if name == "dbos":
+                                figures = await dbos_sitting(conn, args.runs, args.concurrency)
+                            elif name == "fleet":
+                                figures = await fleet_sitting(
+                                    database_url, conn, args.runs, args.concurrency
+                                )
+                            elif name == "sequential":
+                                figures = await helix_sitting(
+                                    helix, agent, conn, args.sequential, 1, False
+                                )
+                            else:
+                                figures = await helix_sitting(
+                                    helix,
+                                    agent,
+                                    conn,
+                                    args.runs,
+                                    args.concurrency,
+                                    name == "queued",
+                                )
+                            sittings[name].append(figures)
+                            print(
+                                f"sitting {k + 1} {name}: {json.dumps(_rounded(figures))}",
+                                flush=True,
                             )
-                        elif name == "sequential":
-                            figures = await helix_sitting(
-                                helix, agent, conn, args.sequential, 1, False
-                            )
-                        else:
-                            figures = await helix_sitting(
-                                helix, agent, conn, args.runs, args.concurrency, name == "queued"
-                            )
-                        sittings[name].append(figures)
-                        print(
-                            f"sitting {k + 1} {name}: {json.dumps(_rounded(figures))}", flush=True
-                        )
         finally:
-            worker.kill()
-            worker.wait()
-            helix.shutdown()
+            await helix.shutdown_async()
     report = summarize(sittings)
     print_report(kind, redact_url(server), args, report)
     return report

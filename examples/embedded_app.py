@@ -111,7 +111,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # 3. helix.launch() instead of DBOS.launch(): it launches DBOS on this event loop.
     helix.launch()
     yield
-    helix.shutdown()  # stops helix's heartbeat and destroys DBOS
+    await helix.shutdown_async()  # closes helix's connections, its lease, DBOS
 
 
 app = FastAPI(lifespan=lifespan)

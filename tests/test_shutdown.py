@@ -1,6 +1,7 @@
-"""`HelixDBOS.shutdown()` called on its own event loop (an async app's shutdown, such as a
-FastAPI lifespan) closes helix's connections as a call from another thread does: the
-live-chunk listener and the statement pool, not only DBOS."""
+"""Shutting helix down from async code closes helix's connections, not only DBOS: the
+live-chunk listener and the statement pool. `shutdown()` called on helix's own event
+loop (an async app's shutdown) closes them in tasks on that loop; `shutdown_async()`
+closes them before it returns."""
 
 from __future__ import annotations
 
@@ -10,26 +11,30 @@ import subprocess
 import sys
 import uuid
 
+import pytest
 from conftest import REPO
 
 # Run in a process of its own: DBOS is one per process, and the test session's is in use.
 # Every connection the script opens carries its application_name (PGAPPNAME), so the
-# script can count its own backends from a connection under another name.
+# script counts its own backends from a connection under another name.
 SCRIPT = """
-import asyncio, json, os, sys
+import asyncio, json, os, sys, time
 import psycopg
 from helix_dbos import Agent, HelixDBOS, MockLLM
 
-URL, TAG = sys.argv[1], os.environ["PGAPPNAME"]
+URL, HOW, TAG = sys.argv[1], sys.argv[2], os.environ["PGAPPNAME"]
 agent = Agent("shutdown_probe", system_prompt="Answer.")
-helix = HelixDBOS([agent], database_url=URL, llm=MockLLM(lambda _: {"type": "text", "content": "done"}),
+helix = HelixDBOS([agent], database_url=URL,
+                  llm=MockLLM(lambda _: {"type": "text", "content": "done"}),
                   executor_id=f"{TAG}-exec", application_version="shutdown-probe")
 
-def backends(query_like: str) -> int:
+def backends() -> dict[str, int]:
     with psycopg.connect(URL, application_name="observer") as conn:
-        return conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-            "AND query LIKE %s", (TAG, query_like)).fetchone()[0]
+        def count(query_like: str) -> int:
+            return conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND query LIKE %s", (TAG, query_like)).fetchone()[0]
+        return {"listener": count("LISTEN%"), "statements": count("%helix.%")}
 
 async def main() -> None:
     helix.launch()  # on this loop
@@ -37,23 +42,31 @@ async def main() -> None:
     chunks = [c async for c in helix.stream(handle.session_id, run_id=handle.run_id)]
     result = await handle.result()
     assert chunks and result.status == "completed", (result, chunks)
-    before = {"listener": backends("LISTEN%"), "statements": backends("%helix.%")}
-    helix.shutdown()  # on the loop its connections belong to
-    await asyncio.sleep(0.5)
-    after = {"listener": backends("LISTEN%"), "statements": backends("%helix.%")}
+    before = backends()
+    if HOW == "shutdown_async":
+        await helix.shutdown_async()
+        after = backends()  # closed by the time it returned
+    else:
+        helix.shutdown()  # on the loop its connections belong to: the closes are tasks
+        deadline = time.monotonic() + 10
+        while (after := backends()) != {"listener": 0, "statements": 0}:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
     print(json.dumps({"before": before, "after": after}))
 
 asyncio.run(main())
 """
 
 
-def test_shutdown_on_its_own_loop_closes_the_listener_and_the_statement_pool(
-    database_url: str,
+@pytest.mark.parametrize("how", ["shutdown", "shutdown_async"])
+def test_shutting_down_from_async_code_closes_the_listener_and_the_statement_pool(
+    database_url: str, how: str
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     env["PGAPPNAME"] = f"shutdown-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, database_url],
+        [sys.executable, "-c", SCRIPT, database_url, how],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -292,7 +292,12 @@ class HelixDBOS:
         return await asyncio.to_thread(_list_workers, self.database_url)
 
     def shutdown(self) -> None:
-        if self._sweep is not None:
+        """Stop this process's part: helix's connections, DBOS, the worker lease.
+
+        Called on helix's own event loop, the connections close in tasks on that loop,
+        which finish only if the loop keeps running; async code should `await
+        shutdown_async()`, which closes them before it returns."""
+        if self._sweep is not None:  # first: it would open the statement pool again
             with contextlib.suppress(RuntimeError):  # its loop is closed already
                 self._sweep.get_loop().call_soon_threadsafe(self._sweep.cancel)
             self._sweep = None
@@ -306,10 +311,16 @@ class HelixDBOS:
             self.lease.stop()
             self.lease = None
 
+    async def shutdown_async(self) -> None:
+        """`shutdown()` for async code (a FastAPI lifespan, the end of `asyncio.run`): it
+        runs in a worker thread, so helix's connections are closed on their loop before it
+        returns, and DBOS's teardown does not block the loop meanwhile."""
+        await asyncio.to_thread(self.shutdown)
+
     def _close_on_target_loop(self, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run `close` on the loop its connections belong to: waited for from another
-        thread, or in a task of its own when shutdown() is called on that loop (an async
-        caller's shutdown, say in a FastAPI lifespan), where it cannot be waited for."""
+        thread, or in a task of its own when shutdown() is called on that loop, where it
+        cannot be waited for."""
         with contextlib.suppress(RuntimeError):  # DBOS never launched, or its loop is gone
             loop = target_loop()
             if running_loop() is loop:

@@ -8,7 +8,6 @@ runs there. Authentication is fail-closed: construction raises unless an
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -74,7 +73,7 @@ def create_app(
             yield
         finally:
             if launched_here:
-                await asyncio.to_thread(helix.shutdown)
+                await helix.shutdown_async()
 
     app = FastAPI(
         title=title,
