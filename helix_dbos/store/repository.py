@@ -353,8 +353,8 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
     thinking, is_error, ...) as its message.
 
     Only the columns that differ from the model's defaults go into the validator's input:
-    a long session's first read builds thousands of these, and this is about twice as fast
-    as building each nested model by hand."""
+    a long session's first read builds thousands of these, and this is two to three times
+    as fast as building each nested model by hand."""
     fields: dict[str, Any] = {"role": row[1]}
     if row[2] is not None:
         fields["content"] = row[2]
