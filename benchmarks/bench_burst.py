@@ -201,18 +201,23 @@ async def fleet_sitting(
         front.stdin.write("go\n")
         front.stdin.flush()
         times = await asyncio.to_thread(read_json, front)
-        await wait_until(
-            conn,
-            "SELECT count(*) FROM helix.runs r JOIN helix.messages m ON m.run_id = r.run_id "
-            "AND m.seq = 1 WHERE r.status = 'completed' AND m.content LIKE %s",
-            (f"{marker} %",),
-            n,
-        )
+        await wait_completed(conn, marker, n)
         drained = time.time()
     return {
         "start_per_s": n / (times["last"] - times["first"]),
         "drain_per_s": n / (drained - times["first"]),
     }
+
+
+async def wait_completed(conn: psycopg.AsyncConnection[Any], marker: str, n: int) -> None:
+    """Until n runs whose first message starts with `marker` are `completed`."""
+    await wait_until(
+        conn,
+        "SELECT count(*) FROM helix.runs r JOIN helix.messages m ON m.run_id = r.run_id "
+        "AND m.seq = 1 WHERE r.status = 'completed' AND m.content LIKE %s",
+        (f"{marker} %",),
+        n,
+    )
 
 
 async def wait_until(conn: psycopg.AsyncConnection[Any], sql: str, params: Any, n: int) -> None:
@@ -262,13 +267,7 @@ async def helix_sitting(
 
     await bounded(concurrency, list(range(n)), start)
     start_s = time.perf_counter() - started
-    await wait_until(
-        conn,
-        "SELECT count(*) FROM helix.runs r JOIN helix.messages m ON m.run_id = r.run_id "
-        "AND m.seq = 1 WHERE r.status = 'completed' AND m.content LIKE %s",
-        (f"{marker} %",),
-        n,
-    )
+    await wait_completed(conn, marker, n)
     return {"start_per_s": n / start_s, "drain_per_s": n / (time.perf_counter() - started)}
 
 
