@@ -1,14 +1,18 @@
 """Shared fixtures: a real PostgreSQL, one launched HelixDBOS, a scripted LLM.
 
 The database is a fresh one per test session on the server named by
-HELIX_TEST_DATABASE_URL, or on the embedded PostgreSQL when it is unset.
+HELIX_TEST_DATABASE_URL, or on the embedded PostgreSQL when it is unset; each `crash`
+test (real processes, killed) gets a migrated database of its own.
 Agents get unique names per test, so runs and mock scripts never collide.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +22,12 @@ import psycopg
 import pytest
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
-from helix_dbos.store.database import libpq_url, resolve_database_url, with_database
+from helix_dbos.store.database import (
+    database_name,
+    libpq_url,
+    resolve_database_url,
+    with_database,
+)
 from helix_dbos.store.embedded import stop_embedded
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,14 +47,15 @@ def _server_url(embedded: Path) -> str:
     return explicit or resolve_database_url(None, data_dir=embedded)
 
 
-@pytest.fixture(scope="session")
-def database_url(embedded_dir: Path) -> Iterator[str]:
-    """A fresh database for this test session; dropped afterwards."""
-    server = _server_url(embedded_dir)
+@contextlib.contextmanager
+def _new_database(embedded: Path, template: str | None = None) -> Iterator[str]:
+    """A new database on the test server (empty, or a copy of `template`), dropped on exit."""
+    server = _server_url(embedded)
     name = f"helix_test_{uuid.uuid4().hex[:10]}"
     admin = libpq_url(with_database(server, "postgres"))
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     yield with_database(server, name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(
@@ -55,15 +65,73 @@ def database_url(embedded_dir: Path) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
+def _migrate(url: str) -> None:
+    """The schemas a HelixDBOS makes before launch (helix's, DBOS's system tables, the
+    checkpoint table of DBOS's datasource), made in a process of its own: DBOS refuses
+    a datasource once this one has launched."""
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, helix_dbos; helix_dbos.HelixDBOS(database_url=sys.argv[1])",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+
+
+@pytest.fixture(scope="session")
+def session_database_url(embedded_dir: Path) -> Iterator[str]:
+    """A fresh database for this test session; dropped afterwards."""
+    with _new_database(embedded_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def migrated_template(embedded_dir: Path) -> Iterator[str]:
+    """The name of a migrated database that crash tests' databases are copied from."""
+    with _new_database(embedded_dir) as url:
+        _migrate(url)
+        yield database_name(url) or ""
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, embedded_dir: Path) -> Iterator[str]:
+    """The session's database, or for a `crash` test a migrated one of its own.
+
+    A crash test kills the processes it started, and a process killed after its caller
+    had a run's result may not yet have marked the workflow done. A later test's live
+    worker then claims that dead worker and hands the run back to a queue: into the
+    later test's marker files, or listed among its runs waiting for a worker (CI saw
+    both). A database per crash test keeps each test to the runs it started.
+    """
+    if request.node.get_closest_marker("crash") is None:
+        yield request.getfixturevalue("session_database_url")
+        return
+    template = request.getfixturevalue("migrated_template")
+    with _new_database(embedded_dir, template) as url:
+        yield url
+
+
+@pytest.fixture
+def empty_database_url(embedded_dir: Path) -> Iterator[str]:
+    """A database with no schema at all, as a fleet's first deployment finds it."""
+    with _new_database(embedded_dir) as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def mock_llm() -> MockLLM:
     return MockLLM()
 
 
 @pytest.fixture(scope="session")
-def helix(database_url: str, mock_llm: MockLLM) -> Iterator[HelixDBOS]:
+def helix(session_database_url: str, mock_llm: MockLLM) -> Iterator[HelixDBOS]:
     instance = HelixDBOS(
-        database_url=database_url,
+        database_url=session_database_url,
         llm=mock_llm,
         executor_id=f"pytest-{uuid.uuid4().hex[:8]}",
         application_version="helix-test",

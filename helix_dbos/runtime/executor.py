@@ -132,6 +132,12 @@ class HelixDBOS:
         self.database_url = resolve_database_url(database_url, data_dir=data_dir)
         ensure_database_exists(self.database_url)
         apply_migrations(self.database_url)
+        if not dbos_internals.is_launched():
+            # DBOS's tables up to date before anything here reads them (the lease's first
+            # claim, at launch): on an empty database, workers started together would
+            # otherwise read a table that another one's DBOS launch is still migrating.
+            # DBOS serializes this under its own lock; once current it is one query.
+            DBOS.migrate(libpq_url(self.database_url))
         self.application_version = application_version or os.environ.get(
             "HELIX_APP_VERSION", DEFAULT_APP_VERSION
         )
