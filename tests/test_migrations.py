@@ -306,6 +306,10 @@ def test_cli_migrate_creates_database_then_reports_up_to_date(
     assert "Created database" in first.stdout
     assert FIRST in first.stdout
     assert applied_migrations(url) == SHIPPED
+    with connect(url) as conn:  # and DBOS's tables, so a fleet's workers can start together
+        assert conn.execute("SELECT to_regclass('dbos.workflow_status')").fetchone() == (
+            "dbos.workflow_status",
+        )
 
     second = _cli("migrate", "--database-url", url)
     assert second.returncode == 0, second.stderr

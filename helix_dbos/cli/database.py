@@ -6,6 +6,7 @@ import os
 from typing import Annotated
 
 import typer
+from dbos import DBOS
 
 from helix_dbos.cli.common import DatabaseUrl, Json, resolve_url
 from helix_dbos.cli.output import plural, print_json
@@ -27,10 +28,12 @@ db_app = typer.Typer(
 
 
 def migrate(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
-    """Create the database if needed and apply pending schema migrations."""
+    """Create the database if needed, apply helix's pending migrations and bring DBOS's
+    system tables up to date (a deployment step before a fleet of workers starts)."""
     url = resolve_url(database_url)
     created = ensure_database_exists(url)
     applied = apply_migrations(url)
+    DBOS.migrate(libpq_url(url))
     where = redact_url(url)
     if json_output:
         print_json({"database": where, "created": created, "applied": applied})
