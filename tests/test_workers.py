@@ -116,7 +116,7 @@ def test_two_processes_with_default_settings_never_touch_each_others_runs(databa
 def test_workers_started_together_on_an_empty_database_all_come_up(empty_database_url, tmp_path):
     """A fleet's first deployment: three workers launch at once on a database with no
     schema. Each one's first claim read DBOS's tables while another's launch was still
-    migrating them (`column ws.application_name does not exist`, 1 launch in 79 in a
+    migrating them (`column ws.application_name does not exist`, 1 launch in 47 in a
     script); now each brings DBOS's schema up to date, under DBOS's lock, first. Small
     pools: the embedded server's connections are shared with the test session."""
     url = empty_database_url
