@@ -152,7 +152,7 @@ def make_agent(helix: HelixDBOS, request: pytest.FixtureRequest) -> Iterator[Cal
     """Define and register an agent with a name unique to this test.
 
     Afterwards the DBOS queues of the agents this test registered are deleted. DBOS polls
-    each queue it listens to in a thread of its own, about twice a second, and the
+    each queue it listens to in a thread of its own, about once a second, and the
     session's one HelixDBOS serves every test's agents: with the hundreds a session
     registers, those polls took the process's CPU (a 64-step test took 125 s late in
     the session, 0.8 s alone)."""
