@@ -36,6 +36,29 @@ from helix_dbos.store.embedded import stop_embedded
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Modules whose outcome depends on the PostgreSQL server itself (its SQL, its errors, its
+# connections), beside the `crash` tests: CI runs these on the machine's server as well as on
+# the embedded one; the rest of the suite runs once.
+DATABASE_MODULES = frozenset(
+    {
+        "test_database",
+        "test_driver",
+        "test_final_write",
+        "test_migrations",
+        "test_run_integrity",
+        "test_shutdown",
+        "test_unstorable_text",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in DATABASE_MODULES:
+            item.add_marker(pytest.mark.database)
+
+
 @pytest.fixture(scope="session")
 def embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This session's own embedded PostgreSQL folder (no path shared with another session),

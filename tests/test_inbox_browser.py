@@ -6,6 +6,7 @@ import asyncio
 import os
 
 import pytest
+from helpers import skip_or_fail_in_ci
 from live_server import serve
 
 from helix_dbos import tool
@@ -45,9 +46,9 @@ async def browser_page():
     try:
         from playwright.async_api import async_playwright  # noqa: PLC0415 - optional: skip without it
     except ImportError:
-        pytest.skip("playwright is not installed: pip install playwright")
+        skip_or_fail_in_ci("playwright is not installed: pip install playwright")
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
+        skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = await browser.new_page()
