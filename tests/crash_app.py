@@ -1,9 +1,11 @@
 """A real helix_dbos process for crash tests: started, SIGKILLed, relaunched.
 
-usage: crash_app.py start|recover|run|serve DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
+usage: crash_app.py start|recover|run|serve|front DATABASE_URL EXECUTOR_ID SCENARIO MARKER_DIR
 
 EXECUTOR_ID "-" leaves the executor id to helix (unique per process); "serve" launches,
 prints {"ready": executor_id} and executes whatever comes its way until killed.
+"front" starts a run, interrupts it at once, prints how it ended, then resumes it and
+prints how that ended (with CRASH_APP_EXECUTES_RUNS=0, a worker executes both).
 
 The LLM is a function of the transcript, so the relaunched process answers
 exactly as the killed one would have. Every tool execution and LLM call is
@@ -298,6 +300,21 @@ async def main() -> None:
             print(
                 json.dumps(
                     {"status": result.status, "output": result.output, "error": result.error}
+                ),
+                flush=True,
+            )
+    elif mode == "front":
+        handle = await helix.execute(agent, f"scenario {scenario}")
+        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+        await helix.interrupt(handle.session_id, reason="stop before it starts")
+        print(json.dumps({"interrupted": handle.run_id}), flush=True)
+        for resume in (False, True):  # the resume is opened once the first run ended
+            if resume:
+                handle = await helix.resume(handle.session_id)
+            result = await handle.result()
+            print(
+                json.dumps(
+                    {"run_id": handle.run_id, "status": result.status, "error": result.error}
                 ),
                 flush=True,
             )

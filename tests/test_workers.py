@@ -460,3 +460,59 @@ def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_
         )
     finally:
         stop(worker)
+
+
+def test_a_queued_run_interrupted_before_a_worker_takes_it_asks_no_model_and_resumes(
+    database_url, tmp_path
+):
+    """Issue 37: a front (`executes_runs=False`) enqueues a run while no worker serves its
+    agent and interrupts it there. The worker that takes it later finds the interrupt
+    before its first model call: the run ends `interrupted` having asked the model
+    nothing and run no tool, and `resume()` continues the session to completion."""
+    front_marks, worker_marks = tmp_path / "front", tmp_path / "worker"
+    front_marks.mkdir()
+    worker_marks.mkdir()
+    front = spawn(
+        "front", database_url, "-", "tool", front_marks, env={"CRASH_APP_EXECUTES_RUNS": "0"}
+    )
+    worker = None
+    try:
+        first = started(front)
+        run_id, session_id = first["run_id"], first["session_id"]
+        assert started(front) == {"interrupted": run_id}
+        assert workflow_row(database_url, run_id)[0] == "ENQUEUED", "nobody took it yet"
+        assert run_status(database_url, run_id) == "running"
+        assert sql(
+            database_url,
+            "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = %s "
+            "AND topic = 'helix.interrupt' AND NOT consumed",
+            f"helix-{run_id}",
+        ) == [(1,)], "the interrupt waits for the run"
+
+        worker = spawn("serve", database_url, "-", "tool", worker_marks)
+        worker_id = started(worker)["ready"]
+        assert started(front) == {
+            "run_id": run_id,
+            "status": "interrupted",
+            "error": "Interrupted: stop before it starts",
+        }
+        assert workflow_row(database_url, run_id)[1] == worker_id, "the worker executed it"
+        assert lines(worker_marks, "llm.log") == [], "no model call after the interrupt"
+        assert lines(worker_marks, "record_a.log") == []
+        assert sql(
+            database_url,
+            "SELECT count(*) FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+            run_id,
+        ) == [(0,)]
+
+        resumed = started(front)
+        assert resumed["run_id"] != run_id
+        assert (resumed["status"], resumed["error"]) == ("completed", None)
+        assert workflow_row(database_url, resumed["run_id"]) == ("SUCCESS", worker_id)
+        assert len(lines(worker_marks, "llm.log")) == 3, "the resumed run's three model calls"
+        assert lines(worker_marks, "record_a.log") == ["one"]
+        assert lines(worker_marks, "slow_b.log") == ["two"]
+        assert lines(front_marks, "llm.log") == [], "the front executed nothing"
+        assert_transcript_is_clean(database_url, session_id, resumed["run_id"])
+    finally:
+        stop(front, worker)
