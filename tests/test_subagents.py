@@ -559,8 +559,12 @@ async def test_an_answer_addressed_to_the_root_session_reaches_the_owning_child(
 
     handle = await helix.execute(parent, "write a post")
     await wait_for_child_wait(database_url, handle.session_id)
-    pending = await helix.pending_tool_calls(handle.session_id)
-    assert pending == []  # the parent's own calls: none wait for a human
+    [pending] = await helix.pending_tool_calls(handle.session_id)  # the child's, listed
+    assert (pending["tool_call_id"], pending["depth"], pending["agent_name"]) == (
+        "p1",
+        1,
+        child.name,
+    )
     await helix.deny(handle.session_id, "p1", reason="not today")
     result = await asyncio.wait_for(handle.result(), timeout=20)
 

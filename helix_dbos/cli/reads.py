@@ -59,6 +59,7 @@ RUN_COLUMNS = [
     Column("run_id", "RUN"),
     Column("session_id", "SESSION"),
     Column("agent_name", "AGENT"),
+    Column("depth", "DEPTH"),
     Column("turn", "TURN"),
     Column("status", "STATUS"),
     Column("step_count", "STEPS"),
@@ -73,7 +74,13 @@ def runs(
         RunStatus | None, typer.Option("--status", help="Only runs in this status.")
     ] = None,
     session: Annotated[
-        str | None, typer.Option("--session", metavar="ID", help="Only this session's runs.")
+        str | None,
+        typer.Option(
+            "--session",
+            metavar="ID",
+            help="Only this session's runs and those of the sessions below it (sub-agents, "
+            "companions); DEPTH says how far below its root each run's session is.",
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most N runs.")] = 20,
     json_output: Json = False,

@@ -60,6 +60,7 @@ from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
+from helix_dbos.store import tree
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     connect,
@@ -669,9 +670,12 @@ class HelixDBOS:
         )
 
     async def pending_tool_calls(self, session_id: str) -> list[dict[str, Any]]:
-        """Calls of the session waiting for a human: id, tool, kind, input, deadline."""
+        """Calls waiting for a human in the session and in every session below it (its
+        sub-agents' and companions', theirs): id, tool, kind, input, deadline, and the
+        session, agent and depth (0: this session) whose run waits. Answer any of them
+        through the root session (seed 002)."""
         await self.get_session(session_id)
-        rows = await self._read(repo.pending_tool_calls, session_id)
+        rows = await self._read(tree.pending_calls, session_id)
         return [
             {
                 "tool_call_id": r.tool_call_id,
@@ -681,6 +685,9 @@ class HelixDBOS:
                 "run_id": r.run_id,
                 "deadline_at": r.deadline_at,
                 "answered": r.answered_at is not None,
+                "session_id": r.session_id,
+                "agent_name": r.agent_name,
+                "depth": r.depth,
             }
             for r in rows
         ]

@@ -68,6 +68,15 @@ class PendingToolCall(BaseModel):
     run_id: str
     deadline_at: datetime | None = None
     answered: bool = Field(False, description="An answer was sent; the run has not applied it yet")
+    session_id: str | None = Field(
+        None, description="The session whose run waits: a sub-agent's when `depth` > 0"
+    )
+    agent_name: str | None = Field(None, description="That session's agent")
+    depth: int = Field(
+        0,
+        description="How far below the session asked about (a run list: below its root) "
+        "the waiting session is: 0 itself, 1 a sub-agent or companion, 2 theirs, ...",
+    )
 
 
 class StatusResponse(BaseModel):
@@ -153,6 +162,10 @@ class RunSummary(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    root_session_id: str | None = Field(
+        None, description="The root of the run's session tree (itself for a root session)"
+    )
+    depth: int = Field(0, description="How far below its root the run's session is")
     tool_calls: list[PendingToolCall] = Field(
         default_factory=list, description="Pending tool calls (runs waiting for a human)"
     )

@@ -44,23 +44,34 @@ def list_runs(
     elif status:
         where.append("r.status = %(status)s")
         params["status"] = status
-    if session_id:
-        where.append("r.session_id = %(sid)s")
+    if session_id:  # the session's runs and its descendants' (what waits under it)
+        where.append("r.session_id IN (SELECT session_id FROM tree)")
         params["sid"] = session_id
     clause = f"WHERE {' AND '.join(where)} " if where else ""
     return Query(
-        f"SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, w.queue_name "
-        f"FROM helix.runs r CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w {clause}"
-        "ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s",
+        (SESSION_TREE if session_id else "")
+        + f"SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, w.queue_name, "
+        "COALESCE(s.root_session_id, s.session_id) AS root_session_id, d.depth "
+        "FROM helix.runs r JOIN helix.sessions s ON s.session_id = r.session_id "
+        f"CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w CROSS JOIN LATERAL ({_DEPTH}) d "
+        f"{clause}ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s",
         params,
     )
+
+
+# How far below its root a run's session is: its ancestors, counted up the parent links.
+_DEPTH = (
+    "WITH RECURSIVE up AS (SELECT s.parent_session_id AS parent, 0 AS depth UNION ALL "
+    "SELECT p.parent_session_id, up.depth + 1 FROM helix.sessions p "
+    "JOIN up ON p.session_id = up.parent) SELECT max(depth) AS depth FROM up"
+)
 
 
 def waiting_tool_calls(run_ids: Sequence[str]) -> Query:
     """The pending calls of these runs (from the `helix.waiting_runs` view), oldest first."""
     return Query(
         "SELECT w.run_id, w.tool_call_id, w.tool_name, w.kind, w.input, w.deadline_at, "
-        "t.answered_at IS NOT NULL AS answered "
+        "t.answered_at IS NOT NULL AS answered, w.session_id, w.agent_name "
         "FROM helix.waiting_runs w JOIN helix.tool_calls t "
         "ON t.run_id = w.run_id AND t.tool_call_id = w.tool_call_id "
         "WHERE w.run_id = ANY(%(rids)s) ORDER BY t.created_at, w.tool_call_id",
@@ -160,11 +171,18 @@ def usage(
 def attach_tool_calls(
     runs: list[dict[str, Any]], calls: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Give each run its pending calls (`tool_calls`), in the runs' order."""
+    """Give each run its pending calls (`tool_calls`, with the run's depth), in the runs'
+    order."""
     by_run: dict[str, list[dict[str, Any]]] = {}
     for call in calls:
         by_run.setdefault(call["run_id"], []).append(call)
-    return [{**run, "tool_calls": by_run.get(run["run_id"], [])} for run in runs]
+    return [
+        {
+            **run,
+            "tool_calls": [{**c, "depth": run["depth"]} for c in by_run.get(run["run_id"], [])],
+        }
+        for run in runs
+    ]
 
 
 # --- runners ------------------------------------------------------------------

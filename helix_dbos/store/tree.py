@@ -1,0 +1,83 @@
+"""SQL over a session and every session below it (sub-agents, companions, theirs).
+
+Seed 002: "Submissions always go against the ROOT sessionId", so what a session waits
+for, and what stopping it reaches, is read over its whole tree (`parent_session_id`,
+indexed), with each session's depth below the one asked about.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import TextClause, text
+
+from helix_dbos.store.repository import Executor
+
+_LIVE = "('running', 'waiting', 'paused')"
+# `:sid` and every session below it, with its agent and its depth (0: `:sid` itself).
+_TREE = (
+    "WITH RECURSIVE tree AS (SELECT session_id, agent_name, 0 AS depth FROM helix.sessions "
+    "WHERE session_id = :sid UNION ALL SELECT s.session_id, s.agent_name, t.depth + 1 "
+    "FROM helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _sql(statement: str) -> TextClause:
+    return text(statement)
+
+
+@dataclass(frozen=True)
+class TreeCall:
+    """A pending call of the session or of a session below it."""
+
+    session_id: str  # the session whose run waits (a sub-agent's, for depth > 0)
+    agent_name: str
+    depth: int
+    tool_call_id: str
+    run_id: str
+    tool_name: str
+    kind: str
+    input: Any
+    answered_at: datetime | None
+    deadline_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    """A live run of the session or of a session below it."""
+
+    session_id: str
+    depth: int
+    run_id: str
+    workflow_id: str
+
+
+async def pending_calls(conn: Executor, session_id: str) -> list[TreeCall]:
+    """The tree's pending calls: the session's own first, then by depth, oldest first."""
+    rows = await conn.execute(
+        _sql(
+            _TREE + "SELECT c.session_id, tree.agent_name, tree.depth, c.tool_call_id, "
+            "c.run_id, c.tool_name, c.kind, c.input, c.answered_at, c.deadline_at "
+            "FROM tree JOIN helix.tool_calls c ON c.session_id = tree.session_id "
+            "WHERE c.status = 'pending' ORDER BY tree.depth, c.created_at, c.tool_call_id"
+        ),
+        {"sid": session_id},
+    )
+    return [TreeCall(*r) for r in rows]
+
+
+async def live_runs(conn: Executor, session_id: str) -> list[TreeRun]:
+    """The tree's live runs, top down: the session's own (if any) first."""
+    rows = await conn.execute(
+        _sql(
+            _TREE + "SELECT r.session_id, tree.depth, r.run_id, r.workflow_id "
+            f"FROM tree JOIN helix.runs r ON r.session_id = tree.session_id "
+            f"WHERE r.status IN {_LIVE} ORDER BY tree.depth, r.started_at, r.run_id"
+        ),
+        {"sid": session_id},
+    )
+    return [TreeRun(*r) for r in rows]
