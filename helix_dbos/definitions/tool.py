@@ -140,6 +140,20 @@ class Tool:
             ) from exc
         return self._output_adapter.dump_python(checked, mode="json")
 
+    def check_client_result(self, value: Any) -> Any:
+        """A client's result for this client-executed tool checked against `output_schema`
+        (JSON-ready); raises `ToolOutputError` naming each field that does not match."""
+        if self._output_adapter is None:
+            return value
+        try:
+            checked = self._output_adapter.validate_python(value)
+        except ValidationError as exc:
+            raise ToolOutputError(
+                f"The result for client tool '{self.name}' does not match its output_schema: "
+                f"{_format_errors(exc)}"
+            ) from exc
+        return self._output_adapter.dump_python(checked, mode="json")
+
     async def call(self, arguments: BaseModel, ctx: ToolContext) -> Any:
         """Run the function: async tools on the loop, sync tools in a worker thread."""
         if self.function is None:

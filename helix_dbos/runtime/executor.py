@@ -32,6 +32,7 @@ from helix_dbos.errors import (
     SessionNotFoundError,
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
+    ToolOutputError,
 )
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
@@ -646,6 +647,7 @@ class HelixDBOS:
                     raise ToolCallAlreadyAnsweredError(
                         tool_call_id, row.status if row.status != "pending" else "answered"
                     )
+                await self._check_client_result(conn, row, payload)
                 await repo.mark_answered(conn, row.run_id, tool_call_id)
                 await DBOS.send_async(
                     row.workflow_id,
@@ -668,6 +670,33 @@ class HelixDBOS:
             error=payload.get("error"),
             reason=payload.get("reason"),
         )
+
+    async def _check_client_result(
+        self, conn: repo.Executor, row: repo.ToolCallRow, payload: dict[str, Any]
+    ) -> None:
+        """A client tool's result must match its `output_schema`: a mismatch is refused
+        here (nothing stored, the run keeps waiting for a valid result). The run checks
+        again, for answers sent around this API (a raw DBOS.send, the CLI)."""
+        if row.kind != "client" or payload.get("error") is not None:
+            return
+        run = await repo.get_run(conn, row.run_id)
+        agent = self.agents.get(run.agent_name) if run is not None else None
+        tool = agent.tool(row.tool_name) if agent is not None else None
+        if tool is None:  # not defined in this process: the run checks it
+            return
+        try:
+            tool.check_client_result(payload.get("result"))
+        except ToolOutputError as exc:
+            log_event(
+                gate_event("client", "validation_failed"),
+                logging.WARNING,
+                session_id=row.session_id,
+                run_id=row.run_id,
+                tool_call_id=row.tool_call_id,
+                tool_name=row.tool_name,
+                error=str(exc),
+            )
+            raise InvalidAnswerError(str(exc)) from exc
 
     async def pending_tool_calls(self, session_id: str) -> list[dict[str, Any]]:
         """Calls waiting for a human in the session and in every session below it (its

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
-from helix_dbos.errors import ToolArgumentsError
+from helix_dbos.errors import ToolArgumentsError, ToolOutputError
 from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_event
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
@@ -304,11 +304,13 @@ class HumanWait:
         self.run_id = head.run_id
         self.step = head.step
         self.hook_ctx = HookContext(head.session_id, head.run_id, agent.name, head.step)
+        self.tool_names: dict[str, str] = {}  # the pending calls' tools, by call id
 
     async def wait(self, pending: list[PendingToolCall]) -> WaitResult:
         """One answer per pending call, or an interrupt that ends the wait at once."""
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
+        self.tool_names = {p.tool_call_id: p.tool_name for p in pending}
         deadlines = await self.rt.transaction(
             "helix.suspend",
             _suspend,
@@ -387,10 +389,34 @@ class HumanWait:
             if call_id not in waiting:
                 self._ignored(kind, topic, "no such pending call (duplicate or late)", call_id)
                 continue
+            if isinstance(parsed, ToolResultAnswer):
+                parsed = self._checked(parsed)
             answered = time.time()
             answers[call_id] = Answer(kind, parsed, (answered - started) * 1000)
             waiting.discard(call_id)
         return None
+
+    def _checked(self, answer: ToolResultAnswer) -> ToolResultAnswer:
+        """A client's result checked against its tool's `output_schema`: one that does not
+        match (sent around `submit_tool_result`, which refuses it) is a tool error the
+        model sees, never a success (logged from workflow code: a replay logs it again)."""
+        tool = self.agent.tool(self.tool_names.get(answer.tool_call_id, ""))
+        if answer.error is not None or tool is None:
+            return answer
+        try:
+            result = tool.check_client_result(answer.result)
+        except ToolOutputError as exc:
+            log_event(
+                gate_event("client", "validation_failed"),
+                logging.WARNING,
+                run_id=self.run_id,
+                session_id=self.session_id,
+                tool_call_id=answer.tool_call_id,
+                tool_name=tool.name,
+                error=str(exc),
+            )
+            return ToolResultAnswer(tool_call_id=answer.tool_call_id, error=str(exc))
+        return ToolResultAnswer(tool_call_id=answer.tool_call_id, result=result)
 
     def _ignored(self, kind: GateKind, topic: str, why: str, call_id: str | None = None) -> None:
         """A message the wait ignored (logged from workflow code: a replay logs it again)."""
