@@ -60,8 +60,7 @@ from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import GateKind, RunOptions
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
-from helix_dbos.store import run_bounds
-from helix_dbos.store import tree
+from helix_dbos.store import run_bounds, tree
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     connect,
