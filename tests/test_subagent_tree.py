@@ -13,9 +13,13 @@ from pathlib import Path
 import httpx
 from helpers import sql
 from live_server import serve
+from sqlalchemy import text as sql_text
 
-from helix_dbos import sub_agent_tool, tool
+from helix_dbos import PersistentAgent, sub_agent_tool, tool
+from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import create_app
+from helix_dbos.store import companions as companions_sql
+from helix_dbos.store import repository as repo
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -157,3 +161,111 @@ async def test_the_root_lists_its_descendants_pending_calls_everywhere(
 
 async def _pending_count(helix, session_id: str, count: int) -> bool:
     return len(await helix.pending_tool_calls(session_id)) == count
+
+
+# --- 4. companion auto-names never collide ---------------------------------------------
+
+
+async def test_an_auto_name_skips_a_name_taken_explicitly(helix, make_agent, mock_llm):
+    """After spawnAgent(name="<type>-2"), unnamed spawns are `<type>-1` then `<type>-3`:
+    none continues the explicitly named child."""
+    critic = make_agent()
+    writer = make_agent(persistent_agents=[PersistentAgent(critic)])
+    mock_llm.add_responses(
+        calls(
+            (
+                "a",
+                "companion__spawnAgent",
+                {"agentType": critic.name, "message": "one", "name": f"{critic.name}-2"},
+            )
+        ),
+        calls(("b", "companion__spawnAgent", {"agentType": critic.name, "message": "two"})),
+        calls(("c", "companion__spawnAgent", {"agentType": critic.name, "message": "three"})),
+        calls(("d", "companion__listChildren", {})),
+        text("done"),
+        agent=writer.name,
+    )
+    mock_llm.add_responses(text("r1"), text("r2"), text("r3"), agent=critic.name)
+
+    result = await (await helix.execute(writer, "go")).result()
+
+    assert result.status == "completed", result.error
+    listed = json.loads(tool_results(await helix.get_messages(result.session_id))["d"][0])
+    assert sorted(c["name"] for c in listed) == [f"{critic.name}-{n}" for n in (1, 2, 3)]
+    # Each child saw only its own message: the explicitly named one was not continued.
+    for child in listed:
+        seen = [m.content for m in await helix.get_messages(child["session_id"])]
+        assert len(seen) == 2, seen
+
+
+async def test_concurrent_unnamed_spawns_never_get_the_same_name(helix, make_agent):
+    """Two transactions spawn an unnamed child of the same parent at once: the second
+    waits on the first's insert and, once it commits, takes the next free name."""
+    critic = make_agent()
+    engine = helix.runtime.engine
+    parent = f"ses_names_{id(critic)}"
+
+    async def setup() -> None:
+        async with engine.begin() as conn:
+            await repo.insert_session(conn, parent, critic.name, {})
+            await companions_sql.find_or_create(
+                conn,
+                parent,
+                critic.name,
+                f"{critic.name}-1",
+                mode="blocking",
+                state={},
+                create=True,
+            )
+
+    async def spawn(conn) -> str:
+        ref = await companions_sql.find_or_create(
+            conn, parent, critic.name, None, mode="blocking", state={}, create=True
+        )
+        assert not isinstance(ref, str)
+        return ref.name
+
+    async def race() -> tuple[str, str, list[str]]:
+        first_tx = await engine.connect()
+        try:
+            await first_tx.begin()
+            first = await spawn(first_tx)  # inserted, not committed yet
+            second_task = asyncio.ensure_future(_in_tx(engine, spawn))
+            await _until_a_backend_waits_on_a_lock(engine, second_task)
+            await first_tx.commit()
+        finally:
+            await first_tx.close()
+        second = await second_task
+        many = await asyncio.gather(*(_in_tx(engine, spawn) for _ in range(6)))
+        return first, second, many
+
+    await on_target_loop(setup)
+    first, second, many = await on_target_loop(race)
+
+    assert (first, second) == (f"{critic.name}-2", f"{critic.name}-3")
+    assert sorted(many, key=lambda n: int(n.rsplit("-", 1)[1])) == [
+        f"{critic.name}-{n}" for n in range(4, 10)
+    ]
+
+
+async def _in_tx(engine, func):
+    async with engine.begin() as conn:
+        return await func(conn)
+
+
+async def _until_a_backend_waits_on_a_lock(engine, task) -> None:
+    for _ in range(600):
+        assert not task.done(), "the second spawn did not wait for the first"
+        async with engine.connect() as conn:
+            waiting = (
+                await conn.execute(
+                    sql_text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()"
+                    )
+                )
+            ).scalar_one()
+        if waiting:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the second spawn never waited on the first")

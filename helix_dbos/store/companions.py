@@ -10,6 +10,7 @@ from sqlalchemy import TextClause, text
 
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import Executor, RunRow
+from helix_dbos.store.storable import dumps
 
 _ENDED = "('completed', 'failed', 'interrupted', 'aborted')"
 
@@ -73,24 +74,15 @@ async def find_or_create(
     if not create or agent_type is None:
         found = await find(conn, parent_session_id, name)
         return found or f"No child named '{name}'"
+    root = await repo.session_root(conn, parent_session_id)
     if name is None:
-        count = (
-            await conn.execute(
-                _sql(
-                    "SELECT count(*) FROM helix.companions "
-                    "WHERE parent_session_id = :sid AND agent_name = :agent"
-                ),
-                {"sid": parent_session_id, "agent": agent_type},
-            )
-        ).scalar_one()
-        name = f"{agent_type}-{int(count) + 1}"
+        return await _create_auto_named(conn, parent_session_id, agent_type, mode, state, root)
     found = await find(conn, parent_session_id, name)
     if found is not None:
         if found.agent_name != agent_type:
             return f"Child '{name}' is a '{found.agent_name}', not a '{agent_type}'"
         return found
     session_id = f"{parent_session_id}-agent-{name}"
-    root = await repo.session_root(conn, parent_session_id)
     await repo.insert_session(
         conn,
         session_id,
@@ -113,6 +105,48 @@ async def find_or_create(
         },
     )
     return CompanionRef(name, session_id, agent_type, mode)
+
+
+# Picks `<agentType>-<n>` with the smallest n no child of the parent is named (explicitly
+# or not: count + 1 candidates always hold a free one) and creates the child's session
+# and row, in one statement. A concurrent spawn that picked the same name first makes
+# both inserts do nothing (they wait for it to commit): the caller picks again.
+_AUTO_NAMED = (
+    "WITH taken AS (SELECT name FROM helix.companions WHERE parent_session_id = :sid), "
+    "pick AS (SELECT CAST(:agent AS text) || '-' || n AS name "
+    "FROM generate_series(1, (SELECT count(*) FROM taken) + 1) AS n "
+    "WHERE CAST(:agent AS text) || '-' || n NOT IN (SELECT name FROM taken) "
+    "ORDER BY n LIMIT 1), "
+    "child AS (INSERT INTO helix.sessions (session_id, agent_name, state, parent_session_id, "
+    "root_session_id) SELECT :sid || '-agent-' || pick.name, :agent, CAST(:state AS jsonb), "
+    ":sid, :root FROM pick ON CONFLICT DO NOTHING) "
+    "INSERT INTO helix.companions (parent_session_id, name, session_id, agent_name, mode) "
+    "SELECT :sid, pick.name, :sid || '-agent-' || pick.name, :agent, :mode FROM pick "
+    "ON CONFLICT DO NOTHING RETURNING name, session_id"
+)
+_AUTO_NAME_ATTEMPTS = 100
+
+
+async def _create_auto_named(
+    conn: Executor,
+    parent_session_id: str,
+    agent_type: str,
+    mode: str,
+    state: dict[str, Any],
+    root: str,
+) -> CompanionRef:
+    params = {
+        "sid": parent_session_id,
+        "agent": agent_type,
+        "mode": mode,
+        "state": dumps(state),
+        "root": root,
+    }
+    for _ in range(_AUTO_NAME_ATTEMPTS):
+        row = (await conn.execute(_sql(_AUTO_NAMED), params)).first()
+        if row is not None:
+            return CompanionRef(row[0], row[1], agent_type, mode)
+    raise RuntimeError(f"no free name for a new '{agent_type}' child of '{parent_session_id}'")
 
 
 _STATUS = (
