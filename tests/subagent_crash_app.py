@@ -7,7 +7,9 @@ under the same executor id, waits for the lead's run to end and prints it. Scena
 "children": the lead fans out to two researchers (and to an unregistered "ghost", a
 dispatch failure), killed while both researchers are in their slow tool; its tool hooks
 and each `subagent.dispatch_failed` log event are counted in marker files; "companion": the lead spawns a non-blocking persistent critic, then sends it a
-message while it is in its slow tool, killed while the lead waits for it to stop. The LLM is a function of the transcript, so the
+message while it is in its slow tool, killed while the lead waits for it to stop;
+"companion_ghost": the lead spawns an unregistered companion (a dispatch failure), then
+is killed in its own slow tool. The LLM is a function of the transcript, so the
 relaunched process answers as the killed one would have; every tool execution and LLM
 call is appended to a file in MARKER_DIR for the test to count.
 """
@@ -102,11 +104,22 @@ def critic_reply(request: LLMRequest, results: list) -> dict:
     return {"type": "text", "content": f"approved {message}"}
 
 
+def ghost_lead(results: list) -> dict:
+    """spawn the unregistered ghost companion, then wait in the slow tool, then report."""
+    if not results:
+        return call("g0", "companion__spawnAgent", {"agentType": "ghost", "message": "boo"})
+    if len(results) == 1:
+        return call("s", "slow", {"topic": "lead"})
+    return {"type": "text", "content": str(results[0].content)}
+
+
 def respond(request: LLMRequest) -> dict:
     mark(f"llm_{request.agent_name}.log", str(len(request.messages)))
     results = [m for m in request.messages if m.role == "tool"]
     if request.agent_name == "critic":
         return critic_reply(request, results)
+    if request.agent_name == "lead" and scenario == "companion_ghost":
+        return ghost_lead(results)
     if request.agent_name == "lead" and scenario == "companion":
         return companion_lead(request, results)
     if request.agent_name == "lead":
@@ -155,8 +168,11 @@ critic = Agent("critic", tools=[slow])
 ghost = Agent("ghost")  # never registered: its calls cannot be dispatched
 lead = Agent(
     "lead",
-    tools=[sub_agent_tool(researcher), sub_agent_tool(ghost), wait_for_critic],
-    persistent_agents=[PersistentAgent(critic, mode="non_blocking")],
+    tools=[sub_agent_tool(researcher), sub_agent_tool(ghost), wait_for_critic, slow],
+    persistent_agents=[
+        PersistentAgent(critic, mode="non_blocking"),
+        PersistentAgent(ghost, mode="non_blocking"),
+    ],
     hooks=lead_hooks,
 )
 helix = HelixDBOS(

@@ -181,3 +181,34 @@ def test_kill_while_a_companion_receives_a_message(database_url, tmp_path):
         session_id,
     )
     assert results == [("c1",), ("c2",), ("w",)]
+
+
+def test_a_companion_dispatch_failure_is_logged_once_across_a_recovery(database_url, tmp_path):
+    """The lead spawned an unregistered companion (a dispatch failure: tool error, error
+    chunk, ERROR event), then was killed in its next tool. The relaunch replays the
+    spawn from its checkpoint: the same tool error, the same one chunk, no second event."""
+    executor = f"ghost-crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("start", database_url, executor, tmp_path, "companion_ghost")
+    assert proc.stdout is not None
+    started = json.loads(proc.stdout.readline())
+    run_id, session_id = started["run_id"], started["session_id"]
+    wait_for(lambda: (tmp_path / "in_slow_lead").exists())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    relaunched = spawn("recover", database_url, executor, tmp_path, "companion_ghost", run_id)
+    out, _ = relaunched.communicate(timeout=150)
+    assert relaunched.returncode == 0, out
+    outcome = json.loads(out.strip().splitlines()[-1])
+
+    assert outcome["status"] == "completed", outcome
+    assert outcome["output"].startswith("Sub-agent 'ghost' could not be dispatched")
+    assert lines(tmp_path, "dispatch_failed.log") == ["g0"]
+    chunks = sql(
+        database_url,
+        "SELECT payload->>'tool_call_id' FROM helix.stream_chunks "
+        "WHERE session_id = %s AND type = 'error'",
+        session_id,
+    )
+    assert chunks == [("g0",)]
+    assert len(lines(tmp_path, "slow_lead.log")) == 2, "the call in flight runs again"

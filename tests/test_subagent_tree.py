@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 
 import httpx
+from dbos import DBOS, SetWorkflowID
 from helpers import sql
 from live_server import serve
 from sqlalchemy import text as sql_text
 
-from helix_dbos import PersistentAgent, sub_agent_tool, tool
+from helix_dbos import Agent, PersistentAgent, sub_agent_tool, tool
+from helix_dbos.runtime import companions as companions_runtime
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import create_app
 from helix_dbos.store import companions as companions_sql
@@ -269,3 +274,108 @@ async def _until_a_backend_waits_on_a_lock(engine, task) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("the second spawn never waited on the first")
+
+
+# --- 5. companion dispatch failures are those of a sub-agent ---------------------------
+
+
+def dispatch_failures(caplog) -> list[tuple[int, str]]:
+    return [
+        (r.levelno, r.tool_call_id)
+        for r in caplog.records
+        if getattr(r, "event", None) == "subagent.dispatch_failed"
+    ]
+
+
+def error_chunks(database_url: str, session_id: str) -> list[dict]:
+    return [
+        p
+        for (p,) in sql(
+            database_url,
+            "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error' "
+            "ORDER BY seq",
+            session_id,
+        )
+    ]
+
+
+async def test_a_companion_whose_agent_is_not_registered_is_a_dispatch_failure(
+    helix, make_agent, mock_llm, database_url, caplog
+):
+    ghost = Agent(f"nowhere_{id(mock_llm)}")  # never registered
+    lead = make_agent(persistent_agents=[PersistentAgent(ghost, mode="non_blocking")])
+    mock_llm.add_responses(
+        calls(("g", "companion__spawnAgent", {"agentType": ghost.name, "message": "boo"})),
+        text("carried on"),
+        agent=lead.name,
+    )
+
+    with caplog.at_level(logging.ERROR, logger="helix_dbos"):
+        result = await (await helix.execute(lead, "go")).result()
+
+    assert result.status == "completed" and result.output == "carried on"
+    content, is_error = tool_results(await helix.get_messages(result.session_id))["g"]
+    assert is_error and content.startswith(f"Sub-agent '{ghost.name}' could not be dispatched")
+    assert "not registered" in content
+    assert dispatch_failures(caplog) == [(logging.ERROR, "g")]
+    [payload] = error_chunks(database_url, result.session_id)
+    assert (payload["tool_call_id"], payload["tool_name"], payload["error"]) == (
+        "g",
+        "companion__spawnAgent",
+        content,
+    )
+
+
+async def test_a_companion_whose_workflow_cannot_start_is_a_dispatch_failure(
+    helix, make_agent, mock_llm, database_url, caplog
+):
+    """The start fails for real: the child turn's workflow id is taken by another DBOS
+    workflow. The call is a tool error with an error chunk and one ERROR event, and the
+    opened child turn is closed, not left running."""
+
+    async def squatter() -> None:
+        return None
+
+    taken_by = DBOS.workflow(name=f"squatter_{uuid.uuid4().hex[:8]}")(squatter)
+    critic = make_agent()
+    lead = make_agent(persistent_agents=[PersistentAgent(critic, mode="non_blocking")])
+    ready = threading.Event()
+
+    async def respond(request):
+        if request.agent_name == critic.name:
+            return text("never")
+        if not any(m.role == "tool" for m in request.messages):
+            await asyncio.to_thread(ready.wait, 30)  # until the child's workflow id is taken
+            return calls(("c", "companion__spawnAgent", {"agentType": critic.name, "message": "x"}))
+        return text("carried on")
+
+    async def occupy(run_id: str) -> None:
+        key = f"{run_id}:1:c"
+        child_run = f"run_{uuid.uuid5(companions_runtime._NAMESPACE, key).hex}"
+        with SetWorkflowID(f"helix-{child_run}"):
+            await DBOS.start_workflow_async(taken_by)
+
+    mock_llm.set_responder(respond)
+    try:
+        with caplog.at_level(logging.ERROR, logger="helix_dbos"):
+            handle = await helix.execute(lead, "go")
+            await on_target_loop(lambda: occupy(handle.run_id))
+            ready.set()
+            result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        mock_llm.set_responder(None)
+        ready.set()
+
+    assert result.status == "completed" and result.output == "carried on", result.error
+    content, is_error = tool_results(await helix.get_messages(result.session_id))["c"]
+    assert is_error and content.startswith(
+        f"Sub-agent '{critic.name}' could not be dispatched: its workflow could not be started"
+    )
+    assert dispatch_failures(caplog) == [(logging.ERROR, "c")]
+    [payload] = error_chunks(database_url, result.session_id)
+    assert payload["tool_call_id"] == "c" and payload["error"] == content
+    child_session = f"{result.session_id}-agent-{critic.name}-1"
+    [(status, error)] = sql(
+        database_url, "SELECT status, error FROM helix.runs WHERE session_id = %s", child_session
+    )
+    assert status == "failed" and "could not be started" in error

@@ -44,10 +44,13 @@ from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.runtime.subagents import (
     AgentWorkflow,
     ChildRun,
+    Fresh,
     child_result,
     child_step_options,
     children_done,
     children_waiting,
+    close_child,
+    dispatch_failed,
     fire_children_hook,
     run_end,
 )
@@ -75,6 +78,10 @@ class Opened:
     mode: str = "blocking"
     busy: Busy | None = None
     error: str | None = None
+    # The child cannot be dispatched (its agent is not registered in this process): as
+    # for an ephemeral sub-agent, a tool error with an error chunk and an ERROR event.
+    dispatch_error: str | None = None
+    agent_name: str | None = None
 
 
 class CompanionCalls:
@@ -112,19 +119,40 @@ class CompanionCalls:
     async def _turn(self, call: ToolCall, args: BaseModel, *, spawn: bool) -> ToolOutcome:
         """Open a turn in the child's session (interrupting a busy child first) and
         start it; a blocking child's answer is the result."""
-        opened = await self._open(call, args, spawn=spawn)
+        opening = Fresh()  # a dispatch failure is logged only when decided now
+        opened = await self._open(call, args, spawn=spawn, fresh=opening)
         if opened.busy is not None and not spawn:
             await self._interrupt(opened.busy, "a new message from the parent")
             await DBOS.run_step_async(
                 {"name": "helix.companion_stopped"}, run_end_status, opened.busy.run_id
             )
-            opened = await self._open(call, args, spawn=False)
+            opening = Fresh()
+            opened = await self._open(call, args, spawn=False, fresh=opening)
+        if opened.dispatch_error is not None:
+            return dispatch_failed(
+                self.commit,
+                call.id,
+                call.name,
+                opened.agent_name or "",
+                opened.dispatch_error,
+                log=opening.ran,
+            )
         if opened.error is not None or opened.child is None:
             return _error(opened.error or "the child is still running")
         child = opened.child
-        with SetWorkflowID(child.workflow_id):
-            await DBOS.start_workflow_async(
-                self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
+        try:
+            with SetWorkflowID(child.workflow_id):
+                await DBOS.start_workflow_async(
+                    self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
+                )
+        except Exception as exc:  # its turn is closed, so nothing waits on it
+            reason = f"its workflow could not be started: {exc}"
+            closing = Fresh()
+            await self.rt.transaction(
+                "helix.close_child", close_child, child.session_id, child.run_id, reason, closing
+            )
+            return dispatch_failed(
+                self.commit, call.id, call.name, child.agent_name, reason, log=closing.ran
             )
         if opened.mode == "blocking":
             await self._waiting([child.session_id], call.id)
@@ -139,7 +167,7 @@ class CompanionCalls:
             }
         )
 
-    async def _open(self, call: ToolCall, args: BaseModel, *, spawn: bool) -> Opened:
+    async def _open(self, call: ToolCall, args: BaseModel, *, spawn: bool, fresh: Fresh) -> Opened:
         return await self.rt.transaction(
             "helix.companion_open",
             open_companion_turn,
@@ -149,6 +177,7 @@ class CompanionCalls:
             _name(args),
             str(getattr(args, "message", "")),
             spawn,
+            fresh,
         )
 
     async def _interrupt(self, busy: Busy, reason: str) -> None:
@@ -239,10 +268,13 @@ async def open_companion_turn(
     name: str | None,
     message: str,
     spawn: bool,
+    fresh: Fresh | None = None,
 ) -> Opened:
     """The body of `helix.companion_open`: find or create the named child, refuse or
     report a busy one, else open a turn with `message` in its session. The parent's
     stream shows the call's start first (the keyed `tool_start` its step writes later)."""
+    if fresh is not None:
+        fresh.ran = True
     call_id = call.id
     await repo.insert_chunks(
         session,
@@ -256,7 +288,7 @@ async def open_companion_turn(
     persistent = rt.agent(parent.agent_name).persistent_agent(agent_type or "")
     agent = rt.agents.get(agent_type or "")
     if spawn and (persistent is None or agent is None):
-        return Opened(error=f"agent '{agent_type}' is not registered in this process")
+        return _unregistered(agent_type or "")
     ref = await sql.find_or_create(
         session,
         parent.session_id,
@@ -270,7 +302,7 @@ async def open_companion_turn(
         return Opened(error=ref)
     agent = rt.agents.get(ref.agent_name)
     if agent is None:
-        return Opened(error=f"agent '{ref.agent_name}' is not registered in this process")
+        return _unregistered(ref.agent_name)
     live = await repo.get_live_run(session, ref.session_id)
     if live is not None:
         if spawn:
@@ -317,6 +349,14 @@ async def open_companion_turn(
         message,
     )
     return Opened(child=child, name=ref.name, mode=ref.mode)
+
+
+def _unregistered(agent_name: str) -> Opened:
+    return Opened(
+        dispatch_error=f"agent '{agent_name}' is not registered in this process "
+        "(register sub-agents with HelixDBOS like any agent)",
+        agent_name=agent_name,
+    )
 
 
 async def run_end_status(run_id: str) -> str:

@@ -270,33 +270,47 @@ class SubAgentDispatch:
         await self._fire("on_agent_resumed", "running", started)
 
     def _dispatch_failed(self, child: ChildRun, reason: str, *, log: bool) -> ToolOutcome:
-        """Seed 002: a dispatch failure reaches the model as a tool error, with an error
-        chunk and an ERROR log event; siblings are unaffected. `log`: the step that found
-        the failure ran now, not replayed from its checkpoint by a recovery (which would
-        log it a second time)."""
-        error = f"Sub-agent '{child.agent_name}' could not be dispatched: {reason}"
-        if log:
-            log_event(
-                SUBAGENT_DISPATCH_FAILED,
-                logging.ERROR,
-                error,
-                run_id=self.commit.run_id,
-                session_id=self.commit.session_id,
-                agent_name=self.agent.name,
-                step=self.commit.step,
-                tool_call_id=child.call_id,
-                child_agent_name=child.agent_name,
-            )
-        payload = {"error": error, "tool_call_id": child.call_id, "tool_name": child.tool_name}
-        key = f"{self.commit.run_id}:{self.commit.step}:{child.call_id}:dispatch_failed"
-        self.commit.events.append(ChunkRecord(key, "error", payload))
-        return ToolOutcome(
-            success=False, content=None, error=error, duration_ms=0.0, usage_kind="subagent"
+        return dispatch_failed(
+            self.commit, child.call_id, child.tool_name, child.agent_name, reason, log=log
         )
 
     async def _fire(self, hook_name: str, status: str, children: list[ChildRun]) -> None:
         sessions, call_ids = [c.session_id for c in children], [c.call_id for c in children]
         await fire_children_hook(self.agent, self.commit, hook_name, status, sessions, call_ids)
+
+
+def dispatch_failed(
+    commit: StepCommit,
+    call_id: str,
+    tool_name: str,
+    child_agent_name: str,
+    reason: str,
+    *,
+    log: bool,
+) -> ToolOutcome:
+    """Seed 002: a dispatch failure reaches the model as a tool error, with an error
+    chunk and an ERROR log event; siblings are unaffected (ephemeral sub-agents and
+    companions alike). `log`: the step that found the failure ran now, not replayed from
+    its checkpoint by a recovery (which would log it a second time)."""
+    error = f"Sub-agent '{child_agent_name}' could not be dispatched: {reason}"
+    if log:
+        log_event(
+            SUBAGENT_DISPATCH_FAILED,
+            logging.ERROR,
+            error,
+            run_id=commit.run_id,
+            session_id=commit.session_id,
+            agent_name=commit.agent_name,
+            step=commit.step,
+            tool_call_id=call_id,
+            child_agent_name=child_agent_name,
+        )
+    payload = {"error": error, "tool_call_id": call_id, "tool_name": tool_name}
+    key = f"{commit.run_id}:{commit.step}:{call_id}:dispatch_failed"
+    commit.events.append(ChunkRecord(key, "error", payload))
+    return ToolOutcome(
+        success=False, content=None, error=error, duration_ms=0.0, usage_kind="subagent"
+    )
 
 
 async def fire_children_hook(
