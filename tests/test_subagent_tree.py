@@ -14,12 +14,14 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from dbos import DBOS, SetWorkflowID
 from helpers import sql
 from live_server import serve
 from sqlalchemy import text as sql_text
 
 from helix_dbos import Agent, PersistentAgent, sub_agent_tool, tool
+from helix_dbos.errors import AgentDefinitionError, RunNotActiveError
 from helix_dbos.runtime import companions as companions_runtime
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import create_app
@@ -379,3 +381,148 @@ async def test_a_companion_whose_workflow_cannot_start_is_a_dispatch_failure(
         database_url, "SELECT status, error FROM helix.runs WHERE session_id = %s", child_session
     )
     assert status == "failed" and "could not be started" in error
+
+
+# --- 2. stopping a session reaches its live descendants --------------------------------
+
+
+def scout_setup(make_agent, mock_llm, release: asyncio.Event, **persistent):
+    @tool
+    async def explore(area: str) -> str:
+        """Explore an area (until the test lets it finish)."""
+        await asyncio.wait_for(release.wait(), 60)
+        return f"{area}: three tunnels"
+
+    scout = make_agent(tools=[explore])
+    lead = make_agent(persistent_agents=[PersistentAgent(scout, mode="non_blocking", **persistent)])
+    mock_llm.add_responses(
+        calls(("s", "companion__spawnAgent", {"agentType": scout.name, "message": "caves"})),
+        text("lead done"),
+        agent=lead.name,
+    )
+    mock_llm.add_responses(
+        calls(("e", "explore", {"area": "caves"})), text("scouted"), agent=scout.name
+    )
+    return scout, lead
+
+
+async def scout_run_once_lead_done(helix, lead, scout, database_url) -> tuple[str, str, str]:
+    result = await (await helix.execute(lead, "go")).result()
+    assert result.status == "completed" and result.output == "lead done", result.error
+    scout_session = f"{result.session_id}-agent-{scout.name}-1"
+    [(run_id, workflow_id)] = sql(
+        database_url,
+        "SELECT run_id, workflow_id FROM helix.runs WHERE session_id = %s",
+        scout_session,
+    )
+    return result.session_id, scout_session, run_id
+
+
+async def test_interrupting_a_session_reaches_a_companion_that_outlived_its_run(
+    helix, make_agent, mock_llm, database_url
+):
+    release = asyncio.Event()
+    scout, lead = scout_setup(make_agent, mock_llm, release)
+    lead_session, scout_session, scout_run = await scout_run_once_lead_done(
+        helix, lead, scout, database_url
+    )
+    # keep_running (the default): the companion works on after its parent's run ended.
+    assert await helix.get_current_run(lead_session) is None
+    assert (await helix.get_run(scout_run)).status == "running"
+
+    assert await helix.interrupt(lead_session, reason="enough") == [scout_run]
+    release.set()
+    await until(lambda: _run_ended(helix, scout_run))
+
+    assert (await helix.get_run(scout_run)).status == "interrupted"
+    with pytest.raises(RunNotActiveError, match="nor has any session below it"):
+        await helix.interrupt(lead_session)
+
+
+async def test_aborting_a_session_by_cli_and_http_reaches_a_companion_that_outlived_its_run(
+    helix, make_agent, mock_llm, database_url
+):
+    release = asyncio.Event()
+    scout, lead = scout_setup(make_agent, mock_llm, release)
+    lead_session, scout_session, scout_run = await scout_run_once_lead_done(
+        helix, lead, scout, database_url
+    )
+    try:
+        aborted = await cli(database_url, "abort", lead_session, "--reason", "stop", "--json")
+        assert aborted.returncode == 0, aborted.stderr
+        assert json.loads(aborted.stdout) == {
+            "action": "aborted",
+            "session_id": lead_session,
+            "run_id": None,
+            "workflow_id": None,
+            "run_ids": [scout_run],
+        }
+        run = await helix.get_run(scout_run)
+        assert (run.status, run.error) == ("aborted", "Run aborted: stop")
+        [(status,)] = sql(
+            database_url,
+            "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+            run.workflow_id,
+        )
+        assert status == "CANCELLED"
+        # Nothing live in the tree any more: HTTP says so (409), naming the tree.
+        with serve(create_app(helix, allow_unauthenticated=True)) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                reply = await client.post("/abort", json={"session_id": lead_session})
+        assert reply.status_code == 409 and "below it" in reply.json()["detail"]
+    finally:
+        release.set()
+
+
+async def test_http_interrupt_of_a_session_without_a_run_reaches_its_companion(
+    helix, make_agent, mock_llm, database_url
+):
+    release = asyncio.Event()
+    scout, lead = scout_setup(make_agent, mock_llm, release)
+    lead_session, _, scout_run = await scout_run_once_lead_done(helix, lead, scout, database_url)
+    try:
+        with serve(create_app(helix, allow_unauthenticated=True)) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                reply = await client.post("/interrupt", json={"session_id": lead_session})
+        assert reply.status_code == 200, reply.text
+        assert reply.json() == {
+            "session_id": lead_session,
+            "run_id": None,
+            "run_ids": [scout_run],
+            "action": "interrupt_requested",
+        }
+    finally:
+        release.set()
+    await until(lambda: _run_ended(helix, scout_run))
+    assert (await helix.get_run(scout_run)).status == "interrupted"
+
+
+async def test_a_companion_set_to_stop_with_its_parent_is_aborted_when_the_parents_run_ends(
+    helix, make_agent, mock_llm, database_url
+):
+    release = asyncio.Event()
+    scout, lead = scout_setup(make_agent, mock_llm, release, on_parent_end="stop")
+    try:
+        _, _, scout_run = await scout_run_once_lead_done(helix, lead, scout, database_url)
+        await until(lambda: _run_ended(helix, scout_run))
+    finally:
+        release.set()
+
+    run = await helix.get_run(scout_run)
+    assert (run.status, run.error) == ("aborted", "Stopped: its parent's run ended")
+    [(status,)] = sql(
+        database_url,
+        "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        run.workflow_id,
+    )
+    assert status == "CANCELLED"
+
+
+def test_on_parent_end_takes_keep_running_or_stop(make_agent):
+    scout = make_agent()
+    with pytest.raises(AgentDefinitionError, match="on_parent_end"):
+        PersistentAgent(scout, on_parent_end="linger")  # type: ignore[arg-type]
+
+
+async def _run_ended(helix, run_id: str) -> bool:
+    return (await helix.get_run(run_id)).status not in ("running", "waiting", "paused")

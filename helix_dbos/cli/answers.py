@@ -124,17 +124,19 @@ def interrupt(
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
-    """Stop the session's live run at its next step boundary.
+    """Stop the session's live run, and those of the sessions below it (sub-agents,
+    companions), at their next step boundary.
 
     A run that waits for a human stops at once.
     """
     with remote(database_url) as control:
-        target = control.interrupt(session, reason)
-    return report(
+        targets = control.interrupt(session, reason)
+    return report_control(
         json_output,
         "interrupt_requested",
-        target,
-        f"Interrupt requested for run {target.run_id}; it stops at its next step boundary.",
+        session,
+        targets,
+        "Interrupt requested for {runs}; each stops at its next step boundary.",
     )
 
 
@@ -144,15 +146,42 @@ def abort(
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
-    """Cancel the session's live run now; dangling calls get error results."""
+    """Cancel the session's live run, and those of the sessions below it, now; dangling
+    calls get error results."""
     with remote(database_url) as control:
-        target = control.abort(session, reason)
-    return report(
+        targets = control.abort(session, reason)
+    return report_control(
         json_output,
         "aborted",
-        target,
-        f"Aborted run {target.run_id}; the session can be continued with `helix-dbos resume`.",
+        session,
+        targets,
+        "Aborted {runs}; each session can be continued with `helix-dbos resume`.",
     )
+
+
+def report_control(
+    json_output: bool, action: str, session: str, targets: list[Target], text: str
+) -> int:
+    """Which runs an interrupt or abort reached: the session's own (`run_id`, null when
+    only sessions below it had one) and every one (`run_ids`)."""
+    own = targets[0] if targets and targets[0].session_id == session else None
+    if json_output:
+        print_json(
+            {
+                "action": action,
+                "session_id": session,
+                "run_id": own.run_id if own else None,
+                "workflow_id": own.workflow_id if own else None,
+                "run_ids": [t.run_id for t in targets],
+            }
+        )
+        return 0
+    below = [t.run_id for t in targets if t is not own]
+    parts = [f"run {own.run_id}"] if own else []
+    if below:
+        parts.append(f"{len(below)} run(s) below the session ({', '.join(below)})")
+    print(text.format(runs=" and ".join(parts)))
+    return 0
 
 
 def register(app: typer.Typer) -> None:

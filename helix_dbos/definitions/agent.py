@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from helix_dbos.definitions.companions import CompanionMode, companion_tools
+from helix_dbos.definitions.companions import CompanionMode, OnParentEnd, companion_tools
 from helix_dbos.definitions.hooks import AgentHooks
 from helix_dbos.definitions.tool import Tool, named_tool
 from helix_dbos.errors import AgentDefinitionError
@@ -98,15 +98,27 @@ def _resolve_tool(item: Tool | str) -> Tool:
 class PersistentAgent:
     """A persistent sub-agent (seed 002): the parent drives it with the `companion__*`
     tools; `blocking`: the parent waits for its answer, `non_blocking`: the parent works
-    on and hears of its completion in a later model input."""
+    on and hears of its completion in a later model input.
+
+    `on_parent_end`: what a child still running when the parent's run ends does (a
+    non-blocking one's turn can outlive it): `keep_running` (the default: it finishes,
+    and the parent's next run hears of it) or `stop` (its run is aborted, as
+    `companion__terminateChild` would). Interrupt and abort of the parent's session reach
+    it either way."""
 
     agent: Agent
     mode: CompanionMode = "blocking"
+    on_parent_end: OnParentEnd = "keep_running"
 
     def __post_init__(self) -> None:
         if self.mode not in ("blocking", "non_blocking"):
             raise AgentDefinitionError(
                 f"PersistentAgent '{self.agent.name}': mode must be 'blocking' or 'non_blocking'"
+            )
+        if self.on_parent_end not in ("keep_running", "stop"):
+            raise AgentDefinitionError(
+                f"PersistentAgent '{self.agent.name}': on_parent_end must be 'keep_running' "
+                "or 'stop'"
             )
 
 

@@ -22,6 +22,7 @@ from helix_dbos.errors import ToolDefinitionError
 
 COMPANION_PREFIX = "companion__"
 CompanionMode = Literal["blocking", "non_blocking"]
+OnParentEnd = Literal["keep_running", "stop"]
 _STRICT = ConfigDict(extra="forbid")
 
 

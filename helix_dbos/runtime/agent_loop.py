@@ -56,7 +56,7 @@ from helix_dbos.runtime.commit import (
     commit_final,
     write_head,
 )
-from helix_dbos.runtime.companions import companion_notices
+from helix_dbos.runtime.companions import companion_notices, stop_with_parent
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, runs_at_once
@@ -617,8 +617,10 @@ async def agent_run_workflow(
     loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
     await rt.wait_opened(run_id, session_id)  # started alongside the open of its run
     try:
-        return await loop.run()
+        result = await loop.run()
     except Exception as exc:  # a bug must not leave the run `running` forever
         logger.exception("Agent run %s failed with an unexpected error", run_id)
         error = f"Internal error: {type(exc).__name__}: {exc}"
-        return await loop.end_without_step(loop.steps_taken, "failed", error)
+        result = await loop.end_without_step(loop.steps_taken, "failed", error)
+    await stop_with_parent(rt, loop.agent, session_id, run_id)  # companions that end with it
+    return result

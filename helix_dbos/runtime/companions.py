@@ -359,6 +359,38 @@ def _unregistered(agent_name: str) -> Opened:
     )
 
 
+STOPPED_WITH_PARENT = "Stopped: its parent's run ended"
+
+
+async def stop_with_parent(rt: Runtime, agent: Agent, session_id: str, run_id: str) -> None:
+    """The parent's run has ended: the turns it opened in its children with
+    `on_parent_end="stop"` that still run are aborted, as `companion__terminateChild` would (workflow code: each
+    decision and effect is a step, so a recovery repeats none)."""
+    names = [p.agent.name for p in agent.persistent_agents if p.on_parent_end == "stop"]
+    if not names:
+        return
+    live = await rt.transaction(
+        "helix.companions_live", sql.live_children, session_id, run_id, names
+    )
+    for child in live:
+        await DBOS.cancel_workflow_async(child.workflow_id)
+        await rt.transaction(
+            "helix.companion_close",
+            close_run,
+            child.session_id,
+            child.run_id,
+            STOPPED_WITH_PARENT,
+            "aborted",
+        )
+        for kind in child.waits:  # wake its wait for a human, so its coroutine ends now
+            await DBOS.send_async(
+                child.workflow_id,
+                {"interrupt": True, "reason": STOPPED_WITH_PARENT},
+                TOPICS[kind],  # type: ignore[index]
+                idempotency_key=f"{child.run_id}:interrupt:{kind}",
+            )
+
+
 async def run_end_status(run_id: str) -> str:
     """The body of `helix.companion_stopped`: a run's final status, once it has one."""
     return (await run_end(current_runtime(), run_id)).status

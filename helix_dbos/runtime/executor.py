@@ -73,6 +73,7 @@ from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.run_bounds import RunOutcome
 from helix_dbos.store.statement_pool import StatementPool
 from helix_dbos.store.storable import check_storable
+from helix_dbos.store.tree import TreeRun
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 from helix_dbos.streaming.chunks import TERMINAL_CHUNK_TYPES, StreamChunk
 from helix_dbos.streaming.notifier import ChunkNotifier, run_end_key
@@ -720,36 +721,52 @@ class HelixDBOS:
             for r in rows
         ]
 
-    async def interrupt(self, session_id: str, *, reason: str | None = None) -> None:
-        """Stop the live run (it ends `interrupted`): at its next step boundary, or at
-        once when it waits for a human, whose pending calls get an "Interrupted" result.
-        `resume()` continues the session."""
+    async def interrupt(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        """Stop the live run of the session and of every session below it (sub-agents,
+        companions, theirs), whether or not the session itself has one: each ends
+        `interrupted`, at its next step boundary, or at once when it waits for a human,
+        whose pending calls get an "Interrupted" result. `resume()` continues a session.
+        Returns the run ids reached, the session's own first; `RunNotActiveError` when
+        no run of the tree is live."""
         check_storable(reason=reason)
-        run = await self._live_run(session_id)
+        runs = await self._live_tree(session_id)
+        for run in runs:
+            # Below the session: one opened but not started yet gets the interrupt from
+            # its parent once started (`helix.children_started`).
+            with contextlib.suppress(*_gone(run, session_id)):
+                await on_target_loop(functools.partial(self._send_interrupt, run, reason))
+        return [r.run_id for r in runs]
 
-        async def send() -> None:
-            await DBOS.send_async(
-                run.workflow_id,
-                {"reason": reason},
-                INTERRUPT_TOPIC,
-                idempotency_key=f"{run.run_id}:interrupt",
-            )
-            # After that send: a run that suspends later sees it; one already waiting
-            # gets a notice on each topic it waits on.
-            kinds = await self.runtime.read(repo.pending_kinds, run.run_id)
-            await self._notify_waits(run, kinds, reason)
+    async def _send_interrupt(self, run: TreeRun, reason: str | None) -> None:
+        await DBOS.send_async(
+            run.workflow_id,
+            {"reason": reason},
+            INTERRUPT_TOPIC,
+            idempotency_key=f"{run.run_id}:interrupt",
+        )
+        # After that send: a run that suspends later sees it; one already waiting
+        # gets a notice on each topic it waits on.
+        kinds = await self.runtime.read(repo.pending_kinds, run.run_id)
+        await self._notify_waits(run, kinds, reason)
 
-        await on_target_loop(send)
-        await self._each_live_child(session_id, self.interrupt, reason)
-
-    async def abort(self, session_id: str, *, reason: str | None = None) -> None:
-        """Cancel the live run now: its workflow is cancelled, running tools are stopped
-        (see `ToolContext.cancelled`), a wait for a human ends, and dangling tool calls
-        get error results so the session continues."""
+    async def abort(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        """Cancel the live run of the session and of every session below it now, whether
+        or not the session itself has one: each workflow is cancelled (top down, so no
+        parent sees its child end first), running tools are stopped (see
+        `ToolContext.cancelled`), a wait for a human ends, and dangling tool calls get
+        error results so each session continues. Returns the run ids reached, the
+        session's own first; `RunNotActiveError` when no run of the tree is live."""
         check_storable(reason=reason)
-        run = await self._live_run(session_id)
-        await on_target_loop(lambda: DBOS.cancel_workflow_async(run.workflow_id))
-        await self._each_live_child(session_id, self.abort, reason)
+        runs = await self._live_tree(session_id)
+        for run in runs:
+            with contextlib.suppress(*_gone(run, session_id)):
+                await on_target_loop(functools.partial(DBOS.cancel_workflow_async, run.workflow_id))
+        for run in runs:
+            await self._close_aborted(run, reason)
+        return [r.run_id for r in runs]
+
+    async def _close_aborted(self, run: TreeRun, reason: str | None) -> None:
+        session_id = run.session_id
         error = f"Run aborted: {reason}" if reason else "Run aborted"
         # Read before the close marks them aborted: the calls a waiting run waits on.
         pending = [
@@ -758,11 +775,13 @@ class HelixDBOS:
             if r.run_id == run.run_id
         ]
         waits = sorted({cast(GateKind, r.kind) for r in pending})
-        await on_target_loop(
+        closed = await on_target_loop(
             lambda: self.runtime.transaction(
                 "helix.abort_run", close_run, session_id, run.run_id, error, "aborted"
             )
         )
+        if not closed:  # it ended meanwhile
+            return
         ids: dict[str, Any] = {"session_id": session_id, "run_id": run.run_id}
         for r in pending:
             log_event(
@@ -781,22 +800,17 @@ class HelixDBOS:
         # its deadline (the tool steps stop on the run-end notification of the close).
         await on_target_loop(lambda: self._notify_waits(run, waits, reason))
 
-    async def _each_live_child(
-        self,
-        session_id: str,
-        action: Callable[..., Coroutine[Any, Any, None]],
-        reason: str | None,
-    ) -> None:
-        """Interrupt and abort reach the run's live sub-agents (and, through the same
-        call, theirs): no child is left running alone."""
-        for child in await self._read(repo.live_child_runs, session_id):
-            # It ended meanwhile, or is opened but not started yet: its parent hands it
-            # the interrupt once it started it (`helix.children_started`).
-            missing = dbos_internals.DBOSNonExistentWorkflowError
-            with contextlib.suppress(RunNotActiveError, missing):
-                await action(child.session_id, reason=reason)
+    async def _live_tree(self, session_id: str) -> list[TreeRun]:
+        """The live runs of the session's tree, top down (its own first, if live)."""
+        runs = await self._read(tree.live_runs, session_id)
+        if not runs:
+            await self.get_session(session_id)  # SessionNotFoundError first
+            raise RunNotActiveError(
+                f"Session '{session_id}' has no run in progress, nor has any session below it"
+            )
+        return runs
 
-    async def _notify_waits(self, run: RunInfo, kinds: list[GateKind], reason: str | None) -> None:
+    async def _notify_waits(self, run: TreeRun, kinds: list[GateKind], reason: str | None) -> None:
         for kind in kinds:
             await DBOS.send_async(
                 run.workflow_id,
@@ -823,12 +837,6 @@ class HelixDBOS:
             )
         return await self._open_and_start(self._agent(session.agent_name), session_id, [], None)
 
-    async def _live_run(self, session_id: str) -> RunInfo:
-        run = await self.get_current_run(session_id)
-        if run is None:
-            raise RunNotActiveError(f"Session '{session_id}' has no run in progress")
-        return run
-
     def approve_sync(
         self,
         session_id: str,
@@ -844,11 +852,11 @@ class HelixDBOS:
     ) -> None:
         run_sync(lambda: self.submit_tool_result(session_id, tool_call_id, result, error=error))
 
-    def interrupt_sync(self, session_id: str, *, reason: str | None = None) -> None:
-        run_sync(lambda: self.interrupt(session_id, reason=reason))
+    def interrupt_sync(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        return run_sync(lambda: self.interrupt(session_id, reason=reason))
 
-    def abort_sync(self, session_id: str, *, reason: str | None = None) -> None:
-        run_sync(lambda: self.abort(session_id, reason=reason))
+    def abort_sync(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        return run_sync(lambda: self.abort(session_id, reason=reason))
 
     def resume_sync(self, session_id: str, message: str | None = None) -> RunHandle:
         return run_sync(lambda: self.resume(session_id, message))
@@ -1082,6 +1090,13 @@ class HelixDBOS:
 
 
 # --- transactions -----------------------------------------------------------
+
+
+def _gone(run: TreeRun, session_id: str) -> tuple[type[Exception], ...]:
+    """What acting on a run below the session may meet: its workflow not started yet."""
+    if run.session_id == session_id:
+        return ()
+    return (dbos_internals.DBOSNonExistentWorkflowError,)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,14 @@ class ControlRequest(_Request):
 
 class ControlResponse(BaseModel):
     session_id: str
-    run_id: str
+    run_id: str | None = Field(
+        description="The session's own live run, or null when only sessions below it had one"
+    )
+    run_ids: list[str] = Field(
+        default_factory=list,
+        description="Every run reached: the session's own first, then those of the sessions "
+        "below it (sub-agents, companions, theirs)",
+    )
     action: Literal["interrupt_requested", "aborted"] = Field(
         description="interrupt_requested: the run stops at its next step boundary; "
         "aborted: the run was cancelled now"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from helix_dbos.errors import (
     ToolCallNotFoundError,
 )
 from helix_dbos.runtime.closing import close_run
+from helix_dbos.runtime.dbos_internals import DBOSNonExistentWorkflowError
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
@@ -36,6 +36,13 @@ CLI_COMMAND = {
     "client": "helix-dbos submit",
     "human_input": "the inbox or submit_human_input()",
 }
+
+
+def _gone(run: Target, session_id: str) -> tuple[type[Exception], ...]:
+    """What acting on a run below the session may meet: its workflow not started yet."""
+    if run.session_id == session_id:
+        return ()
+    return (DBOSNonExistentWorkflowError,)
 
 
 @dataclass(frozen=True)
@@ -126,56 +133,67 @@ class RemoteControl:
 
     # --- run control ----------------------------------------------------------------
 
-    def interrupt(self, session_id: str, reason: str | None = None) -> Target:
-        """Stop the live run as `HelixDBOS.interrupt` does: at its next step boundary, or
-        at once when it waits for a human (durable messages)."""
+    def interrupt(self, session_id: str, reason: str | None = None) -> list[Target]:
+        """Stop the live runs of the session and of every session below it as
+        `HelixDBOS.interrupt` does: at their next step boundary, or at once when one waits
+        for a human (durable messages). Returns them, the session's own first."""
         check_storable(reason=reason)
-        run = self.live_run(session_id)
-        self.client().send(
-            run.workflow_id,
-            {"reason": reason},
-            INTERRUPT_TOPIC,
-            idempotency_key=f"{run.run_id}:interrupt",
-        )
-        self._notify_waits(run, reason)
-        self._each_live_child(session_id, self.interrupt, reason)
-        return run
+        runs = self.live_tree(session_id)
+        for run in runs:
+            with contextlib.suppress(*_gone(run, session_id)):
+                self.client().send(
+                    run.workflow_id,
+                    {"reason": reason},
+                    INTERRUPT_TOPIC,
+                    idempotency_key=f"{run.run_id}:interrupt",
+                )
+                self._notify_waits(run, reason)
+        return runs
 
-    def abort(self, session_id: str, reason: str | None = None) -> Target:
-        """Cancel the workflow, then close the run as `HelixDBOS.abort` does."""
+    def abort(self, session_id: str, reason: str | None = None) -> list[Target]:
+        """Cancel the workflows (top down), then close the runs, of the session and of
+        every session below it, as `HelixDBOS.abort` does. Returns them, own first."""
         check_storable(reason=reason)
-        run = self.live_run(session_id)
-        self.client().cancel_workflow(run.workflow_id)
-        self._each_live_child(session_id, self.abort, reason)
+        runs = self.live_tree(session_id)
+        for run in runs:
+            with contextlib.suppress(*_gone(run, session_id)):
+                self.client().cancel_workflow(run.workflow_id)
         error = f"Run aborted: {reason}" if reason else "Run aborted"
-        kinds = self._pending_kinds(run)
+        kinds = {run.run_id: self._pending_kinds(run) for run in runs}
 
         async def close() -> None:
             engine = create_async_engine(sqlalchemy_url(self.database_url), pool_size=1)
             try:
-                async with engine.begin() as conn:
-                    await close_run(conn, session_id, run.run_id, error, "aborted")
+                for run in runs:
+                    async with engine.begin() as conn:
+                        await close_run(conn, run.session_id, run.run_id, error, "aborted")
             finally:
                 await engine.dispose()
 
         asyncio.run(close())
-        self._notify_waits(run, reason, kinds)
-        return run
+        for run in runs:
+            self._notify_waits(run, reason, kinds[run.run_id])
+        return runs
 
-    def _each_live_child(
-        self, session_id: str, action: Callable[[str, str | None], Target], reason: str | None
-    ) -> None:
-        """Interrupt and abort reach the run's live sub-agents, as in `HelixDBOS`."""
+    def live_tree(self, session_id: str) -> list[Target]:
+        """The live runs of the session and of the sessions below it, top down."""
         with connect(self.database_url) as conn:
             rows = conn.execute(
-                "SELECT r.session_id FROM helix.runs r JOIN helix.sessions s "
-                "ON s.session_id = r.session_id WHERE s.parent_session_id = %s "
-                "AND r.status IN ('running', 'waiting', 'paused') ORDER BY r.started_at",
-                (session_id,),
+                "WITH RECURSIVE tree AS (SELECT session_id, 0 AS depth FROM helix.sessions "
+                "WHERE session_id = %(sid)s UNION ALL SELECT s.session_id, t.depth + 1 "
+                "FROM helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
+                "SELECT r.session_id, r.run_id, r.workflow_id FROM tree JOIN helix.runs r "
+                "ON r.session_id = tree.session_id "
+                "WHERE r.status IN ('running', 'waiting', 'paused') "
+                "ORDER BY tree.depth, r.started_at, r.run_id",
+                {"sid": session_id},
             ).fetchall()
-        for (child_session,) in rows:
-            with contextlib.suppress(RunNotActiveError):  # it ended meanwhile
-                action(child_session, reason)
+            if not rows:
+                self._require_session(conn, session_id)
+                raise RunNotActiveError(
+                    f"Session '{session_id}' has no run in progress, nor has any session below it"
+                )
+        return [Target(*row) for row in rows]
 
     def _pending_kinds(self, run: Target) -> list[GateKind]:
         with connect(self.database_url) as conn:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
-from helix_dbos.errors import RunNotActiveError
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.runtime.results import RunInfo
 from helix_dbos.server import queries
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
@@ -142,31 +142,35 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         "/interrupt",
         response_model=ControlResponse,
         tags=["control"],
-        summary="Stop the live run at its next step boundary",
+        summary="Stop the live runs of a session and of the sessions below it at their next "
+        "step boundary",
     )
     async def interrupt(body: ControlRequest) -> ControlResponse:
         ctx.check_ids(session_id=body.session_id)
-        run = await _live_run(body.session_id)
-        await helix.interrupt(body.session_id, reason=body.reason)
-        return ControlResponse(session_id=body.session_id, run_id=run, action="interrupt_requested")
+        own = await helix.get_current_run(body.session_id)
+        reached = await helix.interrupt(body.session_id, reason=body.reason)
+        return _control(body.session_id, own, reached, "interrupt_requested")
 
     @router.post(
         "/abort",
         response_model=ControlResponse,
         tags=["control"],
-        summary="Cancel the live run now",
+        summary="Cancel the live runs of a session and of the sessions below it now",
     )
     async def abort(body: ControlRequest) -> ControlResponse:
         ctx.check_ids(session_id=body.session_id)
-        run = await _live_run(body.session_id)
-        await helix.abort(body.session_id, reason=body.reason)
-        return ControlResponse(session_id=body.session_id, run_id=run, action="aborted")
+        own = await helix.get_current_run(body.session_id)
+        reached = await helix.abort(body.session_id, reason=body.reason)
+        return _control(body.session_id, own, reached, "aborted")
 
-    async def _live_run(session_id: str) -> str:
-        run = await helix.get_current_run(session_id)
-        if run is None:
-            raise RunNotActiveError(f"Session '{session_id}' has no run in progress")
-        return run.run_id
+    def _control(
+        session_id: str,
+        own: RunInfo | None,
+        reached: list[str],
+        action: Literal["interrupt_requested", "aborted"],
+    ) -> ControlResponse:
+        run_id = own.run_id if own is not None and own.run_id in reached else None
+        return ControlResponse(session_id=session_id, run_id=run_id, run_ids=reached, action=action)
 
     @router.post(
         "/submit-tool-result",

@@ -194,6 +194,26 @@ async def live_child(conn: Executor, parent_session_id: str, name: str | None) -
     return LiveChild(ref.session_id, run.run_id, run.workflow_id, waits)
 
 
+async def live_children(
+    conn: Executor, parent_session_id: str, parent_run_id: str, agent_names: list[str]
+) -> list[LiveChild]:
+    """The parent's children of these agents whose live run that parent run opened."""
+    rows = await conn.execute(
+        _sql(
+            "SELECT c.session_id, r.run_id, r.workflow_id FROM helix.companions c "
+            "JOIN helix.runs r ON r.session_id = c.session_id "
+            "WHERE c.parent_session_id = :sid AND c.agent_name = ANY(:agents) "
+            "AND r.status IN ('running', 'waiting', 'paused') "
+            "AND r.options->>'parent_run_id' = :rid ORDER BY c.name"
+        ),
+        {"sid": parent_session_id, "rid": parent_run_id, "agents": agent_names},
+    )
+    return [
+        LiveChild(session_id, run_id, workflow_id, tuple(await repo.pending_kinds(conn, run_id)))
+        for session_id, run_id, workflow_id in rows.all()
+    ]
+
+
 async def latest_run(conn: Executor, session_id: str) -> RunRow | None:
     runs = await repo.list_runs(conn, session_id)
     return runs[-1] if runs else None

@@ -54,6 +54,7 @@ class TreeRun:
     depth: int
     run_id: str
     workflow_id: str
+    agent_name: str
 
 
 async def pending_calls(conn: Executor, session_id: str) -> list[TreeCall]:
@@ -74,7 +75,7 @@ async def live_runs(conn: Executor, session_id: str) -> list[TreeRun]:
     """The tree's live runs, top down: the session's own (if any) first."""
     rows = await conn.execute(
         _sql(
-            _TREE + "SELECT r.session_id, tree.depth, r.run_id, r.workflow_id "
+            _TREE + "SELECT r.session_id, tree.depth, r.run_id, r.workflow_id, r.agent_name "
             f"FROM tree JOIN helix.runs r ON r.session_id = tree.session_id "
             f"WHERE r.status IN {_LIVE} ORDER BY tree.depth, r.started_at, r.run_id"
         ),
