@@ -5,6 +5,8 @@
 
 - `__complete__` ends the run; the output is `{result_key: {answer, confidence, summary}}`.
 - `__run_workflow__` starts a registered DBOS workflow as a durable child.
+- `__workflow_status__` reports such a child's status, and its result once done (for
+  `__run_workflow__` with `wait: false`: seed 003's "can check status later").
 - `__pause_for_human__` pauses the run (status `paused`) until `{human_input, approved}`
   arrives on `helix.human_input`.
 - `__store_memory__` / `__retrieve_memory__` keep values for one run in `helix.memory`.
@@ -64,6 +66,12 @@ class RunWorkflowInput(_Input):
     input: dict[str, Any] = Field(description="Input payload for the workflow")
     wait: bool = Field(True, description="Wait for completion (default: true)")
     timeout_ms: int = Field(60000, gt=0, description="Timeout in milliseconds (default: 60000)")
+
+
+class WorkflowStatusInput(_Input):
+    workflow_run_id: str = Field(
+        description="The workflow_run_id that __run_workflow__ returned (with wait: false)"
+    )
 
 
 class PauseForHumanInput(_Input):
@@ -188,6 +196,57 @@ def run_workflow_tool(workflows: dict[str, Callable[..., Any] | str] | None = No
             runs_in_workflow=True,
         )
     )
+
+
+def workflow_status_tool() -> Tool:
+    """`__workflow_status__(workflow_run_id)`: the status of a workflow `__run_workflow__`
+    started in this session, and its result once it completed (its error once it failed).
+
+    Runs in workflow code like `__run_workflow__`: DBOS records each status and result
+    read as a step, so a recovered run sees what it saw. Only children of this session's
+    runs are visible, so a model cannot read another session's workflows."""
+
+    async def workflow_status(ctx: ToolContext, workflow_run_id: str) -> dict[str, Any]:
+        status = await DBOS.get_workflow_status_async(workflow_run_id)
+        parent = status.parent_workflow_id if status is not None else None
+        mine = parent is not None and await DBOS.run_step_async(
+            {"name": "helix.workflow_of_session"}, _run_of_session, ctx.session_id, parent
+        )
+        if status is None or not mine:
+            raise LookupError(
+                f"No workflow run '{workflow_run_id}' was started by __run_workflow__ "
+                "in this session"
+            )
+        found: dict[str, Any] = {"workflow_run_id": workflow_run_id, "result": None}
+        outcome = _DONE.get(status.status)
+        if outcome is None:
+            return {**found, "status": "queued" if status.status == "ENQUEUED" else "running"}
+        if outcome == "completed":
+            result = await DBOS.get_result_async(workflow_run_id)
+            return {**found, "status": "completed", "result": result}
+        return {**found, "status": outcome, "error": str(status.error)}
+
+    return _builtin(
+        Tool(
+            "__workflow_status__",
+            workflow_status,
+            description="Check a workflow started with __run_workflow__ (wait: false): its "
+            "status (queued, running, completed, failed, cancelled) and, once completed, "
+            "its result.",
+            input_model=WorkflowStatusInput,
+            runs_in_workflow=True,
+        )
+    )
+
+
+async def _run_of_session(session_id: str, workflow_id: str) -> bool:
+    """Whether `workflow_id` is the workflow of one of the session's runs."""
+    async with current_runtime().engine.connect() as conn:
+        row = await conn.execute(
+            text("SELECT 1 FROM helix.runs WHERE workflow_id = :wid AND session_id = :sid"),
+            {"wid": workflow_id, "sid": session_id},
+        )
+        return row.first() is not None
 
 
 def _resolve_workflow(
@@ -331,6 +390,7 @@ def _json(value: Any) -> str | None:
 BUILTINS: dict[str, Callable[[], Tool]] = {
     "__complete__": complete_tool,
     "__run_workflow__": run_workflow_tool,
+    "__workflow_status__": workflow_status_tool,
     "__pause_for_human__": pause_for_human_tool,
     "__store_memory__": store_memory_tool,
     "__retrieve_memory__": retrieve_memory_tool,

@@ -75,6 +75,7 @@ def test_every_builtin_is_available_by_name():
     assert list(BUILTINS) == [
         "__complete__",
         "__run_workflow__",
+        "__workflow_status__",
         "__pause_for_human__",
         "__store_memory__",
         "__retrieve_memory__",
@@ -952,3 +953,85 @@ async def test_log_progress_needs_a_message(helix, make_agent, mock_llm, databas
     assert sql(
         database_url, "SELECT count(*) FROM helix.progress WHERE run_id = %s", handle.run_id
     ) == [(0,)]
+
+
+async def test_workflow_status_reports_a_child_started_without_wait_and_its_result(
+    helix, make_agent, mock_llm, database_url
+):
+    """Seed 003: with `wait: false` the agent "can check status later": `__workflow_status__`
+    says `running` while the child works and gives its result once it completed; a
+    workflow this session did not start is not visible."""
+    release = asyncio.Event()
+
+    async def job(payload: dict) -> dict:
+        await release.wait()  # in-process, for the test: the child works until released
+        return {"rows": payload["n"] * 3}
+
+    name = register_workflow(job)
+
+    @tool
+    async def release_job(workflow_run_id: str) -> str:
+        """Let the job finish and wait until DBOS recorded its success."""
+        release.set()
+        for _ in range(600):
+            rows = await asyncio.to_thread(
+                sql,
+                database_url,
+                "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+                workflow_run_id,
+            )
+            if rows and rows[0][0] == "SUCCESS":
+                return "released"
+            await asyncio.sleep(0.05)
+        return "never finished"
+
+    agent = make_agent(
+        tools=["__run_workflow__", "__workflow_status__", release_job, "__complete__"]
+    )
+    other = make_agent(tools=["__workflow_status__", "__complete__"])
+
+    def respond(request) -> dict:
+        """The model reads the workflow_run_id from __run_workflow__'s result."""
+        results = [m for m in request.messages if m.role == "tool"]
+        if request.agent_name == other.name:
+            if not results:
+                return calls(("x", "__workflow_status__", {"workflow_run_id": spied[0]}))
+            return complete()
+        if not results:
+            arguments = {"workflow_name": name, "input": {"n": 2}, "wait": False}
+            return calls(("w1", "__run_workflow__", arguments))
+        child = json.loads(str(results[0].content))["workflow_run_id"]
+        spied[:] = [child]
+        steps = [
+            calls(("s1", "__workflow_status__", {"workflow_run_id": child})),
+            calls(("r", "release_job", {"workflow_run_id": child})),
+            calls(("s2", "__workflow_status__", {"workflow_run_id": child})),
+            complete(),
+        ]
+        return steps[len(results) - 1]
+
+    spied: list[str] = []
+    mock_llm.set_responder(respond)
+    try:
+        handle = await helix.execute(agent, "dispatch")
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+        nosy = await (await helix.execute(other, "peek")).result()
+    finally:
+        mock_llm.set_responder(None)
+        release.set()
+    child_id = f"{handle.run_id}-w1"
+
+    assert await tool_json(helix, handle.session_id, "s1") == {
+        "workflow_run_id": child_id,
+        "status": "running",
+        "result": None,
+    }
+    assert await tool_json(helix, handle.session_id, "s2") == {
+        "workflow_run_id": child_id,
+        "status": "completed",
+        "result": {"rows": 6},
+    }
+    # Another session cannot read this session's workflow.
+    assert nosy.status == "completed"
+    message = await tool_result(helix, nosy.session_id, "x")
+    assert message.is_error and f"No workflow run '{child_id}'" in message.content
