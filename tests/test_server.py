@@ -327,6 +327,7 @@ async def test_interrupt_and_abort(helix, client, make_agent, mock_llm, database
     assert stop.status_code == 200 and stop.json() == {
         "session_id": run["session_id"],
         "run_id": run["run_id"],
+        "run_ids": [run["run_id"]],
         "action": "interrupt_requested",
     }
     release.set()
