@@ -227,3 +227,19 @@ def test_every_command_the_readme_shows_is_run_by_a_test():
         if not covered:
             uncovered.append(line)
     assert uncovered == [], "README commands no test runs"
+
+
+def test_the_database_section_names_every_table_and_view_of_the_migrations():
+    """Issue 27: the list under "Database" had fallen behind the migrations."""
+    created = set()
+    for path in sorted((REPO / "migrations").glob("*.sql")):
+        created |= set(
+            re.findall(
+                r"CREATE (?:TABLE IF NOT EXISTS|OR REPLACE VIEW|VIEW) helix\.(\w+)",
+                path.read_text(),
+            )
+        )
+    created.add("schema_migrations")  # created by the migration runner itself
+    listed = set(re.findall(r"^- `(\w+)`", section("Database"), re.M))
+    assert created - listed == set(), "tables or views the README does not list"
+    assert listed - created == set(), "the README lists tables that do not exist"
