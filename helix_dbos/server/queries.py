@@ -48,13 +48,16 @@ def list_runs(
         where.append("r.session_id IN (SELECT session_id FROM tree)")
         params["sid"] = session_id
     clause = f"WHERE {' AND '.join(where)} " if where else ""
+    # Each listed run's root and depth are read after the limit, for those runs only.
     return Query(
         (SESSION_TREE if session_id else "")
-        + f"SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, w.queue_name, "
-        "COALESCE(s.root_session_id, s.session_id) AS root_session_id, d.depth "
-        "FROM helix.runs r JOIN helix.sessions s ON s.session_id = r.session_id "
-        f"CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w CROSS JOIN LATERAL ({_DEPTH}) d "
-        f"{clause}ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s",
+        + "SELECT q.*, COALESCE(s.root_session_id, s.session_id) AS root_session_id, d.depth "
+        f"FROM (SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, "
+        "w.queue_name FROM helix.runs r "
+        f"CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w {clause}"
+        "ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s) q "
+        f"JOIN helix.sessions s ON s.session_id = q.session_id CROSS JOIN LATERAL ({_DEPTH}) d "
+        "ORDER BY q.started_at DESC, q.run_id",
         params,
     )
 
