@@ -21,6 +21,9 @@ from helix_dbos.errors import InvalidInputError
 M = TypeVar("M", bound=BaseModel)
 
 REPLACEMENT = "\ufffd"
+# Deeper JSON is refused at the edge: past a few hundred levels, recursive serializers
+# (pydantic's, the providers' SDKs') fail, and a run with such a state would fail with it.
+MAX_DEPTH = 100
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # In json.dumps output (ASCII): an escaped NUL, or a surrogate escape that is not half
 # of a pair. A false hit (an escaped backslash before "u0000") only costs the slow path.
@@ -81,9 +84,31 @@ def unstorable_path(value: Any, path: str) -> str | None:
     return None
 
 
+def depth_exceeds(value: Any, limit: int) -> bool:
+    """True when dicts and lists in `value` nest deeper than `limit` (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def check_storable(**fields: Any) -> None:
-    """Refuse input PostgreSQL cannot store, naming the field (a 422 over HTTP)."""
+    """Refuse input PostgreSQL cannot store, or nested deeper than `MAX_DEPTH`, naming
+    the field (a 422 over HTTP)."""
     for name, value in fields.items():
+        if depth_exceeds(value, MAX_DEPTH):
+            raise InvalidInputError(
+                f"{name} nests lists and objects more than {MAX_DEPTH} levels deep; flatten it"
+            )
         where = unstorable_path(value, name)
         if where is not None:
             raise InvalidInputError(
