@@ -117,7 +117,9 @@ async def test_authenticate_hook_guards_every_route(helix):
             assert allowed.status_code == (404 if hook is async_hook else 401)
 
     app = create_app(helix, authenticate=bearer_token("tok"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         assert (await c.get("/runs")).status_code == 401
         assert (await c.get("/runs", headers={"Authorization": "Bearer wrong"})).status_code == 401
         assert (await c.get("/runs", headers={"Authorization": "Bearer tok"})).status_code == 200

@@ -71,13 +71,18 @@ def host_allowed(host: str, allowed: Sequence[str]) -> bool:
 
 
 def cross_origin(request: Request) -> bool:
-    """A browser request sent by another site (another origin's page, form or script)."""
+    """A browser request sent by another site (another origin's page, form or script).
+
+    Sec-Fetch-Site decides where the browser sends it (every current browser does); the
+    Origin otherwise. With `Referrer-Policy: no-referrer` a browser sends `Origin: null`
+    on a same-origin form post, so Origin alone cannot clear such a request.
+    """
     site = request.headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        return True
+    if site is not None:
+        return site not in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
-        return False
+        return False  # not a browser's cross-site request (curl, an SDK)
     own = f"{request.url.scheme}://{request.headers.get('host', '')}"
     return origin.lower() != own.lower()
 
