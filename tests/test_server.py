@@ -128,6 +128,24 @@ async def test_authenticate_hook_guards_every_route(helix):
         assert (await c.get("/runs")).status_code == 200
 
 
+async def test_a_prefix_or_an_extension_of_the_token_is_refused_in_every_carrier(helix):
+    """Issue 37.4: the comparison is of the whole token (hmac.compare_digest), so neither
+    a prefix nor a longer string that starts with it gets in, wherever it is sent."""
+    app = create_app(helix, authenticate=bearer_token("s3cret-token"))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
+        for wrong in ("s", "s3cret", "s3cret-toke", "s3cret-tokenX", "s3cret-token-token"):
+            bearer = {"Authorization": f"Bearer {wrong}"}
+            assert (await c.get("/runs", headers=bearer)).status_code == 401
+            assert (await c.get("/runs", params={"token": wrong})).status_code == 401
+            c.cookies.set("helix_token", wrong)
+            assert (await c.get("/runs")).status_code == 401
+            c.cookies.clear()
+        right = {"Authorization": "Bearer s3cret-token"}
+        assert (await c.get("/runs", headers=right)).status_code == 200
+
+
 # --- runs, status and the stream -----------------------------------------------------
 
 
