@@ -327,6 +327,34 @@ async def test_over_deep_json_is_refused_at_the_edge_and_in_python(helix, make_a
         await helix.execute(agent, "hi", state=nest(500))
 
 
+async def test_a_model_s_over_deep_arguments_cannot_fail_the_run(helix, make_agent, mock_llm):
+    """A prompt-injected model replying with arguments nested 500 deep (which DBOS could
+    not checkpoint: RecursionError, a failed run) has them cut at 100 levels."""
+    from helix_dbos import ToolContext  # noqa: PLC0415 - only this test needs it
+
+    @tool
+    def remember(data: dict, ctx: ToolContext) -> str:
+        """Remember something in the session state."""
+        ctx.update_state({"data": data})
+        return "ok"
+
+    agent = make_agent(tools=[remember])
+    mock_llm.add_responses(
+        calls(("r1", "remember", {"data": nest(500)})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "remember this")).result()
+    assert result.status == "completed", result.error
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            status = await c.get("/status", params={"session_id": result.session_id})
+            assert status.status_code == 200, status.text
+            messages = await c.get(f"/sessions/{result.session_id}/messages")
+            assert messages.status_code == 200
+    assert "[cut: nested more than 100 levels deep]" in json.dumps(status.json())
+
+
 async def test_without_auth_only_local_hosts_and_same_origin_requests_are_served(helix):
     with serve(create_app(helix, allow_unauthenticated=True)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=30) as c:
