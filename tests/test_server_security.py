@@ -170,6 +170,23 @@ async def test_a_token_in_the_inbox_address_moves_into_the_cookie(helix):
             assert (await c.get("/runs?token=s3cret")).status_code == 200
 
 
+async def test_mounted_under_a_path_the_guard_and_the_relative_links_still_hold(helix):
+    from fastapi import FastAPI  # noqa: PLC0415 - only this test needs it
+
+    parent = FastAPI()
+    parent.mount("/agents", create_app(helix, authenticate=bearer_token("s3cret")))
+    transport = httpx.ASGITransport(app=parent)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        assert (await c.get("/agents/runs")).status_code == 401
+        assert (await c.get("/agents/assets/inbox.js")).status_code == 200  # public
+        form = await c.get("/agents/inbox", headers=HTML)
+        assert form.status_code == 401 and 'action="sign-in"' in form.text
+        moved = await c.get("/agents/inbox?token=s3cret", headers=HTML)
+        assert moved.status_code == 303 and moved.headers["location"] == "inbox"
+        assert (await c.get("/agents/runs")).status_code == 200  # with the cookie
+        assert_security_headers(await c.get("/agents/runs"))
+
+
 # --- 5. authentication before the body; deadlines; stream caps ------------------------
 
 
