@@ -17,6 +17,7 @@ from helix_dbos.store.storable import check_storable
 # Documented on every route that can produce them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "The authenticate hook refused the request"},
+    403: {"model": ErrorResponse, "description": "Not a session this principal may use"},
     404: {"model": ErrorResponse, "description": "Unknown session, run, agent or tool call"},
     409: {"model": ErrorResponse, "description": "Conflicts with the session's current state"},
     408: {"model": ErrorResponse, "description": "The body did not arrive in time"},

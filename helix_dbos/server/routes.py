@@ -16,6 +16,7 @@ from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     ControlRequest,
     ControlResponse,
+    ErrorResponse,
     PendingToolCall,
     ResumeRequest,
     RunStarted,
@@ -85,7 +86,13 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
         summary="Stream a session's chunks",
         description=SSE_DESCRIPTION,
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        responses={
+            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            503: {
+                "model": ErrorResponse,
+                "description": "Too many open streams (per server or per session); see Retry-After",
+            },
+        },
     )
     async def sse(
         session_id: str,
