@@ -17,8 +17,9 @@ SPOOF = "/home/alice/invoice\u202efdp.exe"
 
 
 async def test_bidi_and_invisible_characters_show_as_highlighted_escapes(
-    browser_page, helix, make_agent, mock_llm
+    browser_page, helix, make_agent, mock_llm, tmp_path
 ):
+    """Checked with a screenshot too (tmp_path/inbox-bidi.png)."""
     from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
 
     page, errors = browser_page
@@ -47,6 +48,7 @@ async def test_bidi_and_invisible_characters_show_as_highlighted_escapes(
         await expect(marks).to_have_count(3)
         assert sorted(await marks.all_inner_texts()) == ["\\u200B", "\\u202E", "\\u2066"]
         await expect(call.locator(".invisible-warning")).to_be_visible()
+        await call.screenshot(path=tmp_path / "inbox-bidi.png")
         # The transcript shows the call's arguments the same way.
         transcript = page.locator(f'[data-run-id="{handle.run_id}"] .transcript')
         await expect(transcript.locator("mark.invisible")).to_have_count(3)
