@@ -1,7 +1,7 @@
 """Serve agents over HTTP, with the approvals inbox, in one file.
 
     python examples/server.py                     # http://127.0.0.1:8000/inbox, no auth (local only)
-    helix-dbos serve --app examples/server.py:helix --token s3cret   # the same agents, with a token
+    HELIX_SERVER_TOKEN=s3cret helix-dbos serve --app examples/server.py:helix   # with a token
 
 Then, from another terminal, start a run that needs a human:
 

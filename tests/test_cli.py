@@ -365,10 +365,8 @@ async def test_serve_requires_auth_and_serves_the_api_with_a_token(database_url)
             "examples/server.py:helix",
             "--port",
             str(port),
-            "--token",
-            "s3cret",
         ],
-        env=cli_env(database_url, HELIX_EXECUTOR_ID="cli-serve-test"),
+        env=cli_env(database_url, HELIX_EXECUTOR_ID="cli-serve-test", HELIX_SERVER_TOKEN="s3cret"),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -399,3 +397,4 @@ async def test_serve_requires_auth_and_serves_the_api_with_a_token(database_url)
             proc.kill()
             _, stderr = proc.communicate()
     assert "inbox at" in stderr and proc.returncode == 0, stderr
+    assert "s3cret" not in stderr and "token=" not in stderr  # issue 35.4: no token printed

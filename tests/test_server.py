@@ -103,7 +103,7 @@ async def test_authenticate_hook_guards_every_route(helix):
     for hook in (async_hook, broken_hook):
         app = create_app(helix, authenticate=hook)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
             for method, path in [
                 ("GET", "/status?session_id=x"),
                 ("GET", "/inbox"),
@@ -117,13 +117,33 @@ async def test_authenticate_hook_guards_every_route(helix):
             assert allowed.status_code == (404 if hook is async_hook else 401)
 
     app = create_app(helix, authenticate=bearer_token("tok"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         assert (await c.get("/runs")).status_code == 401
         assert (await c.get("/runs", headers={"Authorization": "Bearer wrong"})).status_code == 401
         assert (await c.get("/runs", headers={"Authorization": "Bearer tok"})).status_code == 200
         assert (await c.get("/runs?token=tok")).status_code == 200
         c.cookies.set("helix_token", "tok")
         assert (await c.get("/runs")).status_code == 200
+
+
+async def test_a_prefix_or_an_extension_of_the_token_is_refused_in_every_carrier(helix):
+    """Issue 37.4: the comparison is of the whole token (hmac.compare_digest), so neither
+    a prefix nor a longer string that starts with it gets in, wherever it is sent."""
+    app = create_app(helix, authenticate=bearer_token("s3cret-token"))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
+        for wrong in ("s", "s3cret", "s3cret-toke", "s3cret-tokenX", "s3cret-token-token"):
+            bearer = {"Authorization": f"Bearer {wrong}"}
+            assert (await c.get("/runs", headers=bearer)).status_code == 401
+            assert (await c.get("/runs", params={"token": wrong})).status_code == 401
+            c.cookies.set("helix_token", wrong)
+            assert (await c.get("/runs")).status_code == 401
+            c.cookies.clear()
+        right = {"Authorization": "Bearer s3cret-token"}
+        assert (await c.get("/runs", headers=right)).status_code == 200
 
 
 # --- runs, status and the stream -----------------------------------------------------
@@ -282,7 +302,7 @@ async def test_client_tool_result_with_size_limit(
 
     small_app = create_app(helix, allow_unauthenticated=True, max_result_bytes=100)
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=small_app), base_url="http://t"
+        transport=httpx.ASGITransport(app=small_app), base_url="http://127.0.0.1"
     ) as c:
         too_big = await c.post("/submit-tool-result", json={**body, "result": {"blob": "x" * 500}})
         assert too_big.status_code == 413 and "the limit is 100 bytes" in too_big.json()["detail"]
@@ -638,7 +658,7 @@ async def test_chat_uses_the_default_agent_and_answers_202_when_a_human_must_act
 
     no_default = create_app(helix, allow_unauthenticated=True)
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=no_default), base_url="http://t"
+        transport=httpx.ASGITransport(app=no_default), base_url="http://127.0.0.1"
     ) as c:
         missing = await c.post("/chat", json={"context_id": "ctx-new-no-agent", "message": "hi"})
         assert missing.status_code == 422 and "agent is required" in missing.json()["detail"]

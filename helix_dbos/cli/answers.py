@@ -17,6 +17,7 @@ import typer
 
 from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, resolve_url
 from helix_dbos.cli.output import print_json
+from helix_dbos.cli.visible import escape_invisible
 from helix_dbos.server.remote import RemoteControl, Target
 
 Call = Annotated[
@@ -71,7 +72,8 @@ def _answer(approved: bool) -> Callable[..., int]:
             json_output,
             verb.lower(),
             target,
-            f"{verb} {target.tool_name} (call {call}) of run {target.run_id}.",
+            f"{verb} {escape_invisible(str(target.tool_name))} (call {call}) of run "
+            f"{target.run_id}.",
             tool_call_id=call,
             tool_name=target.tool_name,
         )
@@ -112,7 +114,8 @@ def submit(
         json_output,
         "submitted",
         target,
-        f"Submitted {what} for {target.tool_name} (call {call}) of run {target.run_id}.",
+        f"Submitted {what} for {escape_invisible(str(target.tool_name))} (call {call}) of run "
+        f"{target.run_id}.",
         tool_call_id=call,
         tool_name=target.tool_name,
     )

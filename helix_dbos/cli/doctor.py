@@ -23,7 +23,13 @@ from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
 from helix_dbos.cli.output import plural, print_json, print_renderable
 from helix_dbos.runtime.executor import DEFAULT_APP_VERSION
 from helix_dbos.store import workers as workers_sql
-from helix_dbos.store.database import DATABASE_URL_ENV, connect, embedded_data_dir, redact_url
+from helix_dbos.store.database import (
+    DATABASE_URL_ENV,
+    connect,
+    embedded_data_dir,
+    redact_secrets,
+    redact_url,
+)
 from helix_dbos.store.migrations import applied_migrations, load_migrations
 
 Level = Literal["ok", "warn", "fail"]
@@ -68,7 +74,7 @@ def check_database(url: str) -> Check:
         return Check(
             "database",
             "fail",
-            f"{where}: {' '.join(str(exc).split())}",
+            f"{where}: {redact_secrets(' '.join(str(exc).split()), url)}",
             f"start that server, fix {DATABASE_URL_ENV}, or unset it to use the embedded one",
         )
     return Check("database", "ok", f"PostgreSQL {row[0] if row else '?'} at {where}")
@@ -79,7 +85,12 @@ def check_migrations(url: str) -> Check:
     try:
         applied = set(applied_migrations(url))
     except Exception as exc:
-        return Check("migrations", "fail", f"cannot read them: {exc}", "fix the database first")
+        return Check(
+            "migrations",
+            "fail",
+            f"cannot read them: {redact_secrets(str(exc), url)}",
+            "fix the database first",
+        )
     pending = [v for v in available if v not in applied]
     if pending:
         return Check(

@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +26,7 @@ from helix_dbos.cli.common import (
 from helix_dbos.cli.output import Column, plural, print_json, print_table
 from helix_dbos.runtime.workers import recover_worker
 from helix_dbos.server import bearer_token, create_app
+from helix_dbos.server.limits import ServeLimits, with_header_timeout
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.workers import WorkerRow
 
@@ -35,7 +37,20 @@ def serve(
     port: Annotated[int, typer.Option("--port", help="Port.")] = 8000,
     token: Annotated[
         str | None,
-        typer.Option("--token", help=f"Bearer token clients must send (default: ${TOKEN_ENV})."),
+        typer.Option(
+            "--token",
+            help=f"Bearer token clients must send. Visible to every user in `ps`: prefer "
+            f"${TOKEN_ENV} or --token-file.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            metavar="PATH",
+            help="Read the bearer token from this file (its first line).",
+            show_default=False,
+        ),
     ] = None,
     allow_unauthenticated: Annotated[
         bool,
@@ -48,6 +63,22 @@ def serve(
         str | None, typer.Option("--default-agent", help="Agent for chat requests naming none.")
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    limit_concurrency: Annotated[
+        int,
+        typer.Option(
+            "--limit-concurrency", min=1, help="Connections and tasks at once; past it, 503."
+        ),
+    ] = ServeLimits.limit_concurrency,
+    timeout_keep_alive: Annotated[
+        int,
+        typer.Option("--timeout-keep-alive", min=1, help="Seconds an idle connection stays."),
+    ] = ServeLimits.timeout_keep_alive,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout", min=0.1, help="Seconds a request's headers may take to arrive."
+        ),
+    ] = ServeLimits.header_timeout,
     no_execute: Annotated[
         bool,
         typer.Option(
@@ -57,34 +88,80 @@ def serve(
 ) -> int:
     """Serve the HTTP API, the SSE stream and the approvals inbox (/inbox).
 
-    Authentication is required: a bearer token (--token or $HELIX_SERVER_TOKEN), or
-    --allow-unauthenticated for local development.
+    Authentication is required: a bearer token ($HELIX_SERVER_TOKEN, --token-file or
+    --token), or --allow-unauthenticated for local development.
     """
-    token = token or os.environ.get(TOKEN_ENV)
+    token = server_token(token, token_file)
     if not token and not allow_unauthenticated:
         raise CLIError(
-            f"refusing to serve without authentication: pass --token (or set {TOKEN_ENV}), "
+            f"refusing to serve without authentication: set {TOKEN_ENV} (or pass --token-file), "
             "or --allow-unauthenticated for local development"
         )
+    try:
+        authenticate = bearer_token(token) if token else None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     helix = load_helix(app)
     if no_execute:
         helix.executes_runs = False
     server = create_app(
         helix,
-        authenticate=bearer_token(token) if token else None,
+        authenticate=authenticate,
         allow_unauthenticated=not token,
+        allowed_hosts=None if token else unauthenticated_hosts(host),
         default_agent=default_agent,
     )
     base = f"http://{host}:{port}"
-    inbox = f"{base}/inbox" + ("?token=…" if token else "")
     role = "enqueuing runs of" if no_execute else "serving"
+    sign_in = " (sign in there with the token)" if token else ""
     print(
         f"helix-dbos: {role} {plural(len(helix.agents), 'agent')} ({', '.join(sorted(helix.agents))}) "
-        f"on {base}; inbox at {inbox}; API docs at {base}/docs",
+        f"on {base}; inbox at {base}/inbox{sign_in}; API docs at {base}/docs",
         file=sys.stderr,
     )
-    uvicorn.run(server, host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        server,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=with_header_timeout(header_timeout),
+        limit_concurrency=limit_concurrency,
+        timeout_keep_alive=timeout_keep_alive,
+        backlog=ServeLimits.backlog,
+    )
     return 0
+
+
+def server_token(token: str | None, token_file: Path | None) -> str | None:
+    """--token (with a warning: `ps` shows it), else --token-file, else $HELIX_SERVER_TOKEN."""
+    if token is not None and token_file is not None:
+        raise CLIError("pass --token or --token-file, not both")
+    if token is not None:
+        print(
+            f"helix-dbos: warning: --token is visible to every user of this machine (ps, "
+            f"shell history); prefer {TOKEN_ENV} or --token-file",
+            file=sys.stderr,
+        )
+        return token
+    if token_file is not None:
+        try:
+            lines = token_file.read_text("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CLIError(f"--token-file {token_file}: {exc}") from None
+        first = lines[0].strip() if lines else ""
+        if not first:
+            raise CLIError(f"--token-file {token_file} is empty")
+        return first
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def unauthenticated_hosts(host: str) -> list[str]:
+    """The Host headers served without a token: loopback names, and the bound address
+    when it is a specific one (0.0.0.0 adds nothing: name it with --host)."""
+    hosts = ["localhost", "127.0.0.1", "::1"]
+    if host not in ("0.0.0.0", "::", ""):
+        hosts.append(host)
+    return hosts
 
 
 def worker(app: AppSpec) -> int:

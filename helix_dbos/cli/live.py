@@ -11,9 +11,8 @@ import asyncio
 from contextlib import nullcontext
 from typing import Any
 
-from rich.text import Text
-
 from helix_dbos.cli.output import stderr_console
+from helix_dbos.cli.visible import reveal
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.results import AgentResult
@@ -28,7 +27,7 @@ def activity(chunk: StreamChunk) -> str | None:
     """What the run does after this chunk, for the spinner."""
     step = f"step {chunk.step} · " if chunk.step else ""
     if chunk.type == "tool_start":
-        return f"{step}running {chunk.payload.get('tool_name')}"
+        return f"{step}running {reveal(str(chunk.payload.get('tool_name'))).plain}"
     if chunk.type in WAITS:
         return f"{step}waiting for {WAITS[chunk.type]}"
     if chunk.type in ("run_started", "run_resumed", "tool_end"):
@@ -51,13 +50,13 @@ async def follow(helix: HelixDBOS, handle: RunHandle, *, quiet: bool = False) ->
             if quiet:
                 continue
             for line in narrator.feed(chunk):
-                console.print(Text(line), soft_wrap=True)
+                console.print(reveal(line), soft_wrap=True)
             doing = activity(chunk)
             if doing and spinner is not None:
                 spinner.update(doing)
         if not quiet:
             for line in narrator.finish():
-                console.print(Text(line), soft_wrap=True)
+                console.print(reveal(line), soft_wrap=True)
 
     with status as spinner:
         follower = asyncio.create_task(show())

@@ -18,7 +18,8 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.table import Table
-from rich.text import Text
+
+from helix_dbos.cli.visible import escape_invisible, highlight
 
 # Wide enough that a piped table is never wrapped.
 _PIPE_WIDTH = 10_000
@@ -70,7 +71,7 @@ def cell_text(value: Any, width: int) -> str:
         text = json.dumps(value, default=json_default)
     else:
         text = str(value)
-    text = " ".join(text.split())
+    text = " ".join(escape_invisible(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -94,7 +95,8 @@ def build_table(
         )
     for row in rows:
         # Text, not str: a cell such as "[call_1]" is data, not rich markup.
-        table.add_row(*(Text(cell_text(row.get(c.key), width)) for c in columns))
+        # Invisible characters (bidi controls, zero-width...) show as highlighted escapes.
+        table.add_row(*(highlight(cell_text(row.get(c.key), width)) for c in columns))
     return table
 
 

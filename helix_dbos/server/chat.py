@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import JSONResponse
 
 from helix_dbos.definitions.agent import TerminatingConfig
@@ -20,6 +20,7 @@ from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.orchestration.terminating import generated_messages, response_text
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.results import AgentResult
+from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     AddAIMessageRequest,
@@ -30,6 +31,9 @@ from helix_dbos.server.models import (
     PendingToolCall,
     TerminatingConfigModel,
 )
+from helix_dbos.server.visibility import require_own_new_session
+
+Who = Annotated[Principal, Depends(current_principal)]
 
 HUMAN_REQUEST_CHUNKS = frozenset(
     {"tool_approval_request", "client_tool_request", "human_input_request"}
@@ -54,7 +58,8 @@ def build_router(ctx: ServerContext) -> APIRouter:
     @router.post(
         "/chat", response_model=ChatResponse, summary="Send a human message, run to the end"
     )
-    async def chat(body: ChatRequest) -> Any:
+    async def chat(body: ChatRequest, principal: Who) -> Any:
+        require_own_new_session(principal, body.context_id)
         return await run_turn(
             ctx, body.context_id, body.agent, body.message, body.terminating_config
         )
@@ -62,7 +67,8 @@ def build_router(ctx: ServerContext) -> APIRouter:
     @router.post(
         "/chat/invoke", response_model=ChatResponse, summary="Run the agent without a new message"
     )
-    async def invoke(body: ChatInvokeRequest) -> Any:
+    async def invoke(body: ChatInvokeRequest, principal: Who) -> Any:
+        require_own_new_session(principal, body.context_id)
         return await run_turn(ctx, body.context_id, body.agent, None, body.terminating_config)
 
     @router.post(
@@ -70,7 +76,8 @@ def build_router(ctx: ServerContext) -> APIRouter:
         response_model=ChatResponse,
         summary="Have the AI add a message, optionally guided by a prompt",
     )
-    async def add_ai_message(body: AddAIMessageRequest) -> Any:
+    async def add_ai_message(body: AddAIMessageRequest, principal: Who) -> Any:
+        require_own_new_session(principal, body.context_id)
         return await run_turn(
             ctx, body.context_id, body.agent, body.prompt, body.terminating_config
         )

@@ -1,24 +1,31 @@
-"""What every route needs: the executor, the default agent and the input limits."""
+"""What every route needs: the executor, the default agent, the input and stream limits."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import HTTPException
 
 from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.server.auth import Authenticate
 from helix_dbos.server.models import ErrorResponse
+from helix_dbos.server.streams import StreamSlots
 from helix_dbos.store.storable import check_storable
 
 # Documented on every route that can produce them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "The authenticate hook refused the request"},
+    403: {"model": ErrorResponse, "description": "Not a session this principal may use"},
     404: {"model": ErrorResponse, "description": "Unknown session, run, agent or tool call"},
     409: {"model": ErrorResponse, "description": "Conflicts with the session's current state"},
+    408: {"model": ErrorResponse, "description": "The body did not arrive in time"},
     413: {"model": ErrorResponse, "description": "Body or tool result larger than the limit"},
-    422: {"model": ErrorResponse, "description": "Malformed body, id too long or bad answer"},
+    422: {
+        "model": ErrorResponse,
+        "description": "Malformed body, JSON nested too deep, id too long or bad answer",
+    },
 }
 
 
@@ -29,6 +36,10 @@ class ServerContext:
     max_id_length: int
     max_result_bytes: int
     keepalive_seconds: float
+    authenticate: Authenticate | None = None
+    cookie_max_age: int = 12 * 3600
+    streams: StreamSlots = field(default_factory=StreamSlots)
+    max_stream_seconds: float = 3600.0
 
     def check_ids(self, **ids: str | None) -> None:
         """Ids are bounded so a client cannot make the database index huge strings, and

@@ -1,31 +1,32 @@
-"""GET /inbox: the approvals inbox, one self-contained HTML page (no build step, no CDN).
+"""GET /inbox: the approvals inbox, a self-contained page (no build step, no CDN).
 
 The page reads the same JSON API as any client (/runs?status=waiting,
 /sessions/{id}/messages, /submit-tool-result, /interrupt, /abort) and follows runs over
 /sse; /answered lists what was answered, by whom and when, so answered items survive a
-reload. A browser without credentials gets a sign-in form instead of a JSON 401.
+reload. A browser without credentials gets a sign-in form (the edge guard serves it with
+the 401) that posts the token here: the server checks it and sets the HttpOnly cookie,
+so no script, the inbox's included, ever holds the token.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from typing import Annotated
+from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.exception_handlers import http_exception_handler
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request as StarletteRequest
 
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import queries
+from helix_dbos.server.auth import TOKEN_COOKIE, Principal, current_principal, principal_of
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.cookies import cleared_cookie, token_cookie
 from helix_dbos.server.models import AnsweredCall
+from helix_dbos.server.pages import page
+from helix_dbos.server.visibility import visible_rows
 
-
-@cache
-def page(name: str) -> str:
-    return resources.files("helix_dbos.server").joinpath(name).read_text("utf-8")
+SIGN_IN_FAILED = '<p id="error" class="error">'
 
 
 def build_router(ctx: ServerContext) -> APIRouter:
@@ -50,23 +51,49 @@ def build_router(ctx: ServerContext) -> APIRouter:
         responses=ERROR_RESPONSES,
         summary="Answered tool calls, newest first, with who answered and when",
     )
-    async def answered(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> list[AnsweredCall]:
+    async def answered(
+        principal: Annotated[Principal, Depends(current_principal)],
+        limit: Annotated[int, Query(ge=1, le=500)] = 20,
+    ) -> list[AnsweredCall]:
         query = queries.answered_tool_calls(limit)
         rows = await on_target_loop(lambda: queries.fetch_async(helix.runtime.engine, query))
-        return [AnsweredCall.model_validate(r) for r in rows]
+        return [AnsweredCall.model_validate(r) for r in await visible_rows(ctx, principal, rows)]
+
+    @router.post("/sign-in", include_in_schema=False)
+    async def sign_in(request: Request) -> Response:
+        """The sign-in form: check the token as any request would be, then set the cookie."""
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        token = (form.get("token") or [""])[0].strip()
+        if not token or await principal_of(ctx.authenticate, with_token(request, token)) is None:
+            failed = page("sign_in.html").replace(
+                '<p id="error" class="error" hidden>', SIGN_IN_FAILED
+            )
+            return HTMLResponse(failed, status_code=401, headers={"Cache-Control": "no-store"})
+        response = Response(status_code=303, headers={"Location": "inbox"})
+        response.raw_headers.append(token_cookie(token, request, ctx.cookie_max_age))
+        return response
+
+    @router.post("/sign-out", include_in_schema=False)
+    async def sign_out(request: Request) -> Response:
+        response = Response(status_code=303, headers={"Location": "inbox"})
+        response.raw_headers.append(cleared_cookie(request))
+        return response
 
     return router
 
 
-def install_sign_in(app: FastAPI) -> None:
-    """A browser opening /inbox without credentials gets the sign-in form (still a 401),
-    not `{"detail": "Not authenticated"}`; every other 401 stays JSON."""
-
-    async def on_http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        wants_html = "text/html" in request.headers.get("accept", "")
-        if exc.status_code == 401 and wants_html and request.url.path.endswith("/inbox"):
-            return HTMLResponse(page("sign_in.html"), status_code=401)
-        return await http_exception_handler(request, exc)
-
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
+def with_token(request: Request, token: str) -> StarletteRequest:
+    """The request as it would arrive carrying `token` (header and cookie, no query), so
+    any `authenticate` hook that accepts the token accepts the sign-in."""
+    try:
+        bearer = f"Bearer {token}".encode("latin-1")
+        cookie = f"{TOKEN_COOKIE}={quote(token, safe='')}".encode("latin-1")
+    except UnicodeEncodeError:
+        bearer = cookie = b""
+    headers = [
+        (name, value)
+        for name, value in request.scope["headers"]
+        if name not in (b"authorization", b"cookie")
+    ]
+    headers += [(b"authorization", bearer), (b"cookie", cookie)]
+    return StarletteRequest({**request.scope, "headers": headers, "query_string": b""})

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import queries
+from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow
+from helix_dbos.server.visibility import require_visible, visible_rows
+
+Who = Annotated[Principal, Depends(current_principal)]
 
 RunStatusFilter = Literal[
     "waiting", "running", "paused", "completed", "failed", "interrupted", "aborted"
@@ -22,6 +26,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
 
     @router.get("/runs", response_model=list[RunSummary], summary="Runs, most recent first")
     async def runs(
+        principal: Who,
         status: Annotated[
             RunStatusFilter | None,
             Query(description="`waiting`: runs waiting for a human, with their pending calls"),
@@ -30,20 +35,22 @@ def build_router(ctx: ServerContext) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[RunSummary]:
         ctx.check_ids(session_id=session_id)
+        await require_visible(ctx, principal, session_id)
         rows = await on_target_loop(
             lambda: queries.runs_with_calls_async(
                 helix.runtime.engine, status=status, session_id=session_id, limit=limit
             )
         )
-        return [RunSummary.model_validate(r) for r in rows]
+        return [RunSummary.model_validate(r) for r in await visible_rows(ctx, principal, rows)]
 
     @router.get(
         "/sessions/{session_id}/messages",
         response_model=list[TranscriptMessage],
         summary="A session's transcript",
     )
-    async def messages(session_id: str) -> list[TranscriptMessage]:
+    async def messages(session_id: str, principal: Who) -> list[TranscriptMessage]:
         ctx.check_ids(session_id=session_id)
+        await require_visible(ctx, principal, session_id)
         await helix.get_session(session_id)
         rows = await on_target_loop(
             lambda: queries.fetch_async(helix.runtime.engine, queries.transcript(session_id))
@@ -60,6 +67,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
     )
     async def usage(
         session_id: str,
+        principal: Who,
         children: Annotated[
             bool,
             Query(
@@ -69,6 +77,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         ] = False,
     ) -> UsageResponse:
         ctx.check_ids(session_id=session_id)
+        await require_visible(ctx, principal, session_id)
         await helix.get_session(session_id)
         query = queries.usage(by="model", session_id=session_id, include_children=children)
         rows = await on_target_loop(lambda: queries.fetch_async(helix.runtime.engine, query))

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.runtime.results import RunInfo
 from helix_dbos.server import queries
+from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     ControlRequest,
     ControlResponse,
+    ErrorResponse,
     PendingToolCall,
     ResumeRequest,
     RunStarted,
@@ -24,6 +26,10 @@ from helix_dbos.server.models import (
     SubmitToolResultResponse,
 )
 from helix_dbos.server.sse import event_stream, parse_last_event_id
+from helix_dbos.server.streams import SlotStreamingResponse
+from helix_dbos.server.visibility import require_own_new_session, require_visible
+
+Who = Annotated[Principal, Depends(current_principal)]
 
 SSE_DESCRIPTION = (
     "Server-Sent Events: one event per stream chunk (`id: <seq>`, `event: <type>`, "
@@ -37,8 +43,9 @@ def build_router(ctx: ServerContext) -> APIRouter:
     helix = ctx.helix
 
     @router.post("/start", response_model=RunStarted, tags=["runs"], summary="Start a run")
-    async def start(body: StartRequest) -> RunStarted:
+    async def start(body: StartRequest, principal: Who) -> RunStarted:
         ctx.check_ids(agent=body.agent, session_id=body.session_id)
+        require_own_new_session(principal, body.session_id)
         handle = await helix.execute(
             body.agent,
             body.input,
@@ -56,8 +63,9 @@ def build_router(ctx: ServerContext) -> APIRouter:
         tags=["runs"],
         summary="Continue a session in a new run",
     )
-    async def resume(body: ResumeRequest) -> RunStarted:
+    async def resume(body: ResumeRequest, principal: Who) -> RunStarted:
         ctx.check_ids(session_id=body.session_id)
+        await require_visible(ctx, principal, body.session_id)
         handle = await helix.resume(body.session_id, body.message)
         return RunStarted(
             session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
@@ -78,10 +86,17 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
         summary="Stream a session's chunks",
         description=SSE_DESCRIPTION,
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        responses={
+            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            503: {
+                "model": ErrorResponse,
+                "description": "Too many open streams (per server or per session); see Retry-After",
+            },
+        },
     )
     async def sse(
         session_id: str,
+        principal: Who,
         run_id: str | None = None,
         after_seq: Annotated[int, Query(ge=0)] = 0,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
@@ -93,16 +108,23 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
             raise HTTPException(
                 status_code=422, detail="Last-Event-ID must be a non-negative integer (a seq)"
             ) from None
+        await require_visible(ctx, principal, session_id)
         await helix.get_session(session_id)  # 404 before the stream starts, not inside it
         if run_id is not None and (await helix.get_run(run_id)).session_id != session_id:
             raise HTTPException(
                 status_code=404, detail=f"Run '{run_id}' is not in session '{session_id}'"
             )
+        release = ctx.streams.acquire(session_id)  # 503 past the caps
         chunks = helix.stream(
             session_id, after_seq=resumed if resumed is not None else after_seq, run_id=run_id
         )
-        return StreamingResponse(
-            event_stream(chunks, keepalive_seconds=ctx.keepalive_seconds),
+        return SlotStreamingResponse(
+            event_stream(
+                chunks,
+                keepalive_seconds=ctx.keepalive_seconds,
+                max_seconds=ctx.max_stream_seconds,
+            ),
+            release=release,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -110,8 +132,9 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
     @router.get(
         "/status", response_model=StatusResponse, tags=["runs"], summary="A session's state"
     )
-    async def status(session_id: str) -> StatusResponse:
+    async def status(session_id: str, principal: Who) -> StatusResponse:
         ctx.check_ids(session_id=session_id)
+        await require_visible(ctx, principal, session_id)
         session = await helix.get_session(session_id)
         runs = await helix.list_runs(session_id)
         pending = await helix.pending_tool_calls(session_id)
@@ -145,8 +168,9 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         summary="Stop the live runs of a session and of the sessions below it at their next "
         "step boundary",
     )
-    async def interrupt(body: ControlRequest) -> ControlResponse:
+    async def interrupt(body: ControlRequest, principal: Who) -> ControlResponse:
         ctx.check_ids(session_id=body.session_id)
+        await require_visible(ctx, principal, body.session_id)
         own = await helix.get_current_run(body.session_id)
         reached = await helix.interrupt(body.session_id, reason=body.reason)
         return _control(body.session_id, own, reached, "interrupt_requested")
@@ -157,8 +181,9 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         tags=["control"],
         summary="Cancel the live runs of a session and of the sessions below it now",
     )
-    async def abort(body: ControlRequest) -> ControlResponse:
+    async def abort(body: ControlRequest, principal: Who) -> ControlResponse:
         ctx.check_ids(session_id=body.session_id)
+        await require_visible(ctx, principal, body.session_id)
         own = await helix.get_current_run(body.session_id)
         reached = await helix.abort(body.session_id, reason=body.reason)
         return _control(body.session_id, own, reached, "aborted")
@@ -178,8 +203,15 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         tags=["control"],
         summary="Answer a pending tool call (approval, client tool result, human input)",
     )
-    async def submit_tool_result(body: SubmitToolResultRequest) -> SubmitToolResultResponse:
+    async def submit_tool_result(
+        body: SubmitToolResultRequest, principal: Who
+    ) -> SubmitToolResultResponse:
         ctx.check_ids(session_id=body.session_id, tool_call_id=body.tool_call_id)
+        # Every field is checked before the answer is applied (the tool may run at once).
+        ctx.check_ids(answered_by=body.answered_by)
+        await require_visible(ctx, principal, body.session_id)
+        # A named principal is who answered; the shared token leaves it to the client.
+        who = principal.name or body.answered_by or "HTTP API"
         sid, tcid = body.session_id, body.tool_call_id
         if body.kind == "client-tool-result":
             ctx.check_result_size("result", body.result if body.error is None else body.error)
@@ -190,6 +222,5 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         else:
             ctx.check_result_size("human_input", body.human_input)
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
-        ctx.check_ids(answered_by=body.answered_by)
-        await record_answerer(helix, sid, tcid, body.answered_by or "HTTP API")
+        await record_answerer(helix, sid, tcid, who)
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)

@@ -4,7 +4,8 @@ Each chunk is one event: `id: <seq>` (so a reconnecting EventSource sends it bac
 as Last-Event-ID), `event: <type>`, `data: <chunk JSON>`. Comments keep idle
 connections alive through proxies. When the stream ends (the run reached a
 terminal chunk, or the session has nothing live), an `end` event tells clients
-not to reconnect.
+not to reconnect. A stream open longer than its lifetime closes without `end`, so
+an EventSource reconnects with Last-Event-ID and misses nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def parse_last_event_id(value: str | None) -> int | None:
 
 
 async def event_stream(
-    chunks: AsyncIterator[StreamChunk], *, keepalive_seconds: float
+    chunks: AsyncIterator[StreamChunk],
+    *,
+    keepalive_seconds: float,
+    max_seconds: float = float("inf"),
 ) -> AsyncIterator[str]:
     """SSE text for `chunks`, with keep-alive comments while no chunk arrives.
 
@@ -64,14 +68,21 @@ async def event_stream(
 
     task = asyncio.create_task(pump())
     getter: asyncio.Future[Any] | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_seconds
     try:
         yield f"retry: {RETRY_MS}\n: connected\n\n"
         while True:
             if getter is None:
                 getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({getter}, timeout=keepalive_seconds)
+            left = deadline - loop.time()
+            if left <= 0:
+                yield ": stream lifetime reached; reconnect with Last-Event-ID\n\n"
+                return
+            done, _ = await asyncio.wait({getter}, timeout=min(keepalive_seconds, left))
             if not done:
-                yield ": keep-alive\n\n"
+                if deadline - loop.time() > 0:
+                    yield ": keep-alive\n\n"
                 continue
             item, getter = getter.result(), None
             if item is _END:

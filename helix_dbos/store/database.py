@@ -9,6 +9,7 @@ user gave nothing, starts an embedded PostgreSQL (pgserver) so a laptop needs no
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -125,17 +126,40 @@ def with_database(url: str, dbname: str) -> str:
     return f"{scheme}://{netloc}/{dbname}{qmark}{query}"
 
 
+# `password=...` and `sslpassword=...` in a query string or a key=value conninfo; a
+# quoted conninfo value may hold spaces and escaped quotes.
+_PASSWORD_PARAM = re.compile(r"(\b\w*password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&#]+)", re.IGNORECASE)
+_NETLOC = re.compile(r"[^/?#]*")
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ***, for messages and logs."""
+    """The URL (or key=value conninfo) with every password replaced by ***: the URL's
+    userinfo, `?password=` / `sslpassword=` parameters, `password=` pairs. An empty
+    password stays empty, so `***` always means one was set."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return url
-    head, slash, tail = rest.partition("/")
+        return _PASSWORD_PARAM.sub(r"\1***", url)
+    netloc = _NETLOC.match(rest)
+    head = netloc.group() if netloc else ""
+    tail = rest[len(head) :]
     userinfo, at, hostport = head.rpartition("@")
     if at and ":" in userinfo:
-        user = userinfo.split(":", 1)[0]
-        head = f"{user}:***@{hostport}"
-    return f"{scheme}://{head}{slash}{tail}"
+        user, _, password = userinfo.partition(":")
+        if password:
+            head = f"{user}:***@{hostport}"
+    tail = _PASSWORD_PARAM.sub(r"\1***", tail)
+    return f"{scheme}://{head}{tail}"
+
+
+def redact_secrets(text: str, url: str) -> str:
+    """`text` (an error message, say) with the URL's password masked wherever it shows."""
+    try:
+        password = conninfo_to_dict(libpq_url(url) if "://" in url else url).get("password")
+    except Exception:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    return _PASSWORD_PARAM.sub(r"\1***", text)
 
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:

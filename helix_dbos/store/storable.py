@@ -21,6 +21,10 @@ from helix_dbos.errors import InvalidInputError
 M = TypeVar("M", bound=BaseModel)
 
 REPLACEMENT = "\ufffd"
+# Deeper JSON is refused at the edge: past a few hundred levels, recursive serializers
+# (pydantic's, the providers' SDKs') fail, and a run with such a state would fail with it.
+MAX_DEPTH = 100
+CUT_TOO_DEEP = f"[cut: nested more than {MAX_DEPTH} levels deep]"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # In json.dumps output (ASCII): an escaped NUL, or a surrogate escape that is not half
 # of a pair. A false hit (an escaped backslash before "u0000") only costs the slow path.
@@ -45,10 +49,24 @@ def storable(value: Any) -> Any:
     return value
 
 
+def cut_deep(value: Any, levels: int = MAX_DEPTH) -> Any:
+    """`value` with lists and objects nested past `levels` replaced by `CUT_TOO_DEEP`."""
+    if isinstance(value, dict | list | tuple) and levels <= 0:
+        return CUT_TOO_DEEP
+    if isinstance(value, dict):
+        return {k: cut_deep(v, levels - 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [cut_deep(v, levels - 1) for v in value]
+    return value
+
+
 def storable_model(model: M) -> M:
-    """A pydantic model (a model's reply, say) with every string made storable; the
-    model itself when it already is."""
+    """A pydantic model (a model's reply, say) with every string made storable and any
+    nesting past `MAX_DEPTH` cut (a prompt-injected model's 500-deep arguments would
+    fail the step's checkpoint, and the run); the model itself when it already is."""
     data = model.model_dump()
+    if depth_exceeds(data, MAX_DEPTH):
+        return type(model).model_validate(storable(cut_deep(data)))
     if unstorable_path(data, "") is None:
         return model
     return type(model).model_validate(storable(data))
@@ -81,9 +99,31 @@ def unstorable_path(value: Any, path: str) -> str | None:
     return None
 
 
+def depth_exceeds(value: Any, limit: int) -> bool:
+    """True when dicts and lists in `value` nest deeper than `limit` (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def check_storable(**fields: Any) -> None:
-    """Refuse input PostgreSQL cannot store, naming the field (a 422 over HTTP)."""
+    """Refuse input PostgreSQL cannot store, or nested deeper than `MAX_DEPTH`, naming
+    the field (a 422 over HTTP)."""
     for name, value in fields.items():
+        if depth_exceeds(value, MAX_DEPTH):
+            raise InvalidInputError(
+                f"{name} nests lists and objects more than {MAX_DEPTH} levels deep; flatten it"
+            )
         where = unstorable_path(value, name)
         if where is not None:
             raise InvalidInputError(

@@ -1,0 +1,382 @@
+// The approvals inbox (a file: the page's CSP allows no inline script).
+"use strict";
+(() => {
+  const POLL_MS = 3000;
+  const MAX_STREAMS = 4;  // browsers allow ~6 HTTP/1.1 connections per host
+  const TERMINAL = ["run_completed", "run_failed", "run_aborted", "run_interrupted"];
+  const CHUNK_TYPES = ["text_delta", "thinking", "tool_start", "tool_end", "tool_approval_request",
+    "client_tool_request", "human_input_request", "state_patch", "custom", "output", "error",
+    "run_started", "run_resumed", ...TERMINAL];
+  const me = localStorage.getItem("helix_inbox_name") || "inbox";
+  const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+  let loaded = false;
+  const cards = new Map();    // run_id -> {el, run, resolved}
+  const streams = new Map();  // run_id -> EventSource
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null) continue;
+      if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  const json = (value) => JSON.stringify(value, null, 2);
+  const time = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+
+  // Bidi controls (U+202E...), zero-width and other invisible or blank-looking characters
+  // are shown as escapes (\u202E) in a highlighted <mark>: what a human approves is what
+  // they see. Newlines and tabs stay (JSON.stringify escapes them inside strings).
+  const INVISIBLE = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}\u00A0\u1680\u2000-\u200A\u202F\u205F\u3000\u2800\u3164\uFFA0]/gu;
+  const shown = (ch) => ch !== "\n" && ch !== "\t";
+  const codeOf = (ch) => {
+    const hex = ch.codePointAt(0).toString(16).toUpperCase();
+    return hex.length > 4 ? "\\u{" + hex + "}" : "\\u" + hex.padStart(4, "0");
+  };
+  const hasInvisible = (text) => [...String(text).matchAll(INVISIBLE)].some((m) => shown(m[0]));
+  function visible(text) {
+    const value = String(text);
+    const out = [];
+    let last = 0;
+    for (const match of value.matchAll(INVISIBLE)) {
+      if (!shown(match[0])) continue;
+      if (match.index > last) out.push(value.slice(last, match.index));
+      const code = codeOf(match[0]);
+      out.push(el("mark", { class: "invisible", title: "invisible character " + code.replace("\\u", "U+") }, code));
+      last = match.index + match[0].length;
+    }
+    if (last < value.length) out.push(value.slice(last));
+    return out;
+  }
+
+  async function api(path, body) {
+    const options = { headers: {}, credentials: "same-origin" };  // the HttpOnly cookie
+    if (body !== undefined) {
+      options.method = "POST";
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, options);
+    if (response.status === 401) throw new Error("not signed in: reload the page to sign in");
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(data.detail || response.status + " " + response.statusText);
+    return data;
+  }
+
+  function setConnection() {
+    const conn = document.getElementById("conn");
+    const live = [...streams.values()].some((s) => s.readyState === EventSource.OPEN);
+    conn.textContent = live ? "live" : "polling every " + POLL_MS / 1000 + "s";
+    conn.className = live ? "live" : "";
+  }
+
+  // --- cards ------------------------------------------------------------------
+
+  function renderCard(run) {
+    const status = el("span", { class: "run-status " + run.status }, run.status);
+    const card = el("div", { class: "card", "data-run-id": run.run_id, "data-session-id": run.session_id },
+      el("div", { class: "card-head" },
+        el("span", { class: "agent" }, run.agent_name),
+        el("span", { class: "ids" },
+          el("span", { class: "label" }, "session"), el("code", {}, run.session_id),
+          el("span", { class: "label" }, "run"), el("code", {}, run.run_id)),
+        el("span", { class: "since" }, run.waiting_since ? "waiting since " + time(run.waiting_since) : ""),
+        runControls(run),
+        status),
+      el("div", { class: "calls" }),
+      el("div", { class: "outcome" }),
+      el("details", { class: "conversation", open: "" },
+        el("summary", {}, "Conversation"),
+        el("ol", { class: "transcript" })),
+      el("div", { class: "last-event" }));
+    card.dataset.agent = run.agent_name;
+    const entry = { el: card, run, resolved: false };
+    cards.set(run.run_id, entry);
+    updateCalls(entry, run.tool_calls || []);
+    loadTranscript(entry);
+    return entry;
+  }
+
+  function runControls(run) {
+    // Stop the run at its next step (at once while it waits), or cancel it now.
+    const box = el("span", { class: "run-controls" });
+    for (const [action, label] of [["interrupt", "Interrupt"], ["abort", "Abort"]]) {
+      const button = el("button", { class: action === "abort" ? "danger" : "", "data-action": action }, label);
+      button.addEventListener("click", async () => {
+        box.querySelectorAll("button").forEach((b) => (b.disabled = true));
+        try {
+          await api(action, { session_id: run.session_id, reason: label.toLowerCase() + "ed from the inbox by " + me });
+          const entry = cards.get(run.run_id);
+          if (entry) { follow(entry); checkEnded(entry); }
+        } catch (error) {
+          box.querySelectorAll("button").forEach((b) => (b.disabled = false));
+          const entry = cards.get(run.run_id);
+          if (entry) entry.el.querySelector(".last-event").textContent = action + ": " + error.message;
+        }
+      });
+      box.append(button);
+    }
+    return box;
+  }
+
+  function updateCalls(entry, calls) {
+    const box = entry.el.querySelector(".calls");
+    for (const call of calls) {
+      let node = box.querySelector(`[data-tool-call-id="${CSS.escape(call.tool_call_id)}"]`);
+      if (!node) {
+        node = renderCall(entry, call);
+        box.append(node);
+      }
+      if (call.answered) markAnswered(node);
+    }
+  }
+
+  function renderCall(entry, call) {
+    const errorLine = el("div", { class: "error" });
+    const input = json(call.input);
+    const hidden = hasInvisible(call.tool_name) || hasInvisible(input);
+    const node = el("div", { class: "call", "data-tool-call-id": call.tool_call_id, "data-kind": call.kind },
+      el("div", { class: "call-title" }, visible(call.tool_name), " ", el("span", { class: "kind" }, "(" + call.kind.replace("_", " ") + ")")),
+      hidden ? el("div", { class: "invisible-warning" }, "Contains invisible or direction-changing characters, shown highlighted as \\u escapes: read them before you answer.") : null,
+      el("pre", { class: "input" }, visible(input)),
+      call.deadline_at ? el("div", { class: "since" }, "deadline " + time(call.deadline_at)) : null);
+    const send = async (body, buttons) => {
+      errorLine.textContent = "";
+      buttons.forEach((b) => (b.disabled = true));
+      try {
+        await api("submit-tool-result", { session_id: entry.run.session_id, tool_call_id: call.tool_call_id, answered_by: me, ...body });
+        markAnswered(node);
+        follow(entry);
+      } catch (error) {
+        errorLine.textContent = error.message;
+        buttons.forEach((b) => (b.disabled = false));
+      }
+    };
+    const actions = el("div", { class: "actions" });
+    if (call.kind === "approval") {
+      const reason = el("input", { type: "text", name: "reason", placeholder: "reason (optional)" });
+      const approve = el("button", { class: "primary", "data-action": "approve" }, "Approve");
+      const deny = el("button", { class: "danger", "data-action": "deny" }, "Deny");
+      const both = [approve, deny];
+      const why = () => reason.value.trim() || undefined;
+      approve.addEventListener("click", () => send({ kind: "approval-response", approved: true, reason: why() }, both));
+      deny.addEventListener("click", () => send({ kind: "approval-response", approved: false, reason: why() }, both));
+      actions.append(reason, approve, deny);
+    } else if (call.kind === "client") {
+      const area = el("textarea", { name: "result", placeholder: "the tool's result as JSON, e.g. {\"ok\": true}" });
+      const submit = el("button", { class: "primary", "data-action": "submit-result" }, "Submit result");
+      const fail = el("button", { class: "danger", "data-action": "submit-error" }, "Submit as error");
+      const both = [submit, fail];
+      submit.addEventListener("click", () => {
+        let result;
+        try { result = JSON.parse(area.value); } catch (error) { errorLine.textContent = "Not valid JSON: " + error.message; return; }
+        send({ kind: "client-tool-result", result }, both);
+      });
+      fail.addEventListener("click", () => send({ kind: "client-tool-result", error: area.value.trim() || "failed" }, both));
+      actions.append(area, submit, fail);
+    } else {
+      const answer = el("input", { type: "text", name: "human_input", placeholder: "your answer" });
+      const submit = el("button", { class: "primary", "data-action": "answer" }, "Answer");
+      submit.addEventListener("click", () => send({ kind: "human-input", human_input: answer.value }, [submit]));
+      actions.append(answer, submit);
+    }
+    node.append(actions, errorLine);
+    return node;
+  }
+
+  function markAnswered(node) {
+    if (node.classList.contains("answered")) return;
+    node.classList.add("answered");
+    node.querySelectorAll("button, input, textarea").forEach((c) => (c.disabled = true));
+    node.append(el("div", { class: "answered-note" }, "Answered; the run continues…"));
+  }
+
+  function resolve(entry, status, detail) {
+    if (entry.resolved) return;
+    entry.resolved = true;
+    const badge = entry.el.querySelector(".run-status");
+    badge.textContent = status;
+    badge.className = "run-status " + status;
+    entry.el.querySelectorAll(".call .actions, .run-controls").forEach((c) => c.remove());
+    entry.el.querySelectorAll(".call").forEach((c) => c.classList.add("answered"));
+    entry.el.querySelectorAll(".answered-note").forEach((n) => (n.textContent = "Answered."));
+    entry.el.querySelector(".since").textContent = "finished " + time(new Date().toISOString());
+    if (detail !== undefined && detail !== null) {
+      entry.el.querySelector(".outcome").replaceChildren(el("pre", { class: "output" }, visible(typeof detail === "string" ? detail : json(detail))));
+    }
+    document.getElementById("resolved").prepend(entry.el);
+    loadTranscript(entry);
+    refreshCounts();
+    loadAnswered();
+  }
+
+  function refreshCounts() {
+    const waiting = [...cards.values()].filter((c) => !c.resolved).length;
+    document.getElementById("waiting-count").textContent = waiting;
+    document.getElementById("waiting-count").title = plural(waiting, "run") + " waiting";
+    document.getElementById("waiting-empty").hidden = !loaded || waiting > 0;
+    document.getElementById("loading").hidden = loaded;
+    refreshAgents();
+    applyFilters();
+  }
+
+  // --- filters -----------------------------------------------------------------
+
+  const agentFilter = document.getElementById("agent-filter");
+  const sessionSearch = document.getElementById("session-search");
+  const knownAgents = new Set();
+
+  function refreshAgents() {
+    const names = [...cards.values()].map((c) => c.run.agent_name)
+      .concat([...document.querySelectorAll("#answered li")].map((li) => li.dataset.agent));
+    for (const name of names) {
+      if (!name || knownAgents.has(name)) continue;
+      knownAgents.add(name);
+      agentFilter.append(el("option", { value: name }, name));
+    }
+  }
+
+  function applyFilters() {
+    const agent = agentFilter.value;
+    const needle = sessionSearch.value.trim().toLowerCase();
+    const shown = (node) => (!agent || node.dataset.agent === agent)
+      && (!needle || (node.dataset.sessionId || "").toLowerCase().includes(needle));
+    document.querySelectorAll(".card, #answered li").forEach((node) => (node.hidden = !shown(node)));
+  }
+  agentFilter.addEventListener("change", applyFilters);
+  sessionSearch.addEventListener("input", applyFilters);
+
+  // --- answered (from SQL: survives a reload) ------------------------------------
+
+  const VERDICT = { approved: "approved", denied: "denied", completed: "result submitted",
+    failed: "answered with an error", timed_out: "timed out", aborted: "aborted", interrupted: "interrupted" };
+
+  async function loadAnswered() {
+    try {
+      const rows = await api("answered?limit=20");
+      const list = document.getElementById("answered");
+      list.replaceChildren(...rows.map((row) => {
+        const verdict = row.answered_at || row.status !== "pending" ? (VERDICT[row.status] || (row.status === "pending" ? "answered" : row.status)) : "answered";
+        const who = row.answered_by || "the Python API";
+        const when = row.answered_at || row.resolved_at;
+        return el("li", { "data-tool-call-id": row.tool_call_id, "data-session-id": row.session_id, "data-agent": row.agent_name },
+          el("span", { class: "call-title" }, visible(row.tool_name), " ", el("span", { class: "kind" }, "(" + row.kind.replace("_", " ") + ")")),
+          el("span", { class: "verdict " + row.status }, verdict),
+          row.answered_at ? el("span", { class: "who" }, "by " + who + " · " + time(when)) : el("span", { class: "who" }, time(when)),
+          row.reason ? el("span", { class: "reason" }, "“", visible(row.reason), "”") : null,
+          el("span", { class: "ids" }, el("span", { class: "label" }, "agent"), el("code", {}, row.agent_name), el("span", { class: "label" }, "session"), el("code", {}, row.session_id)),
+          el("span", { class: "run-status " + row.run_status }, row.run_status));
+      }));
+      document.getElementById("answered-empty").hidden = rows.length > 0;
+      refreshAgents();
+      applyFilters();
+    } catch (error) {
+      document.getElementById("answered-empty").hidden = false;
+      document.getElementById("answered-empty").textContent = "Could not load: " + error.message;
+    }
+  }
+
+  async function loadTranscript(entry) {
+    try {
+      const messages = await api("sessions/" + encodeURIComponent(entry.run.session_id) + "/messages");
+      const list = entry.el.querySelector(".transcript");
+      list.replaceChildren(...messages.map(renderMessage));
+      entry.el.querySelector("summary").textContent = "Conversation (" + plural(messages.length, "message") + ")";
+      list.scrollTop = list.scrollHeight;
+    } catch (error) {
+      entry.el.querySelector(".last-event").textContent = "transcript: " + error.message;
+    }
+  }
+
+  function renderMessage(m) {
+    const parts = [];
+    if (m.content) parts.push(m.content);
+    for (const call of m.tool_calls || []) parts.push("→ " + call.name + "(" + JSON.stringify(call.arguments) + ")");
+    const role = m.role === "tool" ? "tool " + (m.tool_name || "") : m.role;
+    return el("li", { class: m.is_error ? "is-error" : "", "data-role": m.role }, el("span", { class: "role" }, visible(role)), el("span", { class: "text" }, visible(parts.join("\n"))));
+  }
+
+  // --- live updates -------------------------------------------------------------
+
+  function follow(entry) {
+    const runId = entry.run.run_id;
+    if (streams.has(runId) || entry.resolved || typeof EventSource === "undefined") return;
+    if (streams.size >= MAX_STREAMS) {
+      const [oldest, source] = streams.entries().next().value;
+      source.close();
+      streams.delete(oldest);
+    }
+    // Same origin: the browser sends the HttpOnly cookie; no token in the URL (or the logs).
+    const url = "sse?session_id=" + encodeURIComponent(entry.run.session_id) + "&run_id=" + encodeURIComponent(runId);
+    const source = new EventSource(url);
+    streams.set(runId, source);
+    source.onopen = setConnection;
+    source.onerror = setConnection;
+    for (const type of CHUNK_TYPES) {
+      source.addEventListener(type, (event) => onChunk(entry, JSON.parse(event.data)));
+    }
+    source.addEventListener("end", () => {
+      source.close();
+      streams.delete(runId);
+      setConnection();
+    });
+  }
+
+  function onChunk(entry, chunk) {
+    entry.el.querySelector(".last-event").textContent = "last event: " + chunk.type + " (#" + chunk.seq + ") at " + time(chunk.timestamp);
+    if (TERMINAL.includes(chunk.type)) {
+      const status = chunk.type.replace("run_", "");
+      resolve(entry, status, chunk.payload.output !== undefined ? chunk.payload.output : chunk.payload.error || chunk.payload.reason);
+    } else if (chunk.type.endsWith("_request")) {
+      poll();
+    } else if (chunk.type === "tool_end" || chunk.type === "output") {
+      loadTranscript(entry);
+    }
+  }
+
+  async function poll() {
+    try {
+      const runs = await api("runs?status=waiting");
+      const seen = new Set();
+      for (const run of runs) {
+        seen.add(run.run_id);
+        const entry = cards.get(run.run_id);
+        if (!entry) {
+          document.getElementById("waiting").append(renderCard(run).el);
+          follow(cards.get(run.run_id));
+        } else if (!entry.resolved) {
+          entry.run = run;
+          updateCalls(entry, run.tool_calls || []);
+        }
+      }
+      for (const entry of cards.values()) {
+        if (!entry.resolved && !seen.has(entry.run.run_id)) checkEnded(entry);
+      }
+      loaded = true;
+      refreshCounts();
+      setConnection();
+    } catch (error) {
+      document.getElementById("conn").textContent = "offline: " + error.message;
+    }
+  }
+
+  async function checkEnded(entry) {
+    // Fallback when no stream told us: ask for the session's last run.
+    const status = await api("status?session_id=" + encodeURIComponent(entry.run.session_id)).catch(() => null);
+    const last = status && status.last_run;
+    if (last && last.run_id === entry.run.run_id && !["running", "waiting", "paused"].includes(last.status)) {
+      resolve(entry, last.status, last.output !== null ? last.output : last.error);
+    }
+  }
+
+  poll();
+  loadAnswered();
+  setInterval(poll, POLL_MS);
+  setInterval(loadAnswered, POLL_MS * 2);
+})();
