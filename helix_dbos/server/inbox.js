@@ -80,12 +80,18 @@
 
   function renderCard(run) {
     const status = el("span", { class: "run-status " + run.status }, run.status);
-    const card = el("div", { class: "card", "data-run-id": run.run_id, "data-session-id": run.session_id },
+    // A sub-agent's wait shows which root it is under, and how deep (search by the root finds it).
+    const below = run.depth > 0
+      ? [el("span", { class: "label" }, "sub-agent of"), el("code", { class: "root" }, run.root_session_id),
+         el("span", { class: "label" }, "depth"), el("code", { class: "depth" }, run.depth)]
+      : [];
+    const card = el("div", { class: "card", "data-run-id": run.run_id, "data-session-id": run.session_id,
+                             "data-root-session-id": run.root_session_id },
       el("div", { class: "card-head" },
         el("span", { class: "agent" }, run.agent_name),
         el("span", { class: "ids" },
           el("span", { class: "label" }, "session"), el("code", {}, run.session_id),
-          el("span", { class: "label" }, "run"), el("code", {}, run.run_id)),
+          el("span", { class: "label" }, "run"), el("code", {}, run.run_id), below),
         el("span", { class: "since" }, run.waiting_since ? "waiting since " + time(run.waiting_since) : ""),
         runControls(run),
         status),
@@ -246,7 +252,8 @@
     const agent = agentFilter.value;
     const needle = sessionSearch.value.trim().toLowerCase();
     const shown = (node) => (!agent || node.dataset.agent === agent)
-      && (!needle || (node.dataset.sessionId || "").toLowerCase().includes(needle));
+      && (!needle || [node.dataset.sessionId, node.dataset.rootSessionId]
+        .some((id) => (id || "").toLowerCase().includes(needle)));
     document.querySelectorAll(".card, #answered li").forEach((node) => (node.hidden = !shown(node)));
   }
   agentFilter.addEventListener("change", applyFilters);
