@@ -179,17 +179,24 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
         summary="Answer a pending tool call (approval, client tool result, human input)",
     )
     async def submit_tool_result(body: SubmitToolResultRequest) -> SubmitToolResultResponse:
-        ctx.check_ids(session_id=body.session_id, tool_call_id=body.tool_call_id)
-        sid, tcid = body.session_id, body.tool_call_id
+        # Every field is checked before the answer is applied: a 4xx means nothing ran.
+        ctx.check_ids(
+            session_id=body.session_id,
+            tool_call_id=body.tool_call_id,
+            answered_by=body.answered_by,
+        )
         if body.kind == "client-tool-result":
             ctx.check_result_size("result", body.result if body.error is None else body.error)
-            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
         elif body.kind == "approval-response":
             ctx.check_result_size("reason", body.reason)
-            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
         else:
             ctx.check_result_size("human_input", body.human_input)
+        sid, tcid = body.session_id, body.tool_call_id
+        if body.kind == "client-tool-result":
+            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
+        elif body.kind == "approval-response":
+            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
+        else:
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
-        ctx.check_ids(answered_by=body.answered_by)
         await record_answerer(helix, sid, tcid, body.answered_by or "HTTP API")
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
