@@ -2,9 +2,9 @@
 
 A model (or a prompt injection steering it) controls the ids of its calls. Two calls
 under one id once showed one card and ran both on one Approve. Every test here scripts
-such a reply and checks, through the Python API and over HTTP, that each call a human
-is asked about has its own id, its own arguments, and runs only when it is approved.
-The inbox's side is in `test_inbox_browser.py`.
+such a reply and checks, through the Python API, over HTTP and in the inbox (headless
+Chromium), that each call a human is asked about has its own id, its own arguments,
+and runs only when it is approved.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import test_inbox_browser
 from helpers import sql
 from live_server import serve
 
@@ -35,8 +36,11 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
+from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import create_app
+from helix_dbos.store import repository as repo
 
+browser_page = test_inbox_browser.browser_page  # the inbox tests' headless Chromium
 ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # the Messages API's tool_use id pattern
 LONG_ID = "x" * 300
 
@@ -320,6 +324,46 @@ async def test_an_empty_or_over_long_id_gets_an_answerable_one(
     assert_paired_for_the_provider(last_request(mock_llm, agent))
 
 
+async def test_a_recorded_id_is_never_recorded_again_for_another_call(
+    helix, make_agent, mock_llm, files
+):
+    """Behind the unique ids, the store refuses a second, different call under a recorded
+    id (the old upsert kept the first row and answered both), while a retried insert of
+    the same call still finds its row."""
+    deleted: list[str] = []
+    agent = make_agent(tools=file_tools(deleted))
+    mock_llm.add_responses(
+        calls(("g1", "delete_file", {"path": str(files["harmless"])})),
+        text("done"),
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "clean up")
+    [card] = await pending_calls(helix, handle.session_id, 1)
+    run = await helix.get_run(handle.run_id)
+
+    async def record(path: Path, name: str = "delete_file") -> dict[str, float]:
+        call = repo.PendingToolCall("g1", name, "approval", {"path": str(path)}, 60.0)
+
+        async def insert() -> dict[str, float]:
+            async with helix.runtime.engine.begin() as conn:
+                return await repo.insert_pending_tool_calls(
+                    conn, handle.session_id, handle.run_id, run.workflow_id, [call]
+                )
+
+        return await on_target_loop(insert)
+
+    deadline = card["deadline_at"].timestamp()
+    assert (await record(files["harmless"]))["g1"] == pytest.approx(deadline, abs=1e-3)
+    with pytest.raises(repo.DuplicateToolCallIdError):
+        await record(files["important"])
+    with pytest.raises(repo.DuplicateToolCallIdError):
+        await record(files["harmless"], name="echo")
+    [card] = await helix.pending_tool_calls(handle.session_id)
+    assert card["input"] == {"path": str(files["harmless"])}
+    await helix.deny(handle.session_id, "g1")
+    assert (await handle.result()).status == "completed" and deleted == []
+
+
 # --- over HTTP -------------------------------------------------------------------------
 
 
@@ -452,3 +496,112 @@ async def test_an_answer_with_a_bad_field_changes_nothing(
         assert accepted.status_code == 200, accepted.text
     assert (await handle.result()).status == "completed"
     assert deleted == [str(files["harmless"])]
+
+
+# --- in the inbox (headless Chromium) -------------------------------------------------
+
+
+async def open_inbox(helix, make_agent, mock_llm, deleted: list[str], scripts: dict[str, dict]):
+    """Start a run per script (each its own agent) and wait until each waits."""
+    handles = {}
+    for name, script in scripts.items():
+        agent = make_agent(tools=file_tools(deleted))
+        mock_llm.add_responses(script, text("done"), agent=agent.name)
+        handles[name] = await helix.execute(agent, name)
+        await pending_calls(helix, handles[name].session_id, 1)
+    return handles
+
+
+def inbox_call(page, handle, path: str):
+    """The inbox entry showing the call with this `path` in the run's card."""
+    card = page.locator(f'#waiting [data-run-id="{handle.run_id}"]')
+    return card.locator(".call").filter(has_text=f'"path": "{path}"')
+
+
+async def test_in_the_inbox_each_card_approves_the_call_it_shows(
+    browser_page, helix, make_agent, mock_llm, files
+):
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    deleted: list[str] = []
+    harmless, important = str(files["harmless"]), str(files["important"])
+    handles = await open_inbox(
+        helix,
+        make_agent,
+        mock_llm,
+        deleted,
+        {
+            "two gated": calls(
+                ("dup", "delete_file", {"path": harmless}),
+                ("dup", "delete_file", {"path": important}),
+            ),
+            "gated and plain": calls(
+                ("same", "echo", {"text": "hi"}), ("same", "delete_file", {"path": important})
+            ),
+        },
+    )
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        two = page.locator(f'#waiting [data-run-id="{handles["two gated"].run_id}"]')
+
+        # Two gated calls under one id: two entries, each its own id and arguments.
+        await expect(two.locator(".call")).to_have_count(2)
+        ids = await two.locator(".call").evaluate_all(
+            "nodes => nodes.map(n => n.dataset.toolCallId)"
+        )
+        assert len(set(ids)) == 2 and all(is_safe_call_id(i) for i in ids), ids
+        approve = inbox_call(page, handles["two gated"], harmless)
+        await approve.locator('[data-action="approve"]').click()
+        await expect(approve.locator(".answered-note")).to_be_visible()
+        assert deleted == [] and files["important"].exists(), "one Approve ran nothing else"
+        await (
+            inbox_call(page, handles["two gated"], important)
+            .locator('[data-action="deny"]')
+            .click()
+        )
+        assert (await handles["two gated"].result()).status == "completed"
+        assert deleted == [harmless] and files["important"].exists()
+
+        # A plain call and a gated one under one id: the card is the gated call, exactly.
+        one = page.locator(f'#waiting [data-run-id="{handles["gated and plain"].run_id}"]')
+        await expect(one.locator(".call")).to_have_count(1)
+        await expect(one.locator(".call-title")).to_contain_text("delete_file")
+        await expect(one.locator(".input")).to_have_text(f'{{\n  "path": "{important}"\n}}')
+        await one.locator('[data-action="deny"]').click()
+        assert (await handles["gated and plain"].result()).status == "completed"
+        assert deleted == [harmless] and files["important"].exists()
+
+    assert errors == [], errors
+
+
+async def test_in_the_inbox_an_empty_or_over_long_id_is_answered_with_a_click(
+    browser_page, helix, make_agent, mock_llm, files
+):
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    deleted: list[str] = []
+    paths = {"300 characters": str(files["harmless"]), "empty": str(files["important"])}
+    handles = await open_inbox(
+        helix,
+        make_agent,
+        mock_llm,
+        deleted,
+        {
+            "300 characters": calls((LONG_ID, "delete_file", {"path": paths["300 characters"]})),
+            "empty": calls(("", "delete_file", {"path": paths["empty"]})),
+        },
+    )
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        for name, path in paths.items():
+            node = inbox_call(page, handles[name], path)
+            call_id = await node.get_attribute("data-tool-call-id")
+            await node.locator('[data-action="approve"]').click()
+            await expect(node.locator(".answered-note")).to_be_visible()  # not an error line
+            assert (await handles[name].result()).status == "completed"
+            assert call_id is not None and is_safe_call_id(call_id), call_id
+        assert deleted == list(paths.values())
+
+    assert errors == [], errors
