@@ -65,6 +65,7 @@ class Rekeyed:
     provider_id: str
     call_id: str
     reason: str
+    clash: bool  # another call has the id (a misbehaving model), not just its format
 
 
 def unique_call_ids(
@@ -96,7 +97,8 @@ def unique_call_ids(
         if reason is not None:
             fresh = _fresh_id(scope, position, used)
             used.add(fresh)
-            rekeyed.append(Rekeyed(call_id, fresh, reason))
+            clash = is_safe_call_id(call_id)  # a safe id is re-keyed only when taken
+            rekeyed.append(Rekeyed(call_id, fresh, reason, clash))
             call_id = fresh
         new_ids.append(call_id)
     count = len(result.tool_calls)

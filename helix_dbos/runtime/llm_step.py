@@ -344,12 +344,13 @@ def _log_retry(
 def _log_rekeyed(
     rekeyed: list[Rekeyed], agent_name: str, run_id: str, session_id: str, step: int
 ) -> None:
-    """`tool_call.rekeyed`, once per call that got a helix id (inside the step)."""
+    """`tool_call.rekeyed`, once per call that got a helix id (inside the step): a
+    warning when another call had the id, else (a format some servers always use) info."""
     for r in rekeyed:
         shown = r.provider_id if len(r.provider_id) <= 80 else r.provider_id[:80] + "..."
         log_event(
             TOOL_CALL_REKEYED,
-            logging.WARNING,
+            logging.WARNING if r.clash else logging.INFO,
             f"the model's tool-call id {shown!r} {r.reason}: the call is now {r.call_id}",
             run_id=run_id,
             session_id=session_id,
