@@ -35,6 +35,8 @@ RUN_RESUMED = "run.resumed"
 # LLM calls.
 LLM_RETRY = "llm.retry"  # a retryable provider error: DBOS retries the step
 LLM_FAILED = "llm.failed"  # retries ran out, or the error was not retryable (workflow code)
+# A tool call's id was replaced by a helix id (duplicate, reused, empty, too long).
+TOOL_CALL_REKEYED = "tool_call.rekeyed"
 # Output validation (workflow code).
 OUTPUT_VALIDATION_FAILED = "output.validation_failed"
 # Hooks.

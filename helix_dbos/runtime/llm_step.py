@@ -21,7 +21,8 @@ from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.hooks import HookContext
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.llm.pricing import llm_cost_usd
-from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, log_event
+from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, TOOL_CALL_REKEYED, log_event
+from helix_dbos.orchestration.call_ids import Rekeyed, transcript_call_ids, unique_call_ids
 from helix_dbos.orchestration.completion import (
     CompletionMode,
     build_system_prompt,
@@ -191,6 +192,10 @@ async def llm_step(
         raise
     # A model's text, tool names, ids and arguments may hold what PostgreSQL cannot store.
     result = storable_model(generated)
+    # Before anything sees the reply: every call under an id unique in the session, so
+    # an answer, a result or a sub-agent is matched to one call only (call_ids.py).
+    result, rekeyed = unique_call_ids(result, transcript_call_ids(history), f"{run_id}:{step}")
+    _log_rekeyed(rekeyed, agent_name, run_id, session_id, step)
     _trace_call(agent, request, session_id, run_id, step, started_ns, result=result)
     await hooks.after_call(request, _ms_since(started), result=result)
     if agent.hooks.on_message is not None:  # the workflow plans the reply again anyway
@@ -334,6 +339,27 @@ def _log_retry(
         status_code=getattr(exc, "status_code", None),
         error=str(exc),
     )
+
+
+def _log_rekeyed(
+    rekeyed: list[Rekeyed], agent_name: str, run_id: str, session_id: str, step: int
+) -> None:
+    """`tool_call.rekeyed`, once per call that got a helix id (inside the step): a
+    warning when another call had the id, else (a format some servers always use) info."""
+    for r in rekeyed:
+        shown = r.provider_id if len(r.provider_id) <= 80 else r.provider_id[:80] + "..."
+        log_event(
+            TOOL_CALL_REKEYED,
+            logging.WARNING if r.clash else logging.INFO,
+            f"the model's tool-call id {shown!r} {r.reason}: the call is now {r.call_id}",
+            run_id=run_id,
+            session_id=session_id,
+            agent_name=agent_name,
+            step=step,
+            tool_call_id=r.call_id,
+            provider_id=shown,
+            reason=r.reason,
+        )
 
 
 def _reply_chunks(agent: Agent, run_id: str, step: int, result: StepResult) -> list[ChunkRecord]:

@@ -47,7 +47,7 @@ from helix_dbos.runtime.tool_step import (
     tool_step,
     tool_step_options,
 )
-from helix_dbos.store.repository import PendingToolCall
+from helix_dbos.store.repository import DuplicateToolCallIdError, PendingToolCall
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ class ToolBatch:
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
     ) -> BatchResult:
+        ids = [c.id for c in calls]
+        if len(set(ids)) != len(ids):  # the LLM step makes them unique (call_ids.py)
+            duplicate = next(i for i in ids if ids.count(i) > 1)
+            raise DuplicateToolCallIdError(self.run_id, duplicate)  # fail closed
         finishers = [c for c in calls if self._is_finisher(c)]
         regular = [c for c in calls if not self._is_finisher(c)]
         gates = await self._gates(regular, state)

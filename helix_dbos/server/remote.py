@@ -91,7 +91,12 @@ class RemoteControl:
         self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
     ) -> Target:
         """Validate, mark answered and send, in one transaction (a failed send rolls back)."""
-        check_storable(session_id=session_id, tool_call_id=tool_call_id, answer=payload)
+        check_storable(
+            session_id=session_id,
+            tool_call_id=tool_call_id,
+            answer=payload,
+            answered_by=self.answered_by,
+        )
         try:
             ANSWER_MODELS[kind].model_validate(payload)
         except ValidationError as exc:

@@ -206,21 +206,27 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
     async def submit_tool_result(
         body: SubmitToolResultRequest, principal: Who
     ) -> SubmitToolResultResponse:
-        ctx.check_ids(session_id=body.session_id, tool_call_id=body.tool_call_id)
-        # Every field is checked before the answer is applied (the tool may run at once).
-        ctx.check_ids(answered_by=body.answered_by)
+        # Every field is checked before the answer is applied: a 4xx means nothing ran.
+        ctx.check_ids(
+            session_id=body.session_id,
+            tool_call_id=body.tool_call_id,
+            answered_by=body.answered_by,
+        )
         await require_visible(ctx, principal, body.session_id)
         # A named principal is who answered; the shared token leaves it to the client.
         who = principal.name or body.answered_by or "HTTP API"
-        sid, tcid = body.session_id, body.tool_call_id
         if body.kind == "client-tool-result":
             ctx.check_result_size("result", body.result if body.error is None else body.error)
-            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
         elif body.kind == "approval-response":
             ctx.check_result_size("reason", body.reason)
-            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
         else:
             ctx.check_result_size("human_input", body.human_input)
+        sid, tcid = body.session_id, body.tool_call_id
+        if body.kind == "client-tool-result":
+            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
+        elif body.kind == "approval-response":
+            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
+        else:
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
         await record_answerer(helix, sid, tcid, who)
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)

@@ -882,10 +882,21 @@ class ToolCallRow:
 _TOOL_CALL_COLUMNS = "session_id, tool_call_id, run_id, workflow_id, tool_name, kind, status, input, answered_at, deadline_at, created_at"
 
 
+class DuplicateToolCallIdError(RuntimeError):
+    """Two different calls of one run under one id: refused, never asked about."""
+
+    def __init__(self, run_id: str, tool_call_id: str) -> None:
+        super().__init__(
+            f"Run {run_id} has two different tool calls with the id {tool_call_id!r}; "
+            "helix asks no human about either"
+        )
+
+
 async def insert_pending_tool_calls(
     conn: Executor, session_id: str, run_id: str, workflow_id: str, calls: Sequence[PendingToolCall]
 ) -> dict[str, float]:
-    """Record pending calls with their deadlines; returns deadline epochs from the database clock."""
+    """Record pending calls with their deadlines; returns deadline epochs from the database
+    clock. Each id is one call: the row holds exactly the arguments that run if approved."""
     deadlines: dict[str, float] = {}
     for call in calls:
         row = (
@@ -893,7 +904,12 @@ async def insert_pending_tool_calls(
                 _sql(
                     "INSERT INTO helix.tool_calls (session_id, tool_call_id, run_id, workflow_id, tool_name, kind, input, deadline_at) "
                     "VALUES (:sid, :tcid, :rid, :wid, :name, :kind, CAST(:input AS jsonb), now() + make_interval(secs => :timeout)) "
+                    # A retried insert finds its own row; a different call under a taken
+                    # id updates nothing, returns no row and is refused below.
                     "ON CONFLICT (run_id, tool_call_id) DO UPDATE SET tool_name = EXCLUDED.tool_name "
+                    "WHERE helix.tool_calls.tool_name = EXCLUDED.tool_name "
+                    "AND helix.tool_calls.kind = EXCLUDED.kind "
+                    "AND helix.tool_calls.input IS NOT DISTINCT FROM EXCLUDED.input "
                     "RETURNING extract(epoch FROM deadline_at)"
                 ),
                 {
@@ -907,7 +923,10 @@ async def insert_pending_tool_calls(
                     "timeout": call.timeout_seconds,
                 },
             )
-        ).scalar_one()
+        ).scalar_one_or_none()
+        if row is None or call.tool_call_id in deadlines:
+            # One answer per id: two calls under one id would run on one approval.
+            raise DuplicateToolCallIdError(run_id, call.tool_call_id)
         deadlines[call.tool_call_id] = float(row)
     return deadlines
 
