@@ -227,3 +227,59 @@ def test_every_command_the_readme_shows_is_run_by_a_test():
         if not covered:
             uncovered.append(line)
     assert uncovered == [], "README commands no test runs"
+
+
+async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
+    helix, make_agent, mock_llm, database_url, tmp_path
+):
+    """The README's DBOSClient snippet, as pasted: `helix.waiting_runs.workflow_id` is
+    where the answer goes, from a process that never imports helix."""
+    import asyncio
+
+    from helix_dbos import tool
+
+    ran: list[str] = []
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return "deleted"
+
+    agent = make_agent(tools=[delete_file])
+    mock_llm.add_responses(
+        {
+            "type": "tool_calls",
+            "tool_calls": [{"id": "c1", "name": "delete_file", "arguments": {"path": "p"}}],
+        },
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    while not await helix.pending_tool_calls(handle.session_id):
+        await asyncio.sleep(0.05)
+    human = section("Human in the loop and run control")
+    recipe = next(q for q in code_blocks(human, "sql") if "workflow_id" in q)
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute(recipe).fetchall()
+    assert (handle.workflow_id, "c1") in [(r[3], r[6]) for r in rows]
+
+    [snippet] = [b for b in code_blocks(README, "python") if "helix.waiting_runs" in b]
+    assert "helix_dbos" not in snippet
+    script = tmp_path / "answer.py"
+    script.write_text(
+        snippet.replace(
+            '"postgresql://user:password@localhost:5432/helix"', repr(libpq_url(database_url))
+        ).replace('"ses_..."', repr(handle.session_id))
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_for(database_url),
+    )
+    assert done.returncode == 0, done.stderr
+    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    assert ran == ["p"]
