@@ -145,7 +145,7 @@ def test_the_transcript_recipe_shows_text_and_tool_calls_together(database_url):
         rows = conn.execute(recipe.replace("'ses_...'", "%s"), (session_id,)).fetchall()
     assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
     both = rows[3][2]
-    assert both.startswith("The reviews are mostly positive. submit_verdict({")
+    assert both.startswith("The reviews are mixed. submit_verdict({")
     assert rows[1][2] == 'fetch_reviews({"product": "helix"})'
 
 

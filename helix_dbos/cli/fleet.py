@@ -10,7 +10,6 @@ import threading
 from typing import Annotated, Any
 
 import typer
-import uvicorn
 
 from helix_dbos.cli.common import (
     TOKEN_ENV,
@@ -24,7 +23,6 @@ from helix_dbos.cli.common import (
 )
 from helix_dbos.cli.output import Column, plural, print_json, print_table
 from helix_dbos.runtime.workers import recover_worker
-from helix_dbos.server import bearer_token, create_app
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.workers import WorkerRow
 
@@ -60,6 +58,10 @@ def serve(
     Authentication is required: a bearer token (--token or $HELIX_SERVER_TOKEN), or
     --allow-unauthenticated for local development.
     """
+    import uvicorn  # noqa: PLC0415 - FastAPI and uvicorn only for `serve`
+
+    from helix_dbos.server import bearer_token, create_app  # noqa: PLC0415
+
     token = token or os.environ.get(TOKEN_ENV)
     if not token and not allow_unauthenticated:
         raise CLIError(

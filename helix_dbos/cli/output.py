@@ -1,8 +1,10 @@
 """How the CLI prints: rich tables sized to the terminal, plain JSON, spinners on stderr.
 
-On a terminal a table fits its width (long text wraps, ids keep their line). Piped
-(`| grep`, a test) a table is never wrapped: one row per line, long cells cut with "…",
-no trailing spaces, no colours. JSON is plain `json.dumps` with ISO 8601 times.
+On a terminal a table fits its width: statuses, numbers, times and (short) ids are never
+cut; names shrink with "…", long text wraps, and if that is not enough the least useful
+columns (`Column.drop`) are left out. Piped (`| grep`, a test) a table is never wrapped:
+every column, one row per line, long cells cut with "…", no trailing spaces, no colours.
+JSON is plain `json.dumps` with ISO 8601 times.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -53,11 +56,27 @@ def print_json(data: Any) -> None:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: the row key, its header, and whether its text may wrap on a terminal."""
+    """A table column: the row key, its header, and how it gives way on a narrow terminal.
+
+    `wraps`: long text wraps; `shrinks`: long text is cut with "…" (names); neither: the
+    column is never cut (statuses, numbers, times, ids). `drop`: left out when the table
+    does not fit otherwise, highest first (0: always shown)."""
 
     key: str
     header: str
     wraps: bool = False
+    shrinks: bool = False
+    drop: int = 0
+
+    @property
+    def flexible(self) -> bool:
+        return self.wraps or self.shrinks
+
+
+# Between two columns of a table without a box: one space of padding on each side.
+GAP = 2
+# How narrow a column that gives way may get: wrapped text, and names cut with "…".
+MIN_WRAP, MIN_SHRINK = 12, 6
 
 
 def cell_text(value: Any, width: int) -> str:
@@ -74,13 +93,60 @@ def cell_text(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def fit_columns(
+    columns: Sequence[Column], natural: Sequence[int], width: int
+) -> list[tuple[Column, int]]:
+    """The columns shown in `width` characters, each with its width.
+
+    Rigid columns keep their natural width; flexible ones give way down to their minimum,
+    widest first; columns with a `drop` go (highest first) while even the minimums do
+    not fit. If nothing fits, every column keeps its natural width and rich decides."""
+    shown = list(zip(columns, natural, strict=True))
+
+    def least(column: Column, size: int) -> int:
+        if not column.flexible:
+            return size
+        floor = MIN_WRAP if column.wraps else max(MIN_SHRINK, cell_len(column.header))
+        return min(size, floor)
+
+    def total(sizes: Sequence[int]) -> int:
+        return sum(sizes) + GAP * (len(sizes) - 1)
+
+    while total([least(c, n) for c, n in shown]) > width and any(c.drop for c, _ in shown):
+        dropped = max((c for c, _ in shown), key=lambda c: c.drop)
+        shown = [(c, n) for c, n in shown if c is not dropped]
+    sizes = [n for _, n in shown]
+    floors = [least(c, n) for c, n in shown]
+    excess = total(sizes) - width
+    while excess > 0:
+        give = [
+            i for i, (size, floor) in enumerate(zip(sizes, floors, strict=True)) if size > floor
+        ]
+        if not give:
+            break
+        widest = max(give, key=lambda i: sizes[i])
+        sizes[widest] -= 1
+        excess -= 1
+    return [(c, size) for (c, _), size in zip(shown, sizes, strict=True)]
+
+
 def build_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[Column], *, width: int, terminal: bool
 ) -> Table:
+    """`width`: the most characters a cell holds; on a terminal the table fits the console."""
+    texts = [[cell_text(row.get(c.key), width) for c in columns] for row in rows]
+    natural = [
+        max([cell_len(c.header), *(cell_len(t[i]) for t in texts)]) for i, c in enumerate(columns)
+    ]
+    if terminal:
+        fitted = fit_columns(columns, natural, Console(highlight=False).width)
+    else:
+        fitted = [(c, n) for c, n in zip(columns, natural, strict=True)]
+    index = {c.key: i for i, c in enumerate(columns)}
     table = Table(
         box=None, show_edge=False, pad_edge=False, header_style="bold" if terminal else ""
     )
-    for column in columns:
+    for column, size in fitted:
         numeric = bool(rows) and all(
             isinstance(row.get(column.key), (int, float))
             and not isinstance(row.get(column.key), bool)
@@ -89,12 +155,13 @@ def build_table(
         table.add_column(
             column.header,
             justify="right" if numeric else "left",
+            width=size if terminal else None,
             no_wrap=not (terminal and column.wraps),
             overflow="fold" if column.wraps else "ellipsis",
         )
-    for row in rows:
+    for text in texts:
         # Text, not str: a cell such as "[call_1]" is data, not rich markup.
-        table.add_row(*(Text(cell_text(row.get(c.key), width)) for c in columns))
+        table.add_row(*(Text(text[index[c.key]]) for c, _ in fitted))
     return table
 
 
