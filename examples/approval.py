@@ -53,8 +53,9 @@ async def start(helix: HelixDBOS) -> None:
     while (run := await helix.get_run(handle.run_id)).status != "waiting":
         await asyncio.sleep(0.1)
     pending = await helix.pending_tool_calls(handle.session_id)
-    call = f"{pending[0]['tool_name']}({json.dumps(pending[0]['input'])})"
-    print(f"Run {run.run_id} is waiting for approval of {call}.")
+    name, arguments = pending[0]["tool_name"], json.dumps(pending[0]["input"])
+    print(f"Run {run.run_id} is waiting for approval of {name}:")
+    print(f"    {name}({arguments})")
     print("Answer it from another terminal:")
     print(f"    .venv/bin/python examples/approval.py approve {handle.session_id}")
     print(f'    .venv/bin/python examples/approval.py deny {handle.session_id} "a reason"')

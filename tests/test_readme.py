@@ -3,6 +3,7 @@ Anthropic API), its SQL recipes, and every command it shows is run by some test.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from helix_dbos import tool
 from helix_dbos.store.database import libpq_url
 from tests.llm import wire
 
@@ -234,10 +236,6 @@ async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
 ):
     """The README's DBOSClient snippet, as pasted: `helix.waiting_runs.workflow_id` is
     where the answer goes, from a process that never imports helix."""
-    import asyncio
-
-    from helix_dbos import tool
-
     ran: list[str] = []
 
     @tool(require_approval=True)

@@ -70,7 +70,7 @@ def resolve(conn: Any, kind: Kind, given: str) -> str:
         return given
     if len(ids) == 1:
         return str(ids[0])
-    listed = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+    listed = ", ".join(ids[:3]) + (" and more" if len(ids) > 3 else "")
     raise AmbiguousIdError(
-        f"{kind} id prefix {given!r} is ambiguous: it starts {listed}; give more characters"
+        f"{kind} id prefix {given!r} is ambiguous ({listed} start with it): give more characters"
     )

@@ -1,8 +1,8 @@
 """How the CLI prints: rich tables sized to the terminal, plain JSON, spinners on stderr.
 
-On a terminal a table fits its width: statuses, numbers, times and (short) ids are never
-cut; names shrink with "…", long text wraps, and if that is not enough the least useful
-columns (`Column.drop`) are left out. Piped (`| grep`, a test) a table is never wrapped:
+On a terminal a table fits its width: statuses, numbers and times are never cut; long
+text wraps, names shrink with "…", the least useful columns (`Column.drop`) are left out,
+and ids (short unique prefixes, see `ids`) are cut only if all that is not enough. Piped (`| grep`, a test) a table is never wrapped:
 every column, one row per line, long cells cut with "…", no trailing spaces, no colours.
 JSON is plain `json.dumps` with ISO 8601 times.
 """
@@ -58,25 +58,23 @@ def print_json(data: Any) -> None:
 class Column:
     """A table column: the row key, its header, and how it gives way on a narrow terminal.
 
-    `wraps`: long text wraps; `shrinks`: long text is cut with "…" (names); neither: the
-    column is never cut (statuses, numbers, times, ids). `drop`: left out when the table
-    does not fit otherwise, highest first (0: always shown)."""
+    `wraps`: long text wraps; `shrinks`: long text is cut with "…" (names); `is_id`: an id,
+    cut only when nothing else gives way (a companion's session id, its parent's with a
+    suffix, can be long); none of them: never cut (statuses, numbers, times). `drop`: left
+    out when the table does not fit otherwise, highest first (0: always shown)."""
 
     key: str
     header: str
     wraps: bool = False
     shrinks: bool = False
+    is_id: bool = False
     drop: int = 0
-
-    @property
-    def flexible(self) -> bool:
-        return self.wraps or self.shrinks
 
 
 # Between two columns of a table without a box: one space of padding on each side.
 GAP = 2
-# How narrow a column that gives way may get: wrapped text, and names cut with "…".
-MIN_WRAP, MIN_SHRINK = 12, 6
+# How narrow a column that gives way may get: wrapped text, names cut with "…", ids.
+MIN_WRAP, MIN_SHRINK, MIN_ID = 12, 6, 12
 
 
 def cell_text(value: Any, width: int) -> str:
@@ -93,40 +91,45 @@ def cell_text(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _floor(column: Column, size: int, *, cut_ids: bool) -> int:
+    """The narrowest `column` may get (its header is never cut or wrapped)."""
+    if column.wraps or column.shrinks:
+        least = MIN_WRAP if column.wraps else MIN_SHRINK
+    elif column.is_id and cut_ids:
+        least = MIN_ID
+    else:
+        return size
+    return min(size, max(least, cell_len(column.header)))
+
+
 def fit_columns(
     columns: Sequence[Column], natural: Sequence[int], width: int
 ) -> list[tuple[Column, int]]:
     """The columns shown in `width` characters, each with its width.
 
-    Rigid columns keep their natural width; flexible ones give way down to their minimum,
-    widest first; columns with a `drop` go (highest first) while even the minimums do
-    not fit. If nothing fits, every column keeps its natural width and rich decides."""
+    Columns with a `drop` go (highest first) while the table does not fit even with
+    wrapped and shrunk columns at their narrowest; then those give way, widest first, and
+    ids only if that is not enough. Statuses, numbers and times keep their width: if they
+    alone do not fit, rich gets the table as it is."""
     shown = list(zip(columns, natural, strict=True))
-
-    def least(column: Column, size: int) -> int:
-        if not column.flexible:
-            return size
-        floor = MIN_WRAP if column.wraps else max(MIN_SHRINK, cell_len(column.header))
-        return min(size, floor)
 
     def total(sizes: Sequence[int]) -> int:
         return sum(sizes) + GAP * (len(sizes) - 1)
 
-    while total([least(c, n) for c, n in shown]) > width and any(c.drop for c, _ in shown):
+    def least(cut_ids: bool) -> list[int]:
+        return [_floor(c, n, cut_ids=cut_ids) for c, n in shown]
+
+    while total(least(False)) > width and any(c.drop for c, _ in shown):
         dropped = max((c for c, _ in shown), key=lambda c: c.drop)
         shown = [(c, n) for c, n in shown if c is not dropped]
     sizes = [n for _, n in shown]
-    floors = [least(c, n) for c, n in shown]
-    excess = total(sizes) - width
-    while excess > 0:
-        give = [
-            i for i, (size, floor) in enumerate(zip(sizes, floors, strict=True)) if size > floor
-        ]
-        if not give:
-            break
-        widest = max(give, key=lambda i: sizes[i])
-        sizes[widest] -= 1
-        excess -= 1
+    for cut_ids in (False, True):
+        floors = least(cut_ids)
+        while total(sizes) > width:
+            give = [i for i, (s, f) in enumerate(zip(sizes, floors, strict=True)) if s > f]
+            if not give:
+                break
+            sizes[max(give, key=lambda i: sizes[i])] -= 1
     return [(c, size) for (c, _), size in zip(shown, sizes, strict=True)]
 
 

@@ -57,8 +57,8 @@ def run_worker(run: dict[str, Any]) -> str:
 
 
 RUN_COLUMNS = [
-    Column("run_id", "RUN"),
-    Column("session_id", "SESSION"),
+    Column("run_id", "RUN", is_id=True),
+    Column("session_id", "SESSION", is_id=True),
     Column("agent_name", "AGENT", shrinks=True),
     Column("turn", "TURN"),
     Column("status", "STATUS"),
@@ -187,7 +187,8 @@ def print_usage_table(
     if len(rows) > 1:
         total = {"key": "(total)"} | {c.key: _total(rows, c.key) for c in columns}
         rows = [*rows, total]
-    key = Column("key", by.upper(), shrinks=by in ("model", "agent"))
+    names = by in ("model", "agent")
+    key = Column("key", by.upper(), shrinks=names, is_id=not names)
     print_table(rows, [key, *columns])
 
 
