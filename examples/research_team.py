@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import textwrap
 from typing import Any
 
 from pydantic import BaseModel
@@ -149,8 +150,10 @@ async def main() -> None:
                 detail = chunk.payload.get("tool_name", "")
                 print(f"  {chunk.seq:3} {who:<20} {chunk.type:<14} {detail}")
         result = await handle.result()
-        brief = result.output if isinstance(result.output, str) else json.dumps(result.output)
-        print(fit(f"\nBrief ({result.status}): {brief}") + "\n")
+        print(f"\nBrief ({result.status}), as JSON:")
+        for line in textwrap.wrap(json.dumps(result.output), WIDTH - 2):
+            print(f"  {line}")
+        print()
         await print_tree(helix, handle.session_id)
     finally:
         helix.shutdown()
