@@ -1,28 +1,25 @@
 """Human approval: an agent that wants to delete a file waits until someone says yes.
 
 Terminal 1 (starts the agent; it waits, holding no thread, as long as needed):
-    python examples/approval.py
+    .venv/bin/python examples/approval.py
 
 Terminal 2 (answers from another process):
-    python examples/approval.py approve SESSION_ID
-    python examples/approval.py deny SESSION_ID "keep it"
+    .venv/bin/python examples/approval.py approve SESSION_ID
+    .venv/bin/python examples/approval.py deny SESSION_ID "keep it"
 
-Kill terminal 1 while it waits and start it again with `python examples/approval.py
-recover`: the run picks up where it was and still waits for the answer.
+Kill terminal 1 while it waits and start it again with `.venv/bin/python
+examples/approval.py recover`: the run picks up where it was and still waits for the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import text
-
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
-from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos import Agent, HelixDBOS, LLMRequest, MockLLM, tool
 
 TARGET = Path(tempfile.gettempdir()) / "helix-approval-demo.txt"
 
@@ -56,12 +53,12 @@ async def start(helix: HelixDBOS) -> None:
     while (run := await helix.get_run(handle.run_id)).status != "waiting":
         await asyncio.sleep(0.1)
     pending = await helix.pending_tool_calls(handle.session_id)
-    print(
-        f"Run {run.run_id} is waiting for approval of {pending[0]['tool_name']}({pending[0]['input']})."
-    )
+    name, arguments = pending[0]["tool_name"], json.dumps(pending[0]["input"])
+    print(f"Run {run.run_id} is waiting for approval of {name}:")
+    print(f"    {name}({arguments})")
     print("Answer it from another terminal:")
-    print(f"    python examples/approval.py approve {handle.session_id}")
-    print(f'    python examples/approval.py deny {handle.session_id} "a reason"')
+    print(f"    .venv/bin/python examples/approval.py approve {handle.session_id}")
+    print(f'    .venv/bin/python examples/approval.py deny {handle.session_id} "a reason"')
     await report(helix, handle.session_id, handle.run_id)
 
 
@@ -82,14 +79,10 @@ async def recover(helix: HelixDBOS) -> None:
 
 
 async def waiting_runs(helix: HelixDBOS) -> list[str]:
-    async def query() -> list[str]:
-        async with helix.runtime.engine.connect() as conn:
-            rows = await conn.execute(
-                text("SELECT run_id FROM helix.waiting_runs WHERE agent_name = 'janitor'")
-            )
-            return [r[0] for r in rows]
-
-    return await on_target_loop(query)
+    rows = await helix.sql(
+        "SELECT run_id FROM helix.waiting_runs WHERE agent_name = :agent", {"agent": janitor.name}
+    )
+    return [row.run_id for row in rows]
 
 
 async def answer(helix: HelixDBOS, session_id: str, approved: bool, reason: str | None) -> None:

@@ -1,6 +1,6 @@
 """Built-in tools: progress, run memory, a durable pause for a human, and __complete__.
 
-    python examples/builtins.py
+    .venv/bin/python examples/builtins.py
 
 A refund agent logs its progress (`__log_progress__`), keeps the candidates it
 found in run memory (`__store_memory__` / `__retrieve_memory__`), pauses to ask a
@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import psycopg
 
-from helix_dbos import Agent, HelixDBOS, MockLLM
-from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.store.database import libpq_url
+from helix_dbos import Agent, HelixDBOS, LLMRequest, MockLLM, libpq_url
+
+# Output fits the terminal, or 100 columns when there is none (piped).
+WIDTH = min(100, shutil.get_terminal_size((100, 24)).columns)
+
+
+def fit(line: str) -> str:
+    """One line of at most WIDTH characters, cut with "…"."""
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
 
 CANDIDATES = [
     {"id": "C-001", "name": "John Smith", "tier": "premium", "since": 2019},
@@ -141,7 +149,7 @@ async def main(helix: HelixDBOS) -> None:
     print(f"  (SELECT * FROM helix.waiting_runs WHERE session_id = '{handle.session_id}')")
 
     answer = "Use John Smith C-001, the premium customer."
-    print(f"\nAnswering as the reviewer: {answer!r}")
+    print(f"\nAnswering as the reviewer: {json.dumps(answer)}")
     await helix.submit_human_input(
         handle.session_id, pending["tool_call_id"], answer, approved=True
     )
@@ -154,13 +162,14 @@ async def main(helix: HelixDBOS) -> None:
     for i, message in enumerate(await helix.get_messages(result.session_id), start=1):
         calls = ", ".join(f"{c.name}({json.dumps(c.arguments)})" for c in message.tool_calls)
         text = " ".join(part for part in (message.content, calls) if part)
-        print(f"  {i:>2} {message.role:<9} {text[:150]}")
+        print(fit(f"  {i:>2} {message.role:<9} {text}"))
 
     print("\nProgress (SELECT created_at, milestone, message, data FROM helix.progress):")
     for created_at, milestone, message, data in await asyncio.to_thread(
         progress_rows, helix, result.run_id
     ):
-        print(f"  {created_at:%H:%M:%S} {milestone or '-':<16} {message} {data or ''}")
+        shown = json.dumps(data) if data is not None else ""
+        print(fit(f"  {created_at:%H:%M:%S} {milestone or '-':<16} {message} {shown}"))
     if result.status != "completed":
         raise SystemExit(1)
 

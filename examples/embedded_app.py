@@ -3,7 +3,7 @@
     uvicorn --app-dir examples embedded_app:app           # the web app (port 8000)
     curl -s -X POST localhost:8000/refunds/42              # its own workflow runs the agent
     curl -s localhost:8000/approvals                       # what waits for a human
-    python examples/embedded_app.py approve WORKFLOW_ID CALL_ID   # from any other process
+    .venv/bin/python examples/embedded_app.py approve WORKFLOW_ID CALL_ID  # from anywhere
 
 The application creates `DBOS(config=...)` itself (its name, its explicit application
 version, a unique executor id) before HelixDBOS, which then keeps that configuration, and
@@ -26,11 +26,18 @@ from dbos import DBOS, DBOSClient, DBOSConfig
 from fastapi import FastAPI
 from psycopg.rows import dict_row
 
-from helix_dbos import Agent, HelixDBOS, LLMConfig, MockLLM, tool
-from helix_dbos.demo import choose_model
-from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.workers import default_executor_id
-from helix_dbos.store.database import libpq_url, resolve_database_url
+from helix_dbos import (
+    Agent,
+    HelixDBOS,
+    LLMConfig,
+    LLMRequest,
+    MockLLM,
+    default_executor_id,
+    libpq_url,
+    model_from_env,
+    resolve_database_url,
+    tool,
+)
 
 # $HELIX_DATABASE_URL, else the embedded PostgreSQL: one database for the app, DBOS and helix.
 DATABASE_URL = libpq_url(resolve_database_url(None))
@@ -67,7 +74,7 @@ def create_helix() -> HelixDBOS:
     }
     DBOS(config=config)
     # 2. ...then HelixDBOS sees DBOS configured and keeps that configuration.
-    model = choose_model()
+    model = model_from_env()
     refunder = Agent(
         "refunder",
         system_prompt="You process refund requests.",

@@ -1,8 +1,8 @@
 """A fleet in one file: web processes enqueue, workers execute, one PostgreSQL.
 
-    helix-dbos worker --app examples/fleet.py:helix        # start one or more workers
-    python examples/fleet.py "How do I reset my password?"  # enqueue a run, print its result
-    helix-dbos workers                                       # who is alive, what runs where
+    .venv/bin/helix-dbos worker --app examples/fleet.py:helix  # start one or more workers
+    .venv/bin/python examples/fleet.py "How do I reset my password?"  # enqueue, print the result
+    .venv/bin/helix-dbos workers                     # who is alive, what runs where
 
 The enqueuing process executes no runs (`executes_runs=False`): the run waits on the
 agent's DBOS queue until a worker that serves `fleet_assistant` takes it. Kill a worker
@@ -19,8 +19,7 @@ import sys
 
 from pydantic import BaseModel
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, RunQueue, tool
-from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos import Agent, HelixDBOS, LLMRequest, MockLLM, RunQueue, tool
 
 
 class Answer(BaseModel):

@@ -1,27 +1,44 @@
 """A research team: a lead fans out to two researcher sub-agents in parallel, and keeps
 a persistent critic companion that reviews the draft.
 
-    python examples/research_team.py
+    .venv/bin/python examples/research_team.py
 
 Each researcher is a DBOS child workflow of the lead's run, in a session of its own;
 its answer comes back to the lead as a tool result, and its chunks flow into the lead's
 stream. The critic is a persistent child (`companion__spawnAgent`), in the stable session
-`<lead session>-agent-critic-1`. It runs on the embedded PostgreSQL (./.helix/pgdata, or HELIX_DATABASE_URL) with
-a scripted model, then prints what the root stream saw, the tree of sessions with each
+`<lead session>-agent-critic-1`. It runs on the embedded PostgreSQL (./.helix/pgdata, or
+HELIX_DATABASE_URL) with a scripted model, then prints what the root stream saw, the tree of sessions with each
 agent's usage, and the tokens of the whole tree: plain SQL, as in the README.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import textwrap
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import text
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, PersistentAgent, sub_agent_tool, tool
-from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos import (
+    Agent,
+    HelixDBOS,
+    LLMRequest,
+    MockLLM,
+    PersistentAgent,
+    sub_agent_tool,
+    tool,
+)
+
+# Output fits the terminal, or 100 columns when there is none (piped).
+WIDTH = min(100, shutil.get_terminal_size((100, 24)).columns)
+
+
+def fit(line: str) -> str:
+    """One line of at most WIDTH characters, cut with "…"."""
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
 
 FACTS = {
     "web": "Owls can turn their heads about 270 degrees.",
@@ -133,24 +150,24 @@ async def main() -> None:
                 detail = chunk.payload.get("tool_name", "")
                 print(f"  {chunk.seq:3} {who:<20} {chunk.type:<14} {detail}")
         result = await handle.result()
-        print(f"\nBrief ({result.status}): {result.output}\n")
+        print(f"\nBrief ({result.status}), as JSON:")
+        for line in textwrap.wrap(json.dumps(result.output), WIDTH - 2):
+            print(f"  {line}")
+        print()
         await print_tree(helix, handle.session_id)
     finally:
         helix.shutdown()
 
 
 async def print_tree(helix: HelixDBOS, root: str) -> None:
-    async def query() -> tuple[list[Any], Any]:
-        async with helix.runtime.engine.connect() as conn:
-            tree = (await conn.execute(text(TREE_SQL), {"root": root})).all()
-            total = (await conn.execute(text(ROOT_TOTAL_SQL), {"root": root})).one()
-            return list(tree), total
-
-    tree, total = await on_target_loop(query)
-    print("Session tree                      status     llm tool sub  tokens")
+    tree = await helix.sql(TREE_SQL, {"root": root})
+    [total] = await helix.sql(ROOT_TOTAL_SQL, {"root": root})
+    print(f"Session tree (… is the lead's session, {root})")
+    print("  agent                   status     llm tool sub  tokens   session")
     for depth, agent, session_id, status, llm, tools, subs, tokens in tree:
         name = "  " * depth + agent
-        print(f"  {name:<32}{status:<10}{llm:>4}{tools:>5}{subs:>4}{tokens:>8}   {session_id}")
+        shown = "…" + session_id[len(root) :] if session_id.startswith(root) else session_id
+        print(fit(f"  {name:<24}{status:<10}{llm:>4}{tools:>5}{subs:>4}{tokens:>8}   {shown}"))
     usage = await helix.get_usage(session_id=root, include_children=True)
     print(
         f"\nWhole tree: {total.sessions} sessions, {total.input_tokens} input and "

@@ -1,7 +1,7 @@
 """Serve agents over HTTP, with the approvals inbox, in one file.
 
-    python examples/server.py                     # http://127.0.0.1:8000/inbox, no auth (local only)
-    HELIX_SERVER_TOKEN=s3cret helix-dbos serve --app examples/server.py:helix   # with a token
+    .venv/bin/python examples/server.py      # http://127.0.0.1:8000/inbox, no auth (local only)
+    HELIX_SERVER_TOKEN=s3cret .venv/bin/helix-dbos serve --app examples/server.py:helix  # with a token
 
 Then, from another terminal, start a run that needs a human:
 
@@ -19,9 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from helix_dbos import Agent, HelixDBOS, LLMConfig, MockLLM, tool
-from helix_dbos.demo import choose_model
-from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos import Agent, HelixDBOS, LLMConfig, LLMRequest, MockLLM, model_from_env, tool
 
 
 @tool(require_approval=True)
@@ -52,7 +50,7 @@ def scripted_model(request: LLMRequest) -> dict:
     return {"type": "text", "content": f"The clean-up {outcome}."}
 
 
-model = choose_model()
+model = model_from_env()
 janitor = Agent(
     "janitor",
     system_prompt="You clean up files when asked. Ask before deleting anything.",
@@ -65,7 +63,7 @@ helix = HelixDBOS([janitor], llm=None if model else MockLLM(scripted_model))
 if __name__ == "__main__":
     import uvicorn
 
-    from helix_dbos.server import create_app
+    from helix_dbos import create_app
 
     app = create_app(helix, allow_unauthenticated=True, default_agent="janitor")
     uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

@@ -1,6 +1,6 @@
 """Terminating tool calls: an agent works on its own until it calls `complete_task`.
 
-    python examples/terminating.py
+    .venv/bin/python examples/terminating.py
 
 Seed 004's autonomous mode: the run may call any tools, a text-only reply gets a
 nudge, and the first call to a terminating tool ends the run with that tool's
@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 from pydantic import BaseModel, Field
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, TerminatingConfig, Tool, tool
-from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos import Agent, HelixDBOS, LLMRequest, MockLLM, TerminatingConfig, Tool, tool
+
+# Output fits the terminal, or 100 columns when there is none (piped).
+WIDTH = min(100, shutil.get_terminal_size((100, 24)).columns)
+
+
+def fit(line: str) -> str:
+    """One line of at most WIDTH characters, cut with "…"."""
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
 
 PRICES = {"acme": "$49/month", "globex": "$59/month", "initech": "$39/month"}
 
@@ -94,10 +103,10 @@ async def main(helix: HelixDBOS) -> None:
     result = await handle.result()
 
     print(f"Run {result.run_id}: {result.status} after {result.step_count} LLM invocations")
-    print(f"response: {result.response}\n")
+    print(fit(f"response: {json.dumps(result.response)}") + "\n")
     print("generated_messages:")
     for message in result.generated_messages or []:
-        print(f"  {json.dumps(message)[:160]}")
+        print(fit(f"  {json.dumps(message)}"))
     if result.status != "completed":
         raise SystemExit(1)
 

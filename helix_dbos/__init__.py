@@ -1,30 +1,170 @@
-"""Durable LLM agents on DBOS Transact and PostgreSQL."""
+"""Durable LLM agents on DBOS Transact and PostgreSQL.
 
-# Imported for its effect too: it registers seed 003's built-ins by name.
-from helix_dbos.builtins import builtin_tools
-from helix_dbos.definitions.agent import Agent, LLMConfig, PersistentAgent, TerminatingConfig
-from helix_dbos.definitions.context import ToolContext
-from helix_dbos.definitions.hooks import AgentHooks
-from helix_dbos.definitions.queue import RateLimit, RunQueue
-from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
-from helix_dbos.definitions.tool import Tool, tool
-from helix_dbos.errors import (
-    AgentAlreadyRunningError,
-    AgentDefinitionError,
-    AgentNotRegisteredError,
-    ExecutorIdInUseError,
-    HelixError,
-    LLMConfigurationError,
-    RunNotFoundError,
-    SessionNotFoundError,
-    ToolDefinitionError,
-    WorkerNotDeadError,
-)
-from helix_dbos.llm.mock import MockLLM
-from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.executor import HelixDBOS
-from helix_dbos.runtime.handle import RunHandle
-from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
+Everything a user needs is importable from here; deeper modules are the implementation.
+Names load on first use (PEP 562), so `import helix_dbos` and the `helix-dbos` CLI,
+which lives in this package, do not pay for DBOS, SQLAlchemy or FastAPI until they use
+them (a read command answers in a fraction of a second).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from helix_dbos.builtins import (
+        builtin_tools,
+        complete_tool,
+        log_progress_tool,
+        pause_for_human_tool,
+        retrieve_memory_tool,
+        run_workflow_tool,
+        store_memory_tool,
+    )
+    from helix_dbos.definitions.agent import (
+        Agent,
+        LLMConfig,
+        PersistentAgent,
+        TerminatingConfig,
+    )
+    from helix_dbos.definitions.context import ToolContext
+    from helix_dbos.definitions.hooks import AgentHooks
+    from helix_dbos.definitions.queue import RateLimit, RunQueue
+    from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
+    from helix_dbos.definitions.tool import Tool, tool
+    from helix_dbos.errors import (
+        AgentAlreadyRunningError,
+        AgentDefinitionError,
+        AgentNotRegisteredError,
+        ExecutorIdInUseError,
+        HelixError,
+        InvalidAnswerError,
+        InvalidInputError,
+        LLMConfigurationError,
+        RunNotActiveError,
+        RunNotFoundError,
+        SessionAgentMismatchError,
+        SessionNotFoundError,
+        StateUpdateError,
+        ToolArgumentsError,
+        ToolCallAlreadyAnsweredError,
+        ToolCallNotFoundError,
+        ToolDefinitionError,
+        ToolOutputError,
+        WorkerNotDeadError,
+    )
+    from helix_dbos.llm.base import LLMAdapter, LLMProviderError
+    from helix_dbos.llm.mock import MockLLM
+    from helix_dbos.llm.providers import model_from_env, register_provider
+    from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolset
+    from helix_dbos.orchestration.types import (
+        ErrorStepResult,
+        LLMRequest,
+        LLMUsage,
+        Message,
+        StepResult,
+        StructuredOutputStepResult,
+        TextStepResult,
+        ToolCall,
+        ToolCallsStepResult,
+    )
+    from helix_dbos.otel import instrument, uninstrument
+    from helix_dbos.runtime.executor import HelixDBOS
+    from helix_dbos.runtime.handle import RunHandle
+    from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
+    from helix_dbos.runtime.workers import default_executor_id
+    from helix_dbos.server import bearer_token, create_app
+    from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
+    from helix_dbos.streaming.chunks import (
+        HumanRequest,
+        StatePatch,
+        StreamChunk,
+        TextDelta,
+        ToolEnd,
+        ToolStart,
+    )
+    from helix_dbos.streaming.progress import log_steps
+
+# Each public name and the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "builtin_tools",
+            "complete_tool",
+            "log_progress_tool",
+            "pause_for_human_tool",
+            "retrieve_memory_tool",
+            "run_workflow_tool",
+            "store_memory_tool",
+        ],
+        "helix_dbos.builtins",
+    ),
+    **dict.fromkeys(
+        ["Agent", "LLMConfig", "PersistentAgent", "TerminatingConfig"],
+        "helix_dbos.definitions.agent",
+    ),
+    "ToolContext": "helix_dbos.definitions.context",
+    "AgentHooks": "helix_dbos.definitions.hooks",
+    **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
+    **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
+    **dict.fromkeys(["Tool", "tool"], "helix_dbos.definitions.tool"),
+    **dict.fromkeys(
+        [
+            "AgentAlreadyRunningError",
+            "AgentDefinitionError",
+            "AgentNotRegisteredError",
+            "ExecutorIdInUseError",
+            "HelixError",
+            "InvalidAnswerError",
+            "InvalidInputError",
+            "LLMConfigurationError",
+            "RunNotActiveError",
+            "RunNotFoundError",
+            "SessionAgentMismatchError",
+            "SessionNotFoundError",
+            "StateUpdateError",
+            "ToolArgumentsError",
+            "ToolCallAlreadyAnsweredError",
+            "ToolCallNotFoundError",
+            "ToolDefinitionError",
+            "ToolOutputError",
+            "WorkerNotDeadError",
+        ],
+        "helix_dbos.errors",
+    ),
+    **dict.fromkeys(["LLMAdapter", "LLMProviderError"], "helix_dbos.llm.base"),
+    "MockLLM": "helix_dbos.llm.mock",
+    **dict.fromkeys(["model_from_env", "register_provider"], "helix_dbos.llm.providers"),
+    **dict.fromkeys(["MCPHTTP", "MCPStdio", "MCPToolset"], "helix_dbos.mcp"),
+    **dict.fromkeys(
+        [
+            "ErrorStepResult",
+            "LLMRequest",
+            "LLMUsage",
+            "Message",
+            "StepResult",
+            "StructuredOutputStepResult",
+            "TextStepResult",
+            "ToolCall",
+            "ToolCallsStepResult",
+        ],
+        "helix_dbos.orchestration.types",
+    ),
+    **dict.fromkeys(["instrument", "uninstrument"], "helix_dbos.otel"),
+    "HelixDBOS": "helix_dbos.runtime.executor",
+    "RunHandle": "helix_dbos.runtime.handle",
+    **dict.fromkeys(["AgentResult", "RunInfo", "SessionInfo"], "helix_dbos.runtime.results"),
+    "default_executor_id": "helix_dbos.runtime.workers",
+    **dict.fromkeys(["bearer_token", "create_app"], "helix_dbos.server"),
+    **dict.fromkeys(
+        ["libpq_url", "resolve_database_url", "sqlalchemy_url"], "helix_dbos.store.database"
+    ),
+    **dict.fromkeys(
+        ["HumanRequest", "StatePatch", "StreamChunk", "TextDelta", "ToolEnd", "ToolStart"],
+        "helix_dbos.streaming.chunks",
+    ),
+    "log_steps": "helix_dbos.streaming.progress",
+}
 
 __all__ = [
     "Agent",
@@ -33,29 +173,87 @@ __all__ = [
     "AgentHooks",
     "AgentNotRegisteredError",
     "AgentResult",
+    "ErrorStepResult",
     "ExecutorIdInUseError",
     "HelixDBOS",
     "HelixError",
+    "HumanRequest",
+    "InvalidAnswerError",
+    "InvalidInputError",
+    "LLMAdapter",
     "LLMConfig",
     "LLMConfigurationError",
+    "LLMProviderError",
+    "LLMRequest",
+    "LLMUsage",
+    "MCPHTTP",
+    "MCPStdio",
+    "MCPToolset",
     "Message",
     "MockLLM",
     "PersistentAgent",
+    "RateLimit",
     "RunHandle",
     "RunInfo",
+    "RunNotActiveError",
     "RunNotFoundError",
     "RunQueue",
-    "RateLimit",
+    "SessionAgentMismatchError",
     "SessionInfo",
     "SessionNotFoundError",
+    "StatePatch",
+    "StateUpdateError",
+    "StepResult",
+    "StreamChunk",
+    "StructuredOutputStepResult",
     "SubAgentTool",
     "TerminatingConfig",
-    "builtin_tools",
-    "sub_agent_tool",
+    "TextDelta",
+    "TextStepResult",
     "Tool",
+    "ToolArgumentsError",
     "ToolCall",
+    "ToolCallAlreadyAnsweredError",
+    "ToolCallNotFoundError",
+    "ToolCallsStepResult",
     "ToolContext",
     "ToolDefinitionError",
-    "tool",
+    "ToolEnd",
+    "ToolOutputError",
+    "ToolStart",
     "WorkerNotDeadError",
+    "bearer_token",
+    "builtin_tools",
+    "complete_tool",
+    "create_app",
+    "default_executor_id",
+    "instrument",
+    "libpq_url",
+    "log_progress_tool",
+    "log_steps",
+    "model_from_env",
+    "pause_for_human_tool",
+    "register_provider",
+    "resolve_database_url",
+    "retrieve_memory_tool",
+    "run_workflow_tool",
+    "sqlalchemy_url",
+    "store_memory_tool",
+    "sub_agent_tool",
+    "tool",
+    "uninstrument",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines `name` on first use, and keep the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'helix_dbos' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -8,13 +8,13 @@ ANTHROPIC_API_KEY, OPENAI_API_KEY or HELIX_MODEL says otherwise.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from helix_dbos import Agent, AgentResult, HelixDBOS, LLMConfig, MockLLM, ToolContext, tool
+from helix_dbos.llm.providers import model_from_env
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import queries
@@ -71,7 +71,7 @@ def scripted_model(request: LLMRequest) -> dict[str, Any]:
         }
     return {
         "type": "tool_calls",
-        "content": "The reviews are mostly positive.",
+        "content": "The reviews are mixed.",
         "tool_calls": [
             {
                 "id": "call_2",
@@ -86,20 +86,9 @@ def scripted_model(request: LLMRequest) -> dict[str, Any]:
     }
 
 
-def choose_model() -> str | None:
-    """A real model when the environment names one or holds a provider key."""
-    if os.environ.get("HELIX_MODEL"):
-        return os.environ["HELIX_MODEL"]
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return "anthropic:claude-sonnet-4-6"
-    if os.environ.get("OPENAI_API_KEY"):
-        return "openai:gpt-4o"
-    return None
-
-
 def build(database_url: str | None = None) -> HelixDBOS:
     """The executor with the demo agent (starts the embedded PostgreSQL if no URL is set)."""
-    model = choose_model()
+    model = model_from_env()
     agent = make_agent(model or "mock")
     return HelixDBOS(
         [agent], database_url=database_url, llm=None if model else MockLLM(scripted_model)

@@ -1,8 +1,14 @@
-"""Small helpers shared by tests: plain SQL against the test database."""
+"""Small helpers shared by tests: plain SQL against the test database, a terminal."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
+import struct
+import subprocess
+import termios
 from typing import Any, NoReturn
 
 import psycopg
@@ -24,3 +30,29 @@ def skip_or_fail_in_ci(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI is missing what this test needs: {reason}")
     pytest.skip(reason)
+
+
+def in_terminal(
+    args: list[str], *, env: dict[str, str], columns: int, cwd: str | os.PathLike[str]
+) -> tuple[int, str]:
+    """Run a command with stdout and stderr on a pseudo-terminal `columns` wide (COLUMNS
+    set too, as a shell would): its exit code and what the terminal showed, without
+    escape codes."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {**env, "COLUMNS": str(columns), "TERM": "xterm", "NO_COLOR": "1"}
+    proc = subprocess.Popen(args, stdout=slave, stderr=slave, env=env, cwd=cwd)
+    os.close(slave)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    code = proc.wait(timeout=120)
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)

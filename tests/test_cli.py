@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -98,7 +99,9 @@ async def test_runs_transcript_and_usage_as_json_and_tables(database_url, finish
     table = await helix_dbos(database_url, "runs", "--session", result.session_id)
     header, line = table.stdout.splitlines()
     assert header.split()[:6] == ["RUN", "SESSION", "AGENT", "TURN", "STATUS", "STEPS"]
-    assert line.startswith(result.run_id) and " completed " in line
+    # Ids show as short unique prefixes (run_ and 8 hex digits), which commands take back.
+    assert line.split()[:2] == [result.run_id[:12], result.session_id[:12]]
+    assert " completed " in line
     assert line.index("completed") == header.index("STATUS"), "columns are aligned"
 
     transcript = await helix_dbos(database_url, "transcript", result.session_id, "--json")
@@ -314,8 +317,21 @@ async def test_demo_runs_the_quickstart_agent_end_to_end(database_url):
     steps = table.stderr.splitlines()
     assert steps[0].startswith("run run_") and steps[0].endswith("started (turn 1)")
     assert 'step 1 · tool fetch_reviews({"product": "helix"})' in steps
-    assert "step 2 · model: The reviews are mostly positive." in steps
+    assert "step 2 · model: The reviews are mixed." in steps
     assert steps[-1] == "step 2 · run completed"
+
+    # The README's sample is this output (ids aside), COST USD column included, and no
+    # line is wider than 100 columns (the report's width when piped).
+    readme = (REPO / "README.md").read_text()
+    sample = readme.split("then reads the transcript and usage back with SQL:\n\n```\n")[1]
+    sample = sample.split("```")[0]
+
+    def ids_aside(text: str) -> str:
+        return re.sub(r"(run|ses)_[0-9a-f]+", r"\1_ID", text)
+
+    printed = table.stderr + "\n".join(line.rstrip() for line in table.stdout.splitlines())
+    assert ids_aside(printed) + "\n" == ids_aside(sample)
+    assert "COST USD" in sample and max(map(len, table.stdout.splitlines())) <= 100
 
 
 async def test_resume_runs_a_new_turn_with_the_apps_agents(database_url):

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from helpers import sql
+from helpers import in_terminal, sql
 from rich.console import Console
 
 from helix_dbos import tool
@@ -65,6 +65,16 @@ def test_the_embedded_database_in_the_open(tmp_path):
         assert info["embedded"] and info["data_dir"] == str(data_dir)
         pid = embedded_pid(data_dir)
         assert pid is not None
+        # The command that started it says so once, with the command that stops it.
+        notice = (
+            f"helix-dbos: started the embedded PostgreSQL in {data_dir}; it keeps running "
+            "after this command (`helix-dbos db stop` stops it)."
+        )
+        assert [line for line in described.stderr.splitlines() if "embedded" in line] == [notice]
+        # One already running is used silently: no notice, no spinner on a terminal.
+        code, shown = in_terminal([*CLI, "runs"], env=env, columns=100, cwd=tmp_path)
+        assert code == 2 and "the helix schema is missing" in shown, shown
+        assert "embedded PostgreSQL" not in shown, shown
         status = json.loads(run("db", "status", "--json", env=env, cwd=tmp_path).stdout)
         assert status == {"data_dir": str(data_dir), "pid": pid, "running": True}
 
@@ -100,6 +110,13 @@ def test_the_embedded_database_in_the_open(tmp_path):
         assert steps.returncode == 0, steps.stderr
         names = [s["function_name"] for s in json.loads(steps.stdout)]
         assert names.count("helix.llm") == 2 and "helix.tool:fetch_reviews" in names
+
+        # Stopped, the next command on a terminal starts it again, spinner and notice.
+        assert run("db", "stop", env=env, cwd=tmp_path).returncode == 0
+        code, shown = in_terminal([*CLI, "db-url"], env=env, columns=100, cwd=tmp_path)
+        assert code == 0 and "starting the embedded PostgreSQL" in shown, shown
+        assert shown.count("helix-dbos db stop") == 1, shown
+        pid = embedded_pid(data_dir)
 
         stopped = run("db", "stop", env=env, cwd=tmp_path)
         assert stopped.returncode == 0, stopped.stderr

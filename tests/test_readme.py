@@ -3,6 +3,7 @@ Anthropic API), its SQL recipes, and every command it shows is run by some test.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from helix_dbos import tool
 from helix_dbos.store.database import libpq_url
 from tests.llm import wire
 
@@ -145,7 +147,7 @@ def test_the_transcript_recipe_shows_text_and_tool_calls_together(database_url):
         rows = conn.execute(recipe.replace("'ses_...'", "%s"), (session_id,)).fetchall()
     assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool"]
     both = rows[3][2]
-    assert both.startswith("The reviews are mostly positive. submit_verdict({")
+    assert both.startswith("The reviews are mixed. submit_verdict({")
     assert rows[1][2] == 'fetch_reviews({"product": "helix"})'
 
 
@@ -243,3 +245,55 @@ def test_the_database_section_names_every_table_and_view_of_the_migrations():
     listed = set(re.findall(r"^- `(\w+)`", section("Database"), re.M))
     assert created - listed == set(), "tables or views the README does not list"
     assert listed - created == set(), "the README lists tables that do not exist"
+
+
+async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
+    helix, make_agent, mock_llm, database_url, tmp_path
+):
+    """The README's DBOSClient snippet, as pasted: `helix.waiting_runs.workflow_id` is
+    where the answer goes, from a process that never imports helix."""
+    ran: list[str] = []
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return "deleted"
+
+    agent = make_agent(tools=[delete_file])
+    mock_llm.add_responses(
+        {
+            "type": "tool_calls",
+            "tool_calls": [{"id": "c1", "name": "delete_file", "arguments": {"path": "p"}}],
+        },
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    while not await helix.pending_tool_calls(handle.session_id):
+        await asyncio.sleep(0.05)
+    human = section("Human in the loop and run control")
+    recipe = next(q for q in code_blocks(human, "sql") if "workflow_id" in q)
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute(recipe).fetchall()
+    assert (handle.workflow_id, "c1") in [(r[3], r[6]) for r in rows]
+
+    [snippet] = [b for b in code_blocks(README, "python") if "helix.waiting_runs" in b]
+    assert "helix_dbos" not in snippet
+    script = tmp_path / "answer.py"
+    script.write_text(
+        snippet.replace(
+            '"postgresql://user:password@localhost:5432/helix"', repr(libpq_url(database_url))
+        ).replace('"ses_..."', repr(handle.session_id))
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_for(database_url),
+    )
+    assert done.returncode == 0, done.stderr
+    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    assert ran == ["p"]

@@ -194,6 +194,33 @@ async def test_approval_request_and_resume_are_streamed(helix, make_agent, mock_
         request.payload["input"] == {"target": "moon"} and request.payload["tool_name"] == "launch"
     )
     assert types[-1] == "run_completed"
+    # Every chunk names its agent and step, `run_resumed` too (the step that waited).
+    resumed = next(c for c in seen if c.type == "run_resumed")
+    assert (resumed.agent_name, resumed.step) == (agent.name, request.step) and request.step
+    assert all(c.agent_name == agent.name and c.step is not None for c in seen)
+
+
+async def test_an_aborted_runs_last_chunk_names_its_agent_and_step(helix, make_agent, mock_llm):
+    @tool(require_approval=True)
+    def launch(target: str) -> str:
+        """Launch something."""
+        return "launched"
+
+    agent = make_agent(tools=[launch])
+    mock_llm.add_responses(calls(("l", "launch", {"target": "moon"})), agent=agent.name)
+    handle = await helix.execute(agent, "go")
+    seen: list[StreamChunk] = []
+
+    async def read() -> None:
+        async for chunk in helix.stream(handle.session_id, run_id=handle.run_id):
+            seen.append(chunk)
+            if chunk.type == "tool_approval_request":
+                await helix.abort(handle.session_id, reason="no")
+
+    await asyncio.wait_for(read(), timeout=30)
+    request = next(c for c in seen if c.type == "tool_approval_request")
+    assert seen[-1].type == "run_aborted"
+    assert (seen[-1].agent_name, seen[-1].step) == (agent.name, request.step)
 
 
 async def test_concurrent_readers_of_a_session_share_one_query():

@@ -799,20 +799,25 @@ def test_the_research_team_example_prints_the_session_tree(database_url):
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "Brief (completed): {'summary': 'Owls can turn" in out
-    assert "(Review: Solid: two independent sources agree.)" in out
-    tree = [line.split() for line in out.splitlines() if line.startswith("  ") and "ses_" in line]
+    assert max(map(len, out.splitlines())) <= 100, "output fits 100 columns piped"
+    words = " ".join(out.split())
+    assert 'Brief (completed), as JSON: {"summary": "Owls can turn' in words
+    assert "(Review: Solid: two independent sources agree.)" in words
+    section = out.split("Session tree (… is the lead's session, ")[1]
+    root, rows = section.split(")\n", 1)
+    tree = [line.split() for line in rows.split("\n\n")[0].splitlines()[1:]]
     # lead (3 LLM calls; 2 sub-agent calls and 1 blocking companion turn), then its
     # children: the critic companion (1 LLM call), both researchers (2 LLM calls, 1 tool).
     assert all(int(row[5]) > 0 for row in tree)
-    assert tree[0][:5] == ["lead", "completed", "3", "0", "3"]
+    assert tree[0][:5] == ["lead", "completed", "3", "0", "3"] and tree[0][6] == "…"
+    assert root.startswith("ses_") and len(root) == 36
     assert sorted(row[:5] for row in tree[1:]) == [
         ["archive_researcher", "completed", "2", "1", "0"],
         ["critic", "completed", "1", "0", "0"],
         ["web_researcher", "completed", "2", "1", "0"],
     ]
     critic_row = next(row for row in tree if row[0] == "critic")
-    assert critic_row[6] == f"{tree[0][6]}-agent-critic-1"
+    assert critic_row[6] == "…-agent-critic-1"
     assert "Whole tree: 4 sessions" in out and "(8 LLM calls)" in out
     # The root stream showed the researchers' own chunks, tagged with their agent.
     assert any("web_researcher" in line and "tool_end" in line for line in out.splitlines())

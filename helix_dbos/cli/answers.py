@@ -11,14 +11,18 @@ import json
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, resolve_url
+from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import print_json
 from helix_dbos.cli.visible import escape_invisible
-from helix_dbos.server.remote import RemoteControl, Target
+from helix_dbos.store.database import connect
+
+if TYPE_CHECKING:  # DBOSClient and SQLAlchemy load when an answer is sent, not for --help
+    from helix_dbos.server.remote import RemoteControl, Target
 
 Call = Annotated[
     str,
@@ -31,11 +35,18 @@ Call = Annotated[
 
 
 @contextmanager
-def remote(database_url: str | None) -> Iterator[RemoteControl]:
+def remote(database_url: str | None, session: str) -> Iterator[tuple[RemoteControl, str]]:
+    """The control that sends answers, and the full id of the session `session` names
+    (an id or a unique prefix of one, as tables show them)."""
+    from helix_dbos.server.remote import RemoteControl  # noqa: PLC0415
+
+    url = resolve_url(database_url)
+    with connect(url, autocommit=True) as conn:
+        session = resolve(conn, "session", session)
     who = f"{getpass.getuser()}@{socket.gethostname()} (cli)"
-    control = RemoteControl(resolve_url(database_url), answered_by=who)
+    control = RemoteControl(url, answered_by=who)
     try:
-        yield control
+        yield control, session
     finally:
         control.close()
 
@@ -65,8 +76,8 @@ def _answer(approved: bool) -> Callable[..., int]:
         json_output: Json = False,
         database_url: DatabaseUrl = None,
     ) -> int:
-        with remote(database_url) as control:
-            target = control.approve(session, call, approved, reason)
+        with remote(database_url, session) as (control, full):
+            target = control.approve(full, call, approved, reason)
         verb = "Approved" if approved else "Denied"
         return report(
             json_output,
@@ -107,8 +118,8 @@ def submit(
             value = json.loads(result)
         except json.JSONDecodeError as exc:
             raise CLIError(f"--result is not valid JSON: {exc}") from exc
-    with remote(database_url) as control:
-        target = control.submit(session, call, result=value, error=error)
+    with remote(database_url, session) as (control, full):
+        target = control.submit(full, call, result=value, error=error)
     what = "an error" if error is not None else "the result"
     return report(
         json_output,
@@ -132,12 +143,12 @@ def interrupt(
 
     A run that waits for a human stops at once.
     """
-    with remote(database_url) as control:
-        targets = control.interrupt(session, reason)
+    with remote(database_url, session) as (control, full):
+        targets = control.interrupt(full, reason)
     return report_control(
         json_output,
         "interrupt_requested",
-        session,
+        full,
         targets,
         "Interrupt requested for {runs}; each stops at its next step boundary.",
     )
@@ -151,12 +162,12 @@ def abort(
 ) -> int:
     """Cancel the session's live run, and those of the sessions below it, now; dangling
     calls get error results."""
-    with remote(database_url) as control:
-        targets = control.abort(session, reason)
+    with remote(database_url, session) as (control, full):
+        targets = control.abort(full, reason)
     return report_control(
         json_output,
         "aborted",
-        session,
+        full,
         targets,
         "Aborted {runs}; each session can be continued with `helix-dbos resume`.",
     )

@@ -9,16 +9,27 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 import typer
+from rich.text import Text
 
-from helix_dbos.cli.output import article, spinner
+from helix_dbos.cli.ids import resolve
+from helix_dbos.cli.output import article, spinner, stderr_console
 from helix_dbos.errors import SessionNotFoundError
-from helix_dbos.runtime.executor import HelixDBOS
 from helix_dbos.server import queries
-from helix_dbos.store.database import DATABASE_URL_ENV, connect, redact_url, resolve_database_url
+from helix_dbos.store.database import (
+    DATABASE_URL_ENV,
+    connect,
+    embedded_data_dir,
+    redact_url,
+    resolve_database_url,
+)
+from helix_dbos.store.embedded import embedded_pid
+
+if TYPE_CHECKING:  # imported when an app is loaded: the read commands never need DBOS
+    from helix_dbos.runtime.executor import HelixDBOS
 
 EXIT_ERROR = 2
 TOKEN_ENV = "HELIX_SERVER_TOKEN"
@@ -53,17 +64,35 @@ AppSpec = Annotated[
     ),
 ]
 Session = Annotated[
-    str, typer.Argument(metavar="SESSION", help="The session id.", show_default=False)
+    str,
+    typer.Argument(
+        metavar="SESSION", help="The session id, or a prefix of it.", show_default=False
+    ),
 ]
-Reason = Annotated[str | None, typer.Option("--reason", help="Why (the model sees it).")]
+Reason = Annotated[
+    str | None, typer.Option("--reason", metavar="TEXT", help="Why (the model sees it).")
+]
 
 
 def resolve_url(database_url: str | None) -> str:
-    """The database URL; starting the embedded PostgreSQL can take a few seconds."""
+    """The database URL. Starting the embedded PostgreSQL takes a few seconds (a spinner
+    says so), and the server outlives the command: the command says that once, with the
+    command that stops it. An embedded server already running is simply used."""
     if database_url or os.environ.get(DATABASE_URL_ENV):
         return resolve_database_url(database_url)
-    with spinner("starting the embedded PostgreSQL"):
+    data_dir = embedded_data_dir()
+    if embedded_pid(data_dir) is not None:
         return resolve_database_url(None)
+    with spinner("starting the embedded PostgreSQL"):
+        url = resolve_database_url(None)
+    stderr_console().print(
+        Text(
+            f"helix-dbos: started the embedded PostgreSQL in {data_dir}; it keeps running "
+            "after this command (`helix-dbos db stop` stops it)."
+        ),
+        soft_wrap=True,
+    )
+    return url
 
 
 @contextmanager
@@ -79,13 +108,18 @@ def read_connection(database_url: str | None) -> Iterator[Any]:
             ) from exc
 
 
-def require_session(conn: Any, session_id: str) -> None:
+def require_session(conn: Any, session_id: str) -> str:
+    """The full id of the session `session_id` names (itself, or a unique prefix of it)."""
+    session_id = resolve(conn, "session", session_id)
     if not queries.fetch_sync(conn, queries.session_exists(session_id)):
         raise SessionNotFoundError(session_id)
+    return session_id
 
 
 def load_helix(spec: str) -> HelixDBOS:
     """Import `module:attr` (or `path/file.py:attr`): a HelixDBOS, or a factory returning one."""
+    from helix_dbos.runtime.executor import HelixDBOS  # noqa: PLC0415 - DBOS only when used
+
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise CLIError(f"--app must look like module:attr or file.py:attr, not {spec!r}")

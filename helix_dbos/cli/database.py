@@ -6,7 +6,6 @@ import os
 from typing import Annotated
 
 import typer
-from dbos import DBOS
 
 from helix_dbos.cli.common import DatabaseUrl, Json, resolve_url
 from helix_dbos.cli.output import plural, print_json
@@ -30,6 +29,8 @@ db_app = typer.Typer(
 def migrate(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
     """Create the database if needed, apply helix's pending migrations and bring DBOS's
     system tables up to date (a deployment step before a fleet of workers starts)."""
+    from dbos import DBOS  # noqa: PLC0415 - only this command needs DBOS
+
     url = resolve_url(database_url)
     created = ensure_database_exists(url)
     applied = apply_migrations(url)

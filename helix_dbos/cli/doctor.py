@@ -21,7 +21,6 @@ from rich.text import Text
 
 from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
 from helix_dbos.cli.output import plural, print_json, print_renderable
-from helix_dbos.runtime.executor import DEFAULT_APP_VERSION
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
@@ -115,6 +114,8 @@ def check_provider_keys() -> Check:
 
 
 def check_worker_identity(url: str) -> Check:
+    from helix_dbos.runtime.executor import DEFAULT_APP_VERSION  # noqa: PLC0415 - loads DBOS
+
     version = os.environ.get("HELIX_APP_VERSION", DEFAULT_APP_VERSION)
     executor = os.environ.get("HELIX_EXECUTOR_ID")
     identity = (

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import uvicorn
 
 from helix_dbos.cli.common import (
     TOKEN_ENV,
@@ -25,7 +24,6 @@ from helix_dbos.cli.common import (
 )
 from helix_dbos.cli.output import Column, plural, print_json, print_table
 from helix_dbos.runtime.workers import recover_worker
-from helix_dbos.server import bearer_token, create_app
 from helix_dbos.server.limits import ServeLimits, with_header_timeout
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.workers import WorkerRow
@@ -91,6 +89,10 @@ def serve(
     Authentication is required: a bearer token ($HELIX_SERVER_TOKEN, --token-file or
     --token), or --allow-unauthenticated for local development.
     """
+    import uvicorn  # noqa: PLC0415 - FastAPI and uvicorn only for `serve`
+
+    from helix_dbos.server import bearer_token, create_app  # noqa: PLC0415
+
     token = server_token(token, token_file)
     if not token and not allow_unauthenticated:
         raise CLIError(

@@ -1,8 +1,10 @@
 """How the CLI prints: rich tables sized to the terminal, plain JSON, spinners on stderr.
 
-On a terminal a table fits its width (long text wraps, ids keep their line). Piped
-(`| grep`, a test) a table is never wrapped: one row per line, long cells cut with "…",
-no trailing spaces, no colours. JSON is plain `json.dumps` with ISO 8601 times.
+On a terminal a table fits its width: statuses, numbers and times are never cut; long
+text wraps, names shrink with "…", the least useful columns (`Column.drop`) are left out,
+and ids (short unique prefixes, see `ids`) are cut only if all that is not enough. Piped (`| grep`, a test) a table is never wrapped:
+every column, one row per line, long cells cut with "…", no trailing spaces, no colours.
+JSON is plain `json.dumps` with ISO 8601 times.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.table import Table
 
@@ -54,11 +57,25 @@ def print_json(data: Any) -> None:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: the row key, its header, and whether its text may wrap on a terminal."""
+    """A table column: the row key, its header, and how it gives way on a narrow terminal.
+
+    `wraps`: long text wraps; `shrinks`: long text is cut with "…" (names); `is_id`: an id,
+    cut only when nothing else gives way (a companion's session id, its parent's with a
+    suffix, can be long); none of them: never cut (statuses, numbers, times). `drop`: left
+    out when the table does not fit otherwise, highest first (0: always shown)."""
 
     key: str
     header: str
     wraps: bool = False
+    shrinks: bool = False
+    is_id: bool = False
+    drop: int = 0
+
+
+# Between two columns of a table without a box: one space of padding on each side.
+GAP = 2
+# How narrow a column that gives way may get: wrapped text, names cut with "…", ids.
+MIN_WRAP, MIN_SHRINK, MIN_ID = 12, 6, 12
 
 
 def cell_text(value: Any, width: int) -> str:
@@ -75,13 +92,65 @@ def cell_text(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _floor(column: Column, size: int, *, cut_ids: bool) -> int:
+    """The narrowest `column` may get (its header is never cut or wrapped)."""
+    if column.wraps or column.shrinks:
+        least = MIN_WRAP if column.wraps else MIN_SHRINK
+    elif column.is_id and cut_ids:
+        least = MIN_ID
+    else:
+        return size
+    return min(size, max(least, cell_len(column.header)))
+
+
+def fit_columns(
+    columns: Sequence[Column], natural: Sequence[int], width: int
+) -> list[tuple[Column, int]]:
+    """The columns shown in `width` characters, each with its width.
+
+    Columns with a `drop` go (highest first) while the table does not fit even with
+    wrapped and shrunk columns at their narrowest; then those give way, widest first, and
+    ids only if that is not enough. Statuses, numbers and times keep their width: if they
+    alone do not fit, rich gets the table as it is."""
+    shown = list(zip(columns, natural, strict=True))
+
+    def total(sizes: Sequence[int]) -> int:
+        return sum(sizes) + GAP * (len(sizes) - 1)
+
+    def least(cut_ids: bool) -> list[int]:
+        return [_floor(c, n, cut_ids=cut_ids) for c, n in shown]
+
+    while total(least(False)) > width and any(c.drop for c, _ in shown):
+        dropped = max((c for c, _ in shown), key=lambda c: c.drop)
+        shown = [(c, n) for c, n in shown if c is not dropped]
+    sizes = [n for _, n in shown]
+    for cut_ids in (False, True):
+        floors = least(cut_ids)
+        while total(sizes) > width:
+            give = [i for i, (s, f) in enumerate(zip(sizes, floors, strict=True)) if s > f]
+            if not give:
+                break
+            sizes[max(give, key=lambda i: sizes[i])] -= 1
+    return [(c, size) for (c, _), size in zip(shown, sizes, strict=True)]
+
+
 def build_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[Column], *, width: int, terminal: bool
 ) -> Table:
+    """`width`: the most characters a cell holds; on a terminal the table fits the console."""
+    texts = [[cell_text(row.get(c.key), width) for c in columns] for row in rows]
+    natural = [
+        max([cell_len(c.header), *(cell_len(t[i]) for t in texts)]) for i, c in enumerate(columns)
+    ]
+    if terminal:
+        fitted = fit_columns(columns, natural, Console(highlight=False).width)
+    else:
+        fitted = [(c, n) for c, n in zip(columns, natural, strict=True)]
+    index = {c.key: i for i, c in enumerate(columns)}
     table = Table(
         box=None, show_edge=False, pad_edge=False, header_style="bold" if terminal else ""
     )
-    for column in columns:
+    for column, size in fitted:
         numeric = bool(rows) and all(
             isinstance(row.get(column.key), (int, float))
             and not isinstance(row.get(column.key), bool)
@@ -90,13 +159,14 @@ def build_table(
         table.add_column(
             column.header,
             justify="right" if numeric else "left",
+            width=size if terminal else None,
             no_wrap=not (terminal and column.wraps),
             overflow="fold" if column.wraps else "ellipsis",
         )
-    for row in rows:
-        # Text, not str: a cell such as "[call_1]" is data, not rich markup.
-        # Invisible characters (bidi controls, zero-width...) show as highlighted escapes.
-        table.add_row(*(highlight(cell_text(row.get(c.key), width)) for c in columns))
+    for text in texts:
+        # Text, not str: a cell such as "[call_1]" is data, not rich markup. Invisible
+        # characters (bidi controls, zero-width...) show as highlighted escapes.
+        table.add_row(*(highlight(text[index[c.key]]) for c, _ in fitted))
     return table
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from helix_dbos.cli import ids
 from helix_dbos.cli.common import (
     CLIError,
     DatabaseUrl,
@@ -56,15 +57,15 @@ def run_worker(run: dict[str, Any]) -> str:
 
 
 RUN_COLUMNS = [
-    Column("run_id", "RUN"),
-    Column("session_id", "SESSION"),
-    Column("agent_name", "AGENT"),
+    Column("run_id", "RUN", is_id=True),
+    Column("session_id", "SESSION", is_id=True),
+    Column("agent_name", "AGENT", shrinks=True),
     Column("turn", "TURN"),
     Column("status", "STATUS"),
     Column("step_count", "STEPS"),
-    Column("depth", "DEPTH"),
-    Column("started_at", "STARTED"),
-    Column("where", "WORKER"),
+    Column("depth", "DEPTH", drop=3),
+    Column("started_at", "STARTED", drop=1),
+    Column("where", "WORKER", shrinks=True, drop=2),
     Column("detail", "WAITING ON / ERROR", wraps=True),
 ]
 
@@ -78,27 +79,40 @@ def runs(
         typer.Option(
             "--session",
             metavar="ID",
-            help="Only this session's runs and those of the sessions below it (sub-agents, "
-            "companions); DEPTH says how far below its root each run's session is.",
+            help="Only this session's runs (an id or its prefix) and those of the sessions "
+            "below it (sub-agents, companions); DEPTH says how far below its root each run's "
+            "session is.",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most N runs.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, help="At most N runs.")] = 20,
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
     """List runs, most recent first; `--status waiting` shows what each waits on."""
     with read_connection(database_url) as conn:
         if session:
-            require_session(conn, session)
+            session = require_session(conn, session)
         found = queries.runs_with_calls_sync(
             conn, status=status.value if status else None, session_id=session, limit=limit
         )
+        if not json_output:
+            runs_short = ids.shorten(conn, "run", (r["run_id"] for r in found))
+            sessions_short = ids.shorten(conn, "session", (r["session_id"] for r in found))
     if json_output:
         print_json(found)
     elif not found:
         print("No runs.")
     else:
-        rows = [{**r, "detail": run_detail(r), "where": run_worker(r)} for r in found]
+        rows = [
+            {
+                **r,
+                "run_id": runs_short[r["run_id"]],
+                "session_id": sessions_short[r["session_id"]],
+                "detail": run_detail(r),
+                "where": run_worker(r),
+            }
+            for r in found
+        ]
         print_table(rows, RUN_COLUMNS, width=44)
     return 0
 
@@ -143,7 +157,7 @@ def transcript(
 ) -> int:
     """Print a session's messages in order (helix.messages)."""
     with read_connection(database_url) as conn:
-        require_session(conn, session)
+        session = require_session(conn, session)
         messages = queries.fetch_sync(conn, queries.transcript(session))
     if json_output:
         print_json(messages)
@@ -157,21 +171,30 @@ USAGE_COLUMNS = [
     Column("tool_calls", "TOOL CALLS"),
     Column("input_tokens", "INPUT"),
     Column("output_tokens", "OUTPUT"),
-    Column("cache_read_tokens", "CACHE READ"),
-    Column("cache_write_tokens", "CACHE WRITE"),
-    Column("reasoning_tokens", "REASONING"),
+    Column("cache_read_tokens", "CACHE READ", drop=1),
+    Column("cache_write_tokens", "CACHE WRITE", drop=2),
+    Column("reasoning_tokens", "REASONING", drop=3),
     Column("cost_usd", "COST USD"),
 ]
 
 
-def print_usage_table(rows: list[dict[str, Any]], by: str) -> None:
-    """By model there are only LLM calls, so the tool-call column is left out."""
+def print_usage_table(
+    rows: list[dict[str, Any]], by: str, short: dict[str, str] | None = None
+) -> None:
+    """By model there are only LLM calls, so the tool-call column is left out. Session
+    keys are shown as `short` gives them; model and agent names may be cut, numbers never."""
     columns = [c for c in USAGE_COLUMNS if not (by == "model" and c.key == "tool_calls")]
-    rows = [{**r, "cost_usd": _usd(r.get("cost_usd"))} for r in rows]
+    short = short or {}
+    rows = [
+        {**r, "key": short.get(r["key"], r["key"]), "cost_usd": _usd(r.get("cost_usd"))}
+        for r in rows
+    ]
     if len(rows) > 1:
         total = {"key": "(total)"} | {c.key: _total(rows, c.key) for c in columns}
         rows = [*rows, total]
-    print_table(rows, [Column("key", by.upper()), *columns])
+    names = by in ("model", "agent")
+    key = Column("key", by.upper(), shrinks=names, is_id=not names)
+    print_table(rows, [key, *columns])
 
 
 def _usd(value: float | None) -> float | None:
@@ -192,7 +215,8 @@ def usage(
         typer.Option("--by", help="Group by model, session, agent or root session."),
     ] = UsageBy.model,
     session: Annotated[
-        str | None, typer.Option("--session", metavar="ID", help="Only this session.")
+        str | None,
+        typer.Option("--session", metavar="ID", help="Only this session (an id or its prefix)."),
     ] = None,
     children: Annotated[
         bool,
@@ -211,15 +235,17 @@ def usage(
         raise CLIError("--children needs --session ID")
     with read_connection(database_url) as conn:
         if session:
-            require_session(conn, session)
+            session = require_session(conn, session)
         query = queries.usage(by=by.value, session_id=session, include_children=children)
         rows = queries.fetch_sync(conn, query)
+        keyed_by_session = by in (UsageBy.session, UsageBy.root) and not json_output
+        short = ids.shorten(conn, "session", (r["key"] for r in rows)) if keyed_by_session else {}
     if json_output:
         print_json([{by.value: r.pop("key"), **r} for r in rows])
     elif not rows:
         print("No usage recorded.")
     else:
-        print_usage_table(rows, by.value)
+        print_usage_table(rows, by.value, short)
     return 0
 
 

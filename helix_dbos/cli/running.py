@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated
+import shutil
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from helix_dbos import demo as quickstart
+from helix_dbos.cli import ids
 from helix_dbos.cli.common import (
     AppSpec,
     DatabaseUrl,
@@ -16,12 +17,17 @@ from helix_dbos.cli.common import (
     Quiet,
     Session,
     load_helix,
+    read_connection,
+    require_session,
     resolve_url,
 )
-from helix_dbos.cli.live import follow
 from helix_dbos.cli.output import print_json, spinner
 from helix_dbos.cli.reads import print_transcript, print_usage_table
-from helix_dbos.runtime.results import AgentResult
+from helix_dbos.store.database import connect
+
+if TYPE_CHECKING:  # these commands load DBOS when they run, not for --help
+    from helix_dbos import demo as quickstart
+    from helix_dbos.runtime.results import AgentResult
 
 
 def resume(
@@ -38,7 +44,11 @@ def resume(
     The run executes in this process, so it needs your agents (--app); its steps show on
     stderr as they happen.
     """
+    from helix_dbos.cli.live import follow  # noqa: PLC0415
+
     helix = load_helix(app)
+    with read_connection(helix.database_url) as conn:  # a prefix, as tables show ids
+        session = require_session(conn, session)
     with spinner("launching DBOS"):
         helix.launch()
     try:
@@ -65,6 +75,9 @@ def demo(json_output: Json = False, quiet: Quiet = False, database_url: Database
     database URL or a provider key is set; each step shows on stderr as it happens, and
     the transcript and usage are read back with SQL.
     """
+    from helix_dbos import demo as quickstart  # noqa: PLC0415
+    from helix_dbos.cli.live import follow  # noqa: PLC0415
+
     url = resolve_url(database_url)
     with spinner("preparing the database"):
         helix = quickstart.build(url)
@@ -89,14 +102,29 @@ def demo(json_output: Json = False, quiet: Quiet = False, database_url: Database
             }
         )
         return 0 if result.ok else 1
-    print(f"Run {result.run_id} of session {result.session_id}: {result.status}")
-    print(f"Output: {json.dumps(result.output) if result.error is None else result.error}\n")
-    print(f"Transcript (helix-dbos transcript {result.session_id}):")
-    print_transcript(outcome.transcript, width=90)
-    print(f"\nUsage (helix-dbos usage --session {result.session_id}):")
+    # The report fits the terminal, or 100 columns piped; ids as the tables show them.
+    width = min(REPORT_WIDTH, shutil.get_terminal_size((REPORT_WIDTH, 24)).columns)
+    with connect(url, autocommit=True) as conn:
+        run_id = ids.shorten(conn, "run", [result.run_id])[result.run_id]
+        session_id = ids.shorten(conn, "session", [result.session_id])[result.session_id]
+    print(f"Run {run_id} of session {session_id}: {result.status}")
+    print(f"Output: {_json_within(result.output, width) if result.error is None else result.error}")
+    print(f"\nTranscript (helix-dbos transcript {session_id}):")
+    # SEQ and ROLE take 26 columns ("  5  tool:submit_verdict  "); the message gets the rest.
+    print_transcript(outcome.transcript, width=max(20, width - 26))
+    print(f"\nUsage (helix-dbos usage --session {session_id}):")
     print_usage_table(outcome.usage, "model")
-    print(f"\nSession state: {json.dumps(outcome.state)}")
+    print(f"\nSession state: {_json_within(outcome.state, width)}")
     return 0 if result.ok else 1
+
+
+REPORT_WIDTH = 100
+
+
+def _json_within(value: Any, width: int) -> str:
+    """JSON on one line when it fits in `width` columns, else indented over several."""
+    line = json.dumps(value)
+    return line if len(line) + 15 <= width else json.dumps(value, indent=2)
 
 
 def register(app: typer.Typer) -> None:

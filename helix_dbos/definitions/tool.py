@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable
@@ -200,7 +201,13 @@ def register_named_tool(name: str, factory: Callable[[], Tool]) -> None:
 
 
 def named_tool(name: str) -> Tool:
-    """A fresh instance of the tool registered under `name`."""
+    """A fresh instance of the tool registered under `name`.
+
+    The built-ins register themselves when `helix_dbos.builtins` is imported, which
+    `import helix_dbos` no longer does up front (it loads names lazily): a name not yet
+    known imports them (by name, so the module graph stays acyclic)."""
+    if name not in _NAMED_TOOLS:
+        importlib.import_module("helix_dbos.builtins")
     try:
         return _NAMED_TOOLS[name]()
     except KeyError:

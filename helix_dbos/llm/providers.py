@@ -11,6 +11,7 @@ or of their own provider.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,19 @@ def register_provider(prefix: str, factory: ProviderFactory) -> None:
 def unregister_provider(prefix: str) -> None:
     """Forget `prefix` (mainly for tests)."""
     _REGISTRY.pop(prefix.removesuffix(":"), None)
+
+
+def model_from_env() -> str | None:
+    """A real model when the environment names one (`HELIX_MODEL=provider:model`) or holds
+    a provider key (ANTHROPIC_API_KEY, then OPENAI_API_KEY); None otherwise, so that a
+    script can fall back to `MockLLM`."""
+    if os.environ.get("HELIX_MODEL"):
+        return os.environ["HELIX_MODEL"]
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic:claude-sonnet-4-6"
+    if os.environ.get("OPENAI_API_KEY"):
+        return "openai:gpt-4o"
+    return None
 
 
 def known_providers() -> list[str]:

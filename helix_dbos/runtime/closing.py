@@ -25,12 +25,13 @@ async def close_run(
     )
     await repo.update_session(session, session_id, status=status, error=error)
     await repo.notify_run_end(session, run_id)
+    run = await repo.get_run(session, run_id)  # its chunk names the agent and last step
     await repo.insert_chunks(
         session,
         session_id,
         run_id,
-        "",
-        0,
+        run.agent_name if run else "",
+        run.step_count if run else 0,
         [ChunkRecord(f"{run_id}:{status}", f"run_{status}", {"error": error})],
     )
     return True

@@ -11,13 +11,14 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
 from pydantic import ValidationError
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
@@ -1012,6 +1013,20 @@ class HelixDBOS:
         **kwargs: P.kwargs,
     ) -> T:
         return await on_target_loop(lambda: self.runtime.read(func, *args, **kwargs))
+
+    async def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
+        """Run your own SQL on helix's database (its tables, views, your own), in a
+        transaction of its own on helix's pool: the rows, by name (`row.run_id`) or by
+        position, or [] for a statement that returns none. Parameters are named,
+        `WHERE agent_name = :agent` with `{"agent": "janitor"}`. Callable from any event
+        loop once launched (the pool lives on DBOS's loop; this hops there and back)."""
+
+        async def run() -> list[Row[Any]]:
+            async with self.runtime.engine.begin() as conn:
+                result = await conn.execute(text(statement), dict(params or {}))
+                return list(result.all()) if result.returns_rows else []
+
+        return await on_target_loop(run)
 
     async def get_session(self, session_id: str) -> SessionInfo:
         check_storable(session_id=session_id)

@@ -245,9 +245,10 @@ async def _suspend(
     return deadlines
 
 
-async def _resume(
-    session: repo.Executor, session_id: str, run_id: str, resolutions: list[Resolution]
-) -> None:
+async def _resume(session: repo.Executor, head: StepCommit, resolutions: list[Resolution]) -> None:
+    """Close the wait's calls and, if the run works again, say so in a `run_resumed` chunk
+    that names the agent and the step that waited, like every chunk."""
+    session_id, run_id = head.session_id, head.run_id
     for r in resolutions:
         await repo.resolve_tool_call(
             session,
@@ -267,7 +268,7 @@ async def _resume(
         chunk = ChunkRecord(
             f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids}
         )
-        await repo.insert_chunks(session, session_id, run_id, None, None, [chunk])
+        await repo.insert_chunks(session, session_id, run_id, head.agent_name, head.step, [chunk])
     _log_resolutions(session_id, run_id, resolutions, resumed=resumed)
 
 
@@ -345,9 +346,7 @@ class HumanWait:
             for p in pending
             if interrupt is not None and p.tool_call_id not in answers
         ]
-        await self.rt.transaction(
-            "helix.resume_wait", _resume, self.session_id, self.run_id, resolutions
-        )
+        await self.rt.transaction("helix.resume_wait", _resume, self.head, resolutions)
         why = "interrupted" if interrupt is not None else "answered"
         await self._fire(
             "on_agent_resumed", "running", {"reason": why, "tool_call_ids": list(answers)}

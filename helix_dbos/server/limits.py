@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+if TYPE_CHECKING:  # uvicorn loads when `serve` runs, not for the CLI's --help
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ServeLimits:
 
 def with_header_timeout(seconds: float) -> type[H11Protocol]:
     """An h11 protocol class closing connections whose headers take over `seconds`."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415 - see above
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
