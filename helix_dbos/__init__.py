@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from helix_dbos.runtime.handle import RunHandle
     from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
     from helix_dbos.runtime.workers import default_executor_id
-    from helix_dbos.server import bearer_token, create_app
+    from helix_dbos.server import Principal, bearer_token, create_app
     from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
     from helix_dbos.streaming.chunks import (
         HumanRequest,
@@ -155,7 +155,7 @@ _EXPORTS: dict[str, str] = {
     "RunHandle": "helix_dbos.runtime.handle",
     **dict.fromkeys(["AgentResult", "RunInfo", "SessionInfo"], "helix_dbos.runtime.results"),
     "default_executor_id": "helix_dbos.runtime.workers",
-    **dict.fromkeys(["bearer_token", "create_app"], "helix_dbos.server"),
+    **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
         ["libpq_url", "resolve_database_url", "sqlalchemy_url"], "helix_dbos.store.database"
     ),
@@ -192,6 +192,7 @@ __all__ = [
     "Message",
     "MockLLM",
     "PersistentAgent",
+    "Principal",
     "RateLimit",
     "RunHandle",
     "RunInfo",

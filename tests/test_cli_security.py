@@ -171,4 +171,6 @@ async def test_the_transcript_and_runs_show_invisible_characters(
         assert out.returncode == 0, out.stderr
         assert "\u202e" not in out.stdout and "\u200b" not in out.stdout
     assert "invoice\\u202Efdp.exe" in transcript.stdout
-    assert "call\\u200B1" in runs.stdout
+    # An id with an invisible character never reaches a human: it is re-keyed when the
+    # reply is planned (issue 35 item 1), so the table shows helix's own id.
+    assert "(call helix_" in runs.stdout

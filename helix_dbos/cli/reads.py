@@ -113,7 +113,10 @@ def runs(
             }
             for r in found
         ]
-        print_table(rows, RUN_COLUMNS, width=44)
+        # DEPTH only when a run below a root is listed: a column of zeros says nothing.
+        below = any(r.get("depth") for r in found)
+        columns = [c for c in RUN_COLUMNS if below or c.key != "depth"]
+        print_table(rows, columns, width=44)
     return 0
 
 
