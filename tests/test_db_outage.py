@@ -41,6 +41,7 @@ from helpers import sql
 from pg_cluster import Cluster
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
 from test_chaos_soak import (
     DBOS_TERMINAL,
     LIVE,
@@ -50,6 +51,7 @@ from test_chaos_soak import (
     check_usage_and_chunks,
 )
 
+from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.statement_pool import StatementPool
 
 APP = Path(__file__).with_name("outage_app.py")
@@ -322,6 +324,25 @@ async def _pool_failures(cluster: Cluster) -> None:
             failures += 1
     await pool.close()
     assert failures <= 1, f"{failures} statements failed on connections dead since the restart"
+    assert pool.generations == 2
+
+    # SQLAlchemy's engine (the transactions) retires its whole pool on a disconnect.
+    engine = create_async_engine(sqlalchemy_url(cluster.url), pool_size=6, max_overflow=0)
+
+    async def tx(hold: float = 0) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text("SELECT pg_sleep(:s)"), {"s": hold})
+
+    await asyncio.gather(*(tx(0.2) for _ in range(6)))
+    cluster.crash_restart()
+    failures = 0
+    for _ in range(8):
+        try:
+            await tx()
+        except DBAPIError:
+            failures += 1
+    await engine.dispose()
+    assert failures <= 1, f"{failures} transactions failed on connections dead since the restart"
 
 
 def test_a_restart_while_a_step_waits_and_while_the_model_answers(

@@ -156,8 +156,10 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
     """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
     session's state and pending interrupt in the same round trip."""
-    async with current_runtime().statements() as conn:
-        return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
+    return await current_runtime().on_connection(
+        f"the rows of step {commit.step}",
+        lambda conn: write_step_rows(conn, commit, durable=False, workflow_id=workflow_id),
+    )
 
 
 class WriteAhead:
@@ -182,14 +184,17 @@ class WriteAhead:
         return await write_now(self.commit, self._workflow_id)
 
     async def result(self) -> StepWrite:
-        """The write's outcome; a failed write (a lost connection, say) is tried again."""
+        """The write's outcome (it waits out a database outage); a write that failed
+        otherwise is tried once more."""
         try:
             return await asyncio.shield(self._task)
         except Exception:
             return await write_now(self.commit, self._workflow_id)
 
-    async def settled(self) -> None:
-        await asyncio.gather(self._task, return_exceptions=True)
+    async def settled(self) -> bool:
+        """Wait for the write; whether it failed (its rows then still need writing)."""
+        done = await asyncio.gather(self._task, return_exceptions=True)
+        return isinstance(done[0], BaseException)
 
 
 def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:

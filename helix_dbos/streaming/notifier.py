@@ -4,7 +4,10 @@ Writers `pg_notify('helix_chunks', session_id)` in the transaction that adds
 chunks, so a reader is woken exactly when new rows are visible; the transaction
 that ends a run also sends `pg_notify('helix_run_end', run_id)`, so a caller
 waiting for a result is woken once, not at every chunk. Waiters still re-check
-every few seconds, which covers a dropped listener connection.
+every few seconds, which covers a dropped listener connection; when the listener
+connects again (a database restart), every waiter is woken to look at once, and
+`on_lost` learns when the connection was lost (the statement pool retires the
+connections opened before, which died with it).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import psycopg
 
@@ -28,8 +33,9 @@ def run_end_key(run_id: str) -> str:
 
 
 class ChunkNotifier:
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, on_lost: Callable[[float], None] | None = None) -> None:
         self._conninfo = conninfo
+        self._on_lost = on_lost
         self._versions: defaultdict[str, int] = defaultdict(int)
         self._conditions: dict[str, asyncio.Condition] = {}
         self._task: asyncio.Task[None] | None = None
@@ -63,6 +69,7 @@ class ChunkNotifier:
 
     async def _listen(self) -> None:
         delay = 0.5
+        lost = False
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -72,6 +79,10 @@ class ChunkNotifier:
                     await conn.execute(f"LISTEN {RUN_END_CHANNEL}")
                     self._ready.set()
                     delay = 0.5
+                    if lost:  # notifications sent meanwhile are gone: everyone looks now
+                        lost = False
+                        for key in list(self._conditions):
+                            await self._wake(key)
                     async for note in conn.notifies():
                         key = note.payload
                         if note.channel == RUN_END_CHANNEL:
@@ -81,6 +92,9 @@ class ChunkNotifier:
                 raise
             except Exception as exc:  # the database restarted: readers keep polling meanwhile
                 logger.warning("helix stream listener lost its connection (%s); reconnecting", exc)
+                if not lost and self._on_lost is not None:
+                    self._on_lost(time.monotonic())
+                lost = True
                 self._ready.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
