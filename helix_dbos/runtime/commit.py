@@ -15,10 +15,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.context import current_runtime, logger
 from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
@@ -228,7 +231,29 @@ async def commit_final(
     it again. Otherwise each write is keyed or guarded, so none needs the others'
     transaction, and the rows commit without waiting for their disk flush, which the
     final status's commit does for them. Returns whether this call ended the run (an
-    abort that got there first keeps its status) and the run's usage."""
+    abort that got there first keeps its status) and the run's usage.
+
+    Rows the database refuses for good (not a lost connection, which the caller waits
+    out) cannot be written by a retry either: the run then fails, and the statement
+    that ends it pairs each of its dangling tool calls with an error result."""
+    try:
+        return await _commit_final(session, commit, pending, notify=notify)
+    except DBAPIError as exc:
+        if is_transient_db_error(exc) or not (commit.has_rows or pending is not None):
+            raise
+        logger.error("helix could not write the last rows of run %s: %s", commit.run_id, exc)
+        reason = str(exc.orig) if exc.orig is not None else str(exc)
+        ended = StepCommit(commit.session_id, commit.run_id, commit.agent_name, commit.step)
+        ended.end("failed", error=f"The run's last rows could not be written: {reason}")
+        commit.messages, commit.usage, commit.events, commit.state = [], [], [], None
+        commit.unannounced = []
+        commit.end("failed", error=ended.error)
+        return await _commit_final(session, ended, None, notify=notify)
+
+
+async def _commit_final(
+    session: repo.Executor, commit: StepCommit, pending: StepCommit | None, *, notify: bool
+) -> EndedRun:
     assert commit.status is not None
     chunks = terminal_chunks(commit)
     if pending is None and commit.has_rows:  # the usual end: one statement

@@ -286,7 +286,7 @@ class Runtime:
         async def body(conn: DriverExecutor) -> T:
             return await func(conn, *args, **kwargs)
 
-        return await self.on_connection(func.__name__, body)
+        return await self.on_connection(getattr(func, "__name__", "a read"), body)
 
 
 def no_lease() -> None:

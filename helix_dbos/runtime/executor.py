@@ -1006,6 +1006,7 @@ class HelixDBOS:
             self._notifier = ChunkNotifier(
                 libpq_url(self.database_url),
                 on_lost=self.runtime.statement_pool.connections_lost,
+                on_back=lambda: asyncio.to_thread(dbos_internals.recheck_message_waiters),
             )
             await self._notifier.start()
         return self._notifier
