@@ -6,18 +6,19 @@ usage:
       go2 (writing held and model2 when they start waiting), so the test restarts the
       database while that step's rows are in memory, then while the model answers; with
       every pooled connection opened before. Prints the run's result as one JSON line.
+  outage_app.py recover DATABASE_URL EXECUTOR_ID MARKER_DIR
+      relaunch the hold worker (same executor id): DBOS recovers its pending run; prints
+      that run's result as one JSON line.
   outage_app.py serve DATABASE_URL EXECUTOR_ID MARKER_DIR SOAK_RUNS LEAD_RUNS
       launch a worker, start SOAK_RUNS runs of the chaos soak's script
       (tests/soak_app.py: parallel tools, approvals and client tools answered from another
       process) and LEAD_RUNS runs of an agent that delegates to a sub-agent beside a
-      plain tool; follow every run's stream; print one JSON line
-      {"soak": [[index, run_id, session_id], ...], "lead": [[run_id, session_id], ...]}
-      and work until killed
+      plain tool; serve the HTTP API (for the test's SSE readers); print one JSON line
+      {"soak": [[index, run_id, session_id], ...], "lead": [[run_id, session_id], ...],
+      "url": base_url} and work until killed
 
 Every model call and tool execution writes soak_app's markers (so the test counts
-re-run steps and model calls against DBOS's checkpoints). Each run's stream is followed
-by a reader that, like an SSE client with Last-Event-ID, resumes after the last chunk
-it got whenever its read fails; it appends every chunk's seq to MARKER_DIR/stream.log.
+re-run steps and model calls against DBOS's checkpoints).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import live_server
 import soak_app
 from soak_app import Markers, work
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.server.app import create_app
 from helix_dbos.store import repository as repo
 
 LEAD = "outage_lead"
@@ -118,42 +121,35 @@ async def held_run(helix: HelixDBOS) -> None:
         )
     )
     handle = await helix.execute(HOLD, "hold on")
+    marker_dir = Path(os.environ["HELIX_OUTAGE_MARKERS"])
+    (marker_dir / "run.json").write_text(json.dumps([handle.session_id, handle.run_id]))
     result = await handle.result()
     print(json.dumps({"status": result.status, "error": result.error}), flush=True)
 
 
-async def follow(helix: HelixDBOS, session_id: str, run_id: str, log: int) -> None:
-    """Read the run's stream to its end, resuming after the last chunk on any error."""
-    last = 0
-    while True:
-        try:
-            async for chunk in helix.stream(session_id, after_seq=last, run_id=run_id):
-                last = chunk.seq
-                line = {"run": run_id, "seq": chunk.seq, "type": chunk.type}
-                os.write(log, (json.dumps(line) + "\n").encode())
-            return
-        except Exception as exc:  # the database went away: reconnect and resume
-            print(f"reader {run_id}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            await asyncio.sleep(0.5)
+async def recovered_run(helix: HelixDBOS) -> None:
+    """The held run, resumed by this process's recovery: its result once it ended."""
+    session_id, run_id = json.loads(
+        (Path(os.environ["HELIX_OUTAGE_MARKERS"]) / "run.json").read_text()
+    )
+    run = await helix.wait_for_run_end(session_id, run_id)
+    print(json.dumps({"status": run.status, "error": run.error}), flush=True)
 
 
-async def serve(helix: HelixDBOS, markers: Path, soak_runs: int, lead_runs: int) -> None:
+async def serve(helix: HelixDBOS, soak_runs: int, lead_runs: int) -> None:
     soak = await asyncio.gather(
         *(helix.execute(soak_app.agent_of(i), f"soak run {i}") for i in range(soak_runs))
     )
     leads = await asyncio.gather(*(helix.execute(LEAD, "delegate") for _ in range(lead_runs)))
-    log = os.open(markers / "stream.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    readers = [
-        asyncio.ensure_future(follow(helix, h.session_id, h.run_id, log)) for h in [*soak, *leads]
-    ]
-    started = {
-        "soak": [[i, h.run_id, h.session_id] for i, h in enumerate(soak)],
-        "lead": [[h.run_id, h.session_id] for h in leads],
-    }
-    print(json.dumps(started), flush=True)
-    await asyncio.gather(*readers)
-    os.write(log, b'{"readers": "done"}\n')
-    await asyncio.sleep(3600)  # stopped by the test
+    app = create_app(helix, allow_unauthenticated=True, keepalive_seconds=1.0)
+    with live_server.serve(app) as base_url:  # the SSE readers are the test's
+        started = {
+            "soak": [[i, h.run_id, h.session_id] for i, h in enumerate(soak)],
+            "lead": [[h.run_id, h.session_id] for h in leads],
+            "url": base_url,
+        }
+        print(json.dumps(started), flush=True)
+        await asyncio.sleep(3600)  # stopped by the test
 
 
 def outage_horizon() -> dict[str, float]:
@@ -167,7 +163,7 @@ POOL_SIZE = 4
 
 def main() -> None:
     mode, database_url, executor_id, marker_dir = sys.argv[1:5]
-    if mode == "hold":
+    if mode in ("hold", "recover"):
         os.environ["HELIX_OUTAGE_MARKERS"] = marker_dir
         helix = HelixDBOS(
             [Agent(HOLD, tools=[hold])],
@@ -179,7 +175,7 @@ def main() -> None:
             **outage_horizon(),
         )
         helix.launch()
-        asyncio.run(held_run(helix))
+        asyncio.run(held_run(helix) if mode == "hold" else recovered_run(helix))
         return
     soak_runs, lead_runs = sys.argv[5:7]
     soak_app.markers = Markers(Path(marker_dir) / "events.log", 0, database_url)
@@ -195,7 +191,7 @@ def main() -> None:
     )
     helix.launch()
     soak_app.wait_for_first_heartbeat(database_url, executor_id)
-    asyncio.run(serve(helix, Path(marker_dir), int(soak_runs), int(lead_runs)))
+    asyncio.run(serve(helix, int(soak_runs), int(lead_runs)))
 
 
 if __name__ == "__main__":

@@ -90,9 +90,11 @@ class Cluster:
         """`pg_ctl restart -m fast`: every connection is closed, then the server is back."""
         self._ctl("-w", "-m", "fast", "restart")
 
-    def crash_restart(self) -> None:
-        """`pg_ctl stop -m immediate` (as a crash: no checkpoint) and start (crash recovery)."""
+    def crash_restart(self, down_seconds: float = 0.0) -> None:
+        """`pg_ctl stop -m immediate` (as a crash: no checkpoint), `down_seconds` with no
+        server, and start (crash recovery)."""
         self.stop("immediate")
+        time.sleep(down_seconds)
         self.start()
 
     def wait_ready(self, timeout: float = 60) -> None:

@@ -4,16 +4,18 @@ On a PostgreSQL cluster of the test's own (tests/pg_cluster.py, never a shared s
 one worker (tests/outage_app.py) runs the chaos soak's script (parallel async and sync
 tools, one changing state; approvals and client tools answered from another process
 with a plain `DBOSClient.send`, some twice; one run in six interrupted while it waits)
-and runs that delegate to a sub-agent beside a plain tool, while a reader follows every
-run's stream. Then the database goes away: (a) `pg_ctl restart -m fast`; (b) two crash
-restarts (`pg_ctl stop -m immediate` and start) a few seconds apart.
+and runs that delegate to a sub-agent beside a plain tool, while an SSE client of the
+worker's HTTP API, in the test process, follows every run. Then the database goes away: (a) `pg_ctl restart -m fast`; (b) two crash
+restarts (`pg_ctl stop -m immediate`, a second with no server, and start) a few seconds
+apart.
 
 The worker is never restarted. Afterwards: every run ended as scripted (none failed),
 its status matching its workflow's; no tool call without its one result; no message,
 usage row or terminal chunk twice; no tool or LLM step that DBOS had checkpointed ran
 again, and the model was asked exactly once per checkpointed LLM step (a database error
-after the model answered never asks it again); every stream reader got each chunk of
-its run once, in order, with no gap.
+after the model answered never asks it again); every SSE client, reconnecting with
+Last-Event-ID whenever its response broke off, got each chunk of its run once, in order,
+with no gap.
 
 CI runs a short version of each. A longer one, on demand:
     HELIX_OUTAGE_RUNS=30 HELIX_OUTAGE_RESTARTS=6 pytest -s -m faults tests/test_db_outage.py
@@ -30,12 +32,14 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from helpers import sql
 from pg_cluster import Cluster
@@ -86,6 +90,7 @@ class Fleet:
         self.answerer: subprocess.Popen[bytes] | None = None
         self.soak: list[tuple[int, str, str]] = []
         self.leads: list[tuple[str, str]] = []
+        self.readers: list[SSEReader] = []
 
     def wait_started(self, timeout: float = 120) -> None:
         assert self.worker.stdout is not None
@@ -98,6 +103,10 @@ class Fleet:
         started = json.loads(line)
         self.soak = [tuple(r) for r in started["soak"]]
         self.leads = [tuple(r) for r in started["lead"]]
+        self.readers = [
+            SSEReader(started["url"], session_id, run_id)
+            for run_id, session_id in [(r[1], r[2]) for r in self.soak] + self.leads
+        ]
         self.answerer = subprocess.Popen(
             [sys.executable, str(APP.with_name("soak_app.py")), "answer", self.url]
             + [str(self.markers), "26"],
@@ -118,9 +127,9 @@ class Fleet:
             assert self.worker.poll() is None, f"the worker exited:\n{self.err()}"
             assert time.monotonic() < deadline, stuck(self.url, self.run_ids)
             time.sleep(0.25)
-        while '"readers": "done"' not in (self.markers / "stream.log").read_text():
-            assert time.monotonic() < deadline, "the stream readers did not finish"
-            time.sleep(0.1)
+        for reader in self.readers:
+            reader.join(max(1.0, deadline - time.monotonic()))
+            assert not reader.is_alive(), f"the SSE reader of {reader.run_id} did not finish"
 
     def stop(self) -> None:
         (self.markers / "stop").touch()
@@ -132,6 +141,42 @@ class Fleet:
         if self.worker.poll() is None:
             os.kill(self.worker.pid, signal.SIGKILL)
             self.worker.wait(timeout=30)
+
+
+class SSEReader(threading.Thread):
+    """A client of the worker's `/sse` for one run, as a browser's EventSource: on a
+    dropped response it reconnects with Last-Event-ID; it stops at the `end` event."""
+
+    def __init__(self, base_url: str, session_id: str, run_id: str) -> None:
+        super().__init__(daemon=True)
+        self.base_url, self.session_id, self.run_id = base_url, session_id, run_id
+        self.seqs: list[int] = []
+        self.reconnects = 0
+        self.start()
+
+    def run(self) -> None:
+        last: int | None = None
+        params = {"session_id": self.session_id, "run_id": self.run_id}
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            try:
+                with httpx.stream(
+                    "GET", f"{self.base_url}/sse", params=params, headers=headers, timeout=60
+                ) as response:
+                    if response.status_code == 200:
+                        seq: int | None = None
+                        for line in response.iter_lines():
+                            if line.startswith("id: "):
+                                seq = int(line[4:])
+                            elif line == "event: end":
+                                return
+                            elif line == "" and seq is not None:
+                                self.seqs.append(seq)
+                                last, seq = seq, None
+            except httpx.HTTPError:
+                pass  # the server's database went away mid-response: reconnect
+            self.reconnects += 1
+            time.sleep(0.5)
 
 
 def q(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -186,7 +231,8 @@ def outage(cluster: Cluster, fleet: Fleet, restarts: list[str], seed: int) -> di
         for kind in restarts:
             time.sleep(rng.uniform(0.5, 3.0))  # runs in model calls, tools, waits, writes
             t0 = time.monotonic()
-            cluster.restart() if kind == "fast" else cluster.crash_restart()
+            # A crash leaves the server down a second, so reads and writes fail meanwhile.
+            cluster.restart() if kind == "fast" else cluster.crash_restart(down_seconds=1.0)
             down = max(down, time.monotonic() - t0)
         figures["longest_restart_seconds"] = round(down, 2)
         fleet.wait_ended(timeout=120 + 4 * (RUNS + LEADS))
@@ -264,37 +310,33 @@ def check(fleet: Fleet, figures: dict[str, Any]) -> None:
     )[0][0]
     assert figures["failed_runs"] == 0
 
-    check_streams(url, markers, fleet.run_ids, figures)
+    check_streams(url, fleet.readers, figures)
 
 
-def check_streams(url: str, markers: Path, run_ids: list[str], figures: dict[str, Any]) -> None:
-    """Each reader got its run's chunks (its own and its sub-agents'), each once, in order."""
-    lines = [json.loads(x) for x in (markers / "stream.log").read_text().splitlines()]
-    got: dict[str, list[int]] = defaultdict(list)
-    for line in lines:
-        if "run" in line:
-            got[line["run"]].append(line["seq"])
+def check_streams(url: str, readers: list[SSEReader], figures: dict[str, Any]) -> None:
+    """Each SSE reader got its run's chunks (its own and its sub-agents'), each once, in
+    order, however often it reconnected."""
     gaps = repeats = 0
-    for run_id in run_ids:
+    for reader in readers:
         expected = [
             r[0]
             for r in q(
                 url,
-                "SELECT seq FROM helix.stream_chunks WHERE session_id = (SELECT session_id "
-                "FROM helix.runs WHERE run_id = %s) AND (run_id = %s OR via_run_id = %s) "
-                "ORDER BY seq",
-                run_id,
-                run_id,
-                run_id,
+                "SELECT seq FROM helix.stream_chunks WHERE session_id = %s "
+                "AND (run_id = %s OR via_run_id = %s) ORDER BY seq",
+                reader.session_id,
+                reader.run_id,
+                reader.run_id,
             )
         ]
-        seen = got[run_id]
+        seen = reader.seqs
         repeats += len(seen) - len(set(seen))
         gaps += len(set(expected) - set(seen))
-        assert seen == sorted(seen), (run_id, seen)
-    figures["stream_chunks_read"] = sum(len(v) for v in got.values())
-    figures["stream_gaps"] = gaps
-    figures["stream_repeats"] = repeats
+        assert seen == sorted(seen), (reader.run_id, seen)
+    figures["sse_events_read"] = sum(len(r.seqs) for r in readers)
+    figures["sse_reconnects"] = sum(r.reconnects for r in readers)
+    figures["sse_gaps"] = gaps
+    figures["sse_repeats"] = repeats
     assert gaps == 0
     assert repeats == 0
 
@@ -386,6 +428,68 @@ def test_a_restart_while_a_step_waits_and_while_the_model_answers(
         "AND t.tool_call_id = c ->> 'id')",
     )[0][0]
     assert unpaired == 0
+
+
+def test_past_the_horizon_a_run_stays_pending_for_recovery(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Item 2: the database stays down past `database_outage_seconds` (2 s here) after the
+    model answered, while the LLM step writes what it streamed: the run does not fail,
+    its workflow stays PENDING, and the worker's next start (same executor id) resumes
+    and completes it. The LLM step never finished, so recovery runs it again (the model
+    is asked again, as after a SIGKILL there); the tool step, checkpointed, does not."""
+    executor = f"hold-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "HELIX_OUTAGE_HORIZON": "2", "HELIX_OUTAGE_LEASE": "15"}
+
+    def launch(mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(APP), mode, cluster.url, executor, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=open(tmp_path / f"{mode}.err", "w"),
+            text=True,
+            env=env,
+        )
+
+    app = launch("hold")
+    err = tmp_path / "hold.err"
+    try:
+        wait_until(lambda: (tmp_path / "held").exists(), app, err)
+        (tmp_path / "go1").touch()
+        wait_until(lambda: (tmp_path / "model2").exists(), app, err)
+        cluster.stop()
+        (tmp_path / "go2").touch()  # the model answers; its text waits for the database
+        wait_until(lambda: "helix gave up waiting for the database" in err.read_text(), app, err)
+        cluster.start()
+        session_id, run_id = json.loads((tmp_path / "run.json").read_text())
+        row = q(
+            cluster.url,
+            "SELECT r.status, w.status FROM helix.runs r JOIN dbos.workflow_status w "
+            "ON w.workflow_uuid = r.workflow_id WHERE r.run_id = %s",
+            run_id,
+        )
+        assert row == [("running", "PENDING")], row
+        assert app.poll() is None, "the worker did not exit either"
+    finally:
+        app.kill()
+        app.wait(timeout=30)
+    again = launch("recover")
+    try:
+        out, _ = again.communicate(timeout=180)
+    finally:
+        if again.poll() is None:
+            again.kill()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"status": "completed", "error": None}, (tmp_path / "recover.err").read_text()
+    calls = Counter((tmp_path / "calls.log").read_text().split())
+    assert calls == {"model": 3, "tool": 1}, calls
+
+
+def wait_until(done: Any, app: subprocess.Popen[str], err: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert app.poll() is None, err.read_text()[-3000:]
+        assert time.monotonic() < deadline, err.read_text()[-3000:]
+        time.sleep(0.05)
 
 
 def restarts_of(kind: list[str]) -> list[str]:

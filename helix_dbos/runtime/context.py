@@ -25,7 +25,7 @@ from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
 from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverExecutor
-from helix_dbos.store.statement_pool import StatementPool
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.streaming.notifier import ChunkNotifier
 
 T = TypeVar("T")
@@ -216,8 +216,9 @@ class Runtime:
 
         body.__qualname__ = name
 
-        async def attempt() -> T:
+        async def attempt(_: float) -> T:
             # Each attempt is its own checkpointed step, so a replay retries the same way.
+            # (DBOS's datasource itself waits out a lost connection, without a horizon.)
             return await datasource.run_tx_step_async(
                 {"name": name, "isolation_level": "READ COMMITTED"}, body, *args, **kwargs
             )
@@ -266,8 +267,8 @@ class Runtime:
         again on a fresh connection after a lost one, until the database answers
         (`OutageWait`): for keyed or guarded writes, and reads."""
 
-        async def once() -> T:
-            async with self.statements() as conn:
+        async def once(checkout_seconds: float = CHECKOUT_TIMEOUT_SECONDS) -> T:
+            async with self.statement_pool.connection(checkout_seconds) as conn:
                 return await body(conn)
 
         return await self.outage.run(what, once) if wait else await once()

@@ -26,6 +26,8 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
+
 T = TypeVar("T")
 logger = logging.getLogger("helix_dbos")
 
@@ -33,6 +35,7 @@ DEFAULT_OUTAGE_SECONDS = 900.0
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 2.0
 REPORT_EVERY_SECONDS = 10.0
+CHECKOUT_SECONDS = CHECKOUT_TIMEOUT_SECONDS  # a pooled connection's wait, at most
 
 
 _TRANSIENT_MARKERS = (
@@ -76,22 +79,27 @@ class OutageWait:
             raise ValueError("database_outage_seconds must be positive")
         self.horizon_seconds = horizon_seconds
 
-    async def run(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
-        """`operation()`, again after each lost connection or exhausted pool, inside a
-        workflow (a step included); once outside one."""
+    async def run(self, what: str, operation: Callable[[float], Awaitable[T]]) -> T:
+        """`operation(wait)`, again after each lost connection or exhausted pool, inside a
+        workflow (a step included); once outside one. `wait` is how long the operation
+        may wait for a pooled connection: never past the horizon."""
         if DBOS.workflow_id is None:
-            return await operation()
+            return await operation(CHECKOUT_SECONDS)
         started: float | None = None
         reported = 0.0
         delay = FIRST_DELAY_SECONDS
         while True:
+            attempt = time.monotonic()
+            waited = 0.0 if started is None else attempt - started
             try:
-                result = await operation()
+                result = await operation(
+                    max(0.1, min(CHECKOUT_SECONDS, self.horizon_seconds - waited))
+                )
             except Exception as exc:
                 if not is_transient_db_error(exc):
                     raise
                 now = time.monotonic()
-                started = now if started is None else started
+                started = attempt if started is None else started
                 waited = now - started
                 if waited >= self.horizon_seconds:
                     logger.error(
@@ -105,8 +113,8 @@ class OutageWait:
                     raise DatabaseUnavailable(
                         f"database unavailable for {waited:.0f}s ({what}): {exc}"
                     ) from exc
-                if waited == 0 or waited - reported >= REPORT_EVERY_SECONDS:
-                    reported = waited
+                if not reported or waited - reported >= REPORT_EVERY_SECONDS:
+                    reported = max(waited, 1e-9)
                     logger.warning(
                         "helix is waiting for the database (%s, workflow %s; %.1fs so far, "
                         "up to %gs): %s",

@@ -34,6 +34,7 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime import spans
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
+from helix_dbos.runtime.outage import DatabaseUnavailable
 from helix_dbos.runtime.step_types import ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.streaming.notifier import run_end_key
@@ -158,7 +159,10 @@ class AbortWatch:
         key = run_end_key(self._run_id)
         while not self._execution.done():
             seen = notifier.version(key)
-            run = await self._rt.read(repo.get_run, self._run_id)
+            try:
+                run = await self._rt.read(repo.get_run, self._run_id)
+            except (Exception, DatabaseUnavailable):  # the tool goes on; look again later
+                run = None
             if run is not None and run.status == "aborted":
                 self.aborted = True
                 self._cancel.set()

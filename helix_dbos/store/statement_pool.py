@@ -64,11 +64,14 @@ class StatementPool:
         )
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[DriverExecutor]:
+    async def connection(
+        self, timeout: float = CHECKOUT_TIMEOUT_SECONDS
+    ) -> AsyncIterator[DriverExecutor]:
+        """A connection, waited for up to `timeout` seconds (`PoolTimeout` after)."""
         pool = self._pool
         if pool.closed:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
-        async with pool.connection(timeout=CHECKOUT_TIMEOUT_SECONDS) as raw:
+        async with pool.connection(timeout=timeout) as raw:
             try:
                 yield DriverExecutor(raw)
             except DBAPIError as exc:
