@@ -159,6 +159,9 @@ def outage_horizon() -> dict[str, float]:
 
 
 POOL_SIZE = 4
+# The worker outlives each restart: its lease (60 s unless HELIX_OUTAGE_LEASE says) is
+# long enough that its fence (a worker cut off from the database stops) never trips on a
+# slow restart of a loaded machine; a fence that does not exit is another change's.
 
 
 def main() -> None:
@@ -171,7 +174,7 @@ def main() -> None:
             llm=MockLLM(hold_model),
             pool_size=POOL_SIZE,
             executor_id=executor_id,
-            worker_lease_seconds=float(os.environ.get("HELIX_OUTAGE_LEASE", "30")),
+            worker_lease_seconds=float(os.environ.get("HELIX_OUTAGE_LEASE", "60")),
             **outage_horizon(),
         )
         helix.launch()
@@ -186,7 +189,7 @@ def main() -> None:
         pool_size=POOL_SIZE,
         executor_id=executor_id,
         application_version=soak_app.APP_VERSION,
-        worker_lease_seconds=float(os.environ.get("HELIX_OUTAGE_LEASE", "30")),
+        worker_lease_seconds=float(os.environ.get("HELIX_OUTAGE_LEASE", "60")),
         **outage_horizon(),
     )
     helix.launch()

@@ -32,15 +32,19 @@ async def write_chunks(
     agent_name: str,
     step: int,
     chunks: list[ChunkRecord],
+    *,
+    wait: bool = True,
 ) -> None:
-    """Live chunks, committed at once on their own connection (inside a run, a database
-    outage is waited out: they are keyed, so one that landed is not written twice)."""
+    """Live chunks, committed at once on their own connection (inside a run and with
+    `wait`, a database outage is waited out: they are keyed, so one that landed is not
+    written twice)."""
     if chunks:
         await rt.on_connection(
             "a live chunk",
             lambda conn: repo.insert_chunks(
                 conn, session_id, run_id, agent_name, step, chunks, durable=False
             ),
+            wait=wait,
         )
 
 

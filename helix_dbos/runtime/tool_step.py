@@ -274,7 +274,13 @@ async def _write_tool_start(
     """Best effort: a failed write must not fail the tool, and the step's rows repeat it."""
     try:
         await write_chunks(
-            rt, session_id, run_id, agent_name, step, [tool_start_chunk(run_id, step, call)]
+            rt,
+            session_id,
+            run_id,
+            agent_name,
+            step,
+            [tool_start_chunk(run_id, step, call)],
+            wait=False,  # the step's rows carry it too: no wait for the database here
         )
     except Exception as exc:
         logger.warning("helix could not write the tool_start chunk of %s: %s", call.id, exc)
