@@ -88,6 +88,7 @@ class Fleet:
             text=True,
         )
         self.answerer: subprocess.Popen[bytes] | None = None
+        self.answerers = 0
         self.soak: list[tuple[int, str, str]] = []
         self.leads: list[tuple[str, str]] = []
         self.readers: list[SSEReader] = []
@@ -107,11 +108,18 @@ class Fleet:
             SSEReader(started["url"], session_id, run_id)
             for run_id, session_id in [(r[1], r[2]) for r in self.soak] + self.leads
         ]
+        self.start_answerer()
+
+    def start_answerer(self) -> None:
+        """The answering process (a plain DBOSClient). One that connects while the
+        database is down exits (DBOSClient's constructor raises): it is started again,
+        as a user's client would be; the worker is never restarted."""
+        self.answerers += 1
         self.answerer = subprocess.Popen(
             [sys.executable, str(APP.with_name("soak_app.py")), "answer", self.url]
-            + [str(self.markers), "26"],
+            + [str(self.markers), str(26 + self.answerers)],
             stdout=subprocess.DEVNULL,
-            stderr=open(self.markers / "answerer.err", "w"),  # noqa: SIM115
+            stderr=open(self.markers / "answerer.err", "a"),  # noqa: SIM115
         )
 
     @property
@@ -126,6 +134,8 @@ class Fleet:
         while not all_ended(self.url, self.run_ids):
             assert self.worker.poll() is None, f"the worker exited:\n{self.err()}"
             assert time.monotonic() < deadline, stuck(self.url, self.run_ids)
+            if self.answerer is not None and self.answerer.poll() is not None:
+                self.start_answerer()
             time.sleep(0.25)
         for reader in self.readers:
             reader.join(max(1.0, deadline - time.monotonic()))
@@ -239,6 +249,7 @@ def outage(cluster: Cluster, fleet: Fleet, restarts: list[str], seed: int) -> di
     finally:
         fleet.stop()
     figures["wall_seconds"] = round(time.monotonic() - began, 1)
+    figures["answerer_starts"] = fleet.answerers
     check(fleet, figures)
     return figures
 
