@@ -47,6 +47,7 @@ DATABASE_MODULES = frozenset(
         "test_migrations",
         "test_run_integrity",
         "test_shutdown",
+        "test_unpaired_calls",
         "test_unstorable_text",
     }
 )

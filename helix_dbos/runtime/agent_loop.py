@@ -418,8 +418,13 @@ class AgentLoop:
     async def _end(self, commit: StepCommit) -> AgentResult:
         """The run's last write (any step still unwritten, this one, the final status),
         then the completion or failure hook."""
-        if self._ahead is not None:
-            await self._ahead.settled()
+        if self._ahead is not None and await self._ahead.settled():
+            # The last write-ahead failed for good (the LLM step that waited for it failed
+            # too): its rows, a step's tool results among them, go with the final write.
+            if self._unwritten is None:
+                self._unwritten = self._ahead.commit
+            else:
+                await self._ahead.result()
         said = (self._unwritten.unannounced if self._unwritten else []) + commit.unannounced
         assert commit.status is not None
         hears = bool(said) and self.agent.hooks.on_message is not None
@@ -449,8 +454,7 @@ class AgentLoop:
 
     async def _row_result(self, commit: StepCommit, usage: dict[str, int]) -> AgentResult:
         """The run's result from its row, for a final write that found the run ended."""
-        async with self.rt.statements() as conn:
-            outcome = await run_bounds.run_outcome(conn, self.run_id)
+        outcome = await self.rt.read(run_bounds.run_outcome, self.run_id)
         if outcome is None or outcome.run.status not in TERMINAL_STATUSES:
             return self._result(commit, usage)
         return run_result(outcome)
@@ -553,21 +557,11 @@ async def _write_final(commit: StepCommit, unwritten: StepCommit | None, notify:
 
     Like the write-ahead of every other step, it needs no checkpoint: its rows are keyed
     by `runs.committed_step` and its status update only lands on a live run, so a replay
-    after a crash (or a retry after a lost connection) writes nothing twice, and the
-    workflow's end, committed afterwards, flushes it to disk. That saves a step's two
-    system-database round trips on every run.
+    after a crash (or a retry after a lost connection: `final_step` waits a database
+    outage out) writes nothing twice, and the workflow's end, committed afterwards,
+    flushes it to disk. That saves a step's two system-database round trips on every run.
     """
-    for attempt in range(1, FINAL_WRITE_ATTEMPTS + 1):
-        try:
-            return await final_step(commit, unwritten, notify)
-        except Exception as exc:
-            if attempt == FINAL_WRITE_ATTEMPTS or not is_transient_db_error(exc):
-                raise
-            logger.warning(
-                "helix.commit_final hit a transient error (attempt %d): %s", attempt, exc
-            )
-            await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
-    raise AssertionError("unreachable")
+    return await final_step(commit, unwritten, notify)
 
 
 async def final_step(
@@ -576,8 +570,9 @@ async def final_step(
     """The run's last write (`helix.commit_final`), whose writes are keyed or guarded by
     the run's status, so one replayed after a crash changes nothing."""
     rt = current_runtime()
-    async with rt.statements() as conn:
-        wrote = await commit_final(conn, commit, unwritten, notify=notify)
+    wrote = await rt.on_connection(
+        "the final write", lambda conn: commit_final(conn, commit, unwritten, notify=notify)
+    )
     ended = wrote.ended
     if ended:  # on_message for what workflow code said last (once: a replay ends nothing)
         said = (unwritten.unannounced if unwritten is not None else []) + commit.unannounced

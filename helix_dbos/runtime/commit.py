@@ -15,10 +15,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.context import current_runtime, logger
 from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
@@ -156,8 +159,10 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
     """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
     session's state and pending interrupt in the same round trip."""
-    async with current_runtime().statements() as conn:
-        return await write_step_rows(conn, commit, durable=False, workflow_id=workflow_id)
+    return await current_runtime().on_connection(
+        f"the rows of step {commit.step}",
+        lambda conn: write_step_rows(conn, commit, durable=False, workflow_id=workflow_id),
+    )
 
 
 class WriteAhead:
@@ -182,14 +187,17 @@ class WriteAhead:
         return await write_now(self.commit, self._workflow_id)
 
     async def result(self) -> StepWrite:
-        """The write's outcome; a failed write (a lost connection, say) is tried again."""
+        """The write's outcome (it waits out a database outage); a write that failed
+        otherwise is tried once more."""
         try:
             return await asyncio.shield(self._task)
         except Exception:
             return await write_now(self.commit, self._workflow_id)
 
-    async def settled(self) -> None:
-        await asyncio.gather(self._task, return_exceptions=True)
+    async def settled(self) -> bool:
+        """Wait for the write; whether it failed (its rows then still need writing)."""
+        done = await asyncio.gather(self._task, return_exceptions=True)
+        return isinstance(done[0], BaseException)
 
 
 def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
@@ -223,7 +231,29 @@ async def commit_final(
     it again. Otherwise each write is keyed or guarded, so none needs the others'
     transaction, and the rows commit without waiting for their disk flush, which the
     final status's commit does for them. Returns whether this call ended the run (an
-    abort that got there first keeps its status) and the run's usage."""
+    abort that got there first keeps its status) and the run's usage.
+
+    Rows the database refuses for good (not a lost connection, which the caller waits
+    out) cannot be written by a retry either: the run then fails, and the statement
+    that ends it pairs each of its dangling tool calls with an error result."""
+    try:
+        return await _commit_final(session, commit, pending, notify=notify)
+    except DBAPIError as exc:
+        if is_transient_db_error(exc) or not (commit.has_rows or pending is not None):
+            raise
+        logger.error("helix could not write the last rows of run %s: %s", commit.run_id, exc)
+        reason = str(exc.orig) if exc.orig is not None else str(exc)
+        ended = StepCommit(commit.session_id, commit.run_id, commit.agent_name, commit.step)
+        ended.end("failed", error=f"The run's last rows could not be written: {reason}")
+        commit.messages, commit.usage, commit.events, commit.state = [], [], [], None
+        commit.unannounced = []
+        commit.end("failed", error=ended.error)
+        return await _commit_final(session, ended, None, notify=notify)
+
+
+async def _commit_final(
+    session: repo.Executor, commit: StepCommit, pending: StepCommit | None, *, notify: bool
+) -> EndedRun:
     assert commit.status is not None
     chunks = terminal_chunks(commit)
     if pending is None and commit.has_rows:  # the usual end: one statement

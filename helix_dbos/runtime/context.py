@@ -15,18 +15,17 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import AsyncSQLAlchemyDatasource
-from psycopg_pool import PoolTimeout
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
+from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverExecutor
-from helix_dbos.store.statement_pool import StatementPool
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.streaming.notifier import ChunkNotifier
 
 T = TypeVar("T")
@@ -138,6 +137,7 @@ class Runtime:
         adapter_factory: Callable[[Agent], LLMAdapter],
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
+        database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
     ) -> None:
         self.agents = agents
         self.engine = engine  # transactions: DBOS's datasource, and a few of helix's own
@@ -154,6 +154,8 @@ class Runtime:
         self.notifier: Callable[[], Awaitable[ChunkNotifier]] | None = None
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
+        # Inside a run, a database that went away is waited for, up to this horizon.
+        self.outage = OutageWait(database_outage_seconds)
         # Set by the worker lease: raises or exits if this worker may have lost its lease.
         self.lease_check: Callable[[], None] = no_lease
 
@@ -213,20 +215,15 @@ class Runtime:
             return await func(datasource.sql_session(), *inner, **inner_kw)
 
         body.__qualname__ = name
-        for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
-            try:
-                return await datasource.run_tx_step_async(
-                    {"name": name, "isolation_level": "READ COMMITTED"}, body, *args, **kwargs
-                )
-            except Exception as exc:
-                # Each attempt is its own checkpointed step, so a replay retries the same way.
-                if attempt == TRANSIENT_ATTEMPTS or not is_transient_db_error(exc):
-                    raise
-                logger.warning(
-                    "%s hit a transient database error (attempt %d): %s", name, attempt, exc
-                )
-                await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
-        raise AssertionError("unreachable")
+
+        async def attempt(_: float) -> T:
+            # Each attempt is its own checkpointed step, so a replay retries the same way.
+            # (DBOS's datasource itself waits out a lost connection, without a horizon.)
+            return await datasource.run_tx_step_async(
+                {"name": name, "isolation_level": "READ COMMITTED"}, body, *args, **kwargs
+            )
+
+        return await self.outage.run(name, attempt)
 
     def opening(self, run_id: str, write: asyncio.Future[Any]) -> None:
         """`write` opens the run (its rows): its workflow waits for it before its first
@@ -259,6 +256,23 @@ class Runtime:
         async with self.statement_pool.connection() as conn:
             yield conn
 
+    async def on_connection(
+        self,
+        what: str,
+        body: Callable[[DriverExecutor], Coroutine[Any, Any, T]],
+        *,
+        wait: bool = True,
+    ) -> T:
+        """`body` on a pooled connection (`statements()`); inside a run (and `wait`), run
+        again on a fresh connection after a lost one, until the database answers
+        (`OutageWait`): for keyed or guarded writes, and reads."""
+
+        async def once(checkout_seconds: float = CHECKOUT_TIMEOUT_SECONDS) -> T:
+            async with self.statement_pool.connection(checkout_seconds) as conn:
+                return await body(conn)
+
+        return await self.outage.run(what, once) if wait else await once()
+
     async def read(
         self,
         func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
@@ -267,40 +281,17 @@ class Runtime:
     ) -> T:
         """A read-only query on a pooled connection, in autocommit: one statement needs
         no transaction, and a BEGIN and a ROLLBACK around it would triple its round
-        trips (each read here is one statement, so it sees one snapshot)."""
-        async with self.statements() as conn:
+        trips (each read here is one statement, so it sees one snapshot). Inside a run,
+        a database outage is waited out."""
+
+        async def body(conn: DriverExecutor) -> T:
             return await func(conn, *args, **kwargs)
+
+        return await self.on_connection(getattr(func, "__name__", "a read"), body)
 
 
 def no_lease() -> None:
     """A runtime without a worker lease (not launched through HelixDBOS) never fences."""
-
-
-TRANSIENT_ATTEMPTS = 5
-_TRANSIENT_MARKERS = (
-    "QueuePool limit",
-    "couldn't get a connection",  # psycopg_pool.PoolTimeout
-    "connection timed out",
-    "server closed the connection",
-    "terminating connection",
-    "connection is closed",
-    "could not connect",
-    "Connection refused",
-)
-
-
-def is_transient_db_error(exc: BaseException) -> bool:
-    """A lost connection or an exhausted pool: worth retrying, not failing a durable run.
-
-    Judged by type and by message, since an error replayed from a checkpoint may
-    come back as a plainer exception type.
-    """
-    if isinstance(exc, (SATimeoutError, PoolTimeout, OperationalError, InterfaceError)):
-        return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    text_ = str(exc)
-    return any(marker in text_ for marker in _TRANSIENT_MARKERS)
 
 
 _current: Runtime | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import dbos._dbos as _dbos_module
 from dbos._core import WorkflowHandleAsyncTask
@@ -85,3 +85,18 @@ def app_name() -> str:
         raise RuntimeError("DBOS is not configured")
     name: str = instance._config["name"]
     return name
+
+
+def recheck_message_waiters() -> None:
+    """Every `recv` waiting in this process looks for its message in the database once
+    (blocking: call it in a thread). DBOS wakes a waiting recv on its notification, and
+    otherwise re-checks once a minute: a message sent while DBOS's listener was cut off
+    (a database restart) would wait that minute. Helix's own listener calls this when it
+    connects again after losing its connection."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None or not instance._launched:
+        return
+    sys_db = instance._sys_db
+    for _payload, components, event in sys_db.notifications_map.snapshot():
+        # The key's signal, which sets every waiter's event, as DBOS's own poll does.
+        sys_db.recv_check(components[0], components[1], cast(Any, event))

@@ -50,6 +50,7 @@ from helix_dbos.runtime.event_loop import on_target_loop, run_sync, running_loop
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
+from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
 from helix_dbos.runtime.results import (
     TERMINAL_STATUSES,
     AgentResult,
@@ -122,6 +123,7 @@ class HelixDBOS:
         pool_size: int = 10,
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
+        database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
         reconcile_seconds: float = 60,
         executes_runs: bool = True,
         worker_lease_seconds: float | None = None,
@@ -170,6 +172,7 @@ class HelixDBOS:
             adapter_factory=_provider_adapter,
             approval_timeout_seconds=approval_timeout_seconds,
             client_tool_timeout_seconds=client_tool_timeout_seconds,
+            database_outage_seconds=database_outage_seconds,
         )
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
@@ -1000,7 +1003,11 @@ class HelixDBOS:
 
     async def _chunk_notifier(self) -> ChunkNotifier:
         if self._notifier is None:
-            self._notifier = ChunkNotifier(libpq_url(self.database_url))
+            self._notifier = ChunkNotifier(
+                libpq_url(self.database_url),
+                on_lost=self.runtime.statement_pool.connections_lost,
+                on_back=lambda: asyncio.to_thread(dbos_internals.recheck_message_waiters),
+            )
             await self._notifier.start()
         return self._notifier
 

@@ -8,6 +8,7 @@ a state change, a usage row or a `tool_end`.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -16,6 +17,8 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.step_types import ChunkRecord
 from helix_dbos.store import repository as repo
+
+logger = logging.getLogger("helix_dbos")
 
 # A tool that runs longer than this has its `tool_start` written live by its step;
 # a faster one's goes with the step's rows, costing no write of its own.
@@ -29,13 +32,20 @@ async def write_chunks(
     agent_name: str,
     step: int,
     chunks: list[ChunkRecord],
+    *,
+    wait: bool = True,
 ) -> None:
-    """Live chunks, committed at once on their own connection."""
+    """Live chunks, committed at once on their own connection (inside a run and with
+    `wait`, a database outage is waited out: they are keyed, so one that landed is not
+    written twice)."""
     if chunks:
-        async with rt.statements() as conn:
-            await repo.insert_chunks(
+        await rt.on_connection(
+            "a live chunk",
+            lambda conn: repo.insert_chunks(
                 conn, session_id, run_id, agent_name, step, chunks, durable=False
-            )
+            ),
+            wait=wait,
+        )
 
 
 def runs_at_once(agent: Agent, call: ToolCall) -> bool:
@@ -54,7 +64,12 @@ def tool_start_chunk(run_id: str, step: int, call: ToolCall) -> ChunkRecord:
 
 
 class DeltaWriter:
-    """Writes text deltas as stream chunks, coalesced to at most one write per interval."""
+    """Writes text deltas as stream chunks, coalesced to at most one write per interval.
+
+    Called by the provider's adapter while the model streams: a database error there
+    must not look like the model's (the adapter would fail the call), so a write that
+    fails keeps its text for the next one, and only the last flush, after the call,
+    waits for the database."""
 
     def __init__(
         self,
@@ -69,27 +84,47 @@ class DeltaWriter:
         self._agent_name, self._step, self._interval = agent_name, step, interval
         self._attempt = uuid.uuid4().hex[:8]  # a retried call streams again, under new keys
         self._buffer: list[str] = []
+        self._pending: ChunkRecord | None = None  # a delta whose write failed
         self._last = 0.0
         self._count = 0
 
     async def __call__(self, delta: str) -> None:
         self._buffer.append(delta)
         if time.monotonic() - self._last >= self._interval:
-            await self.flush()
+            self._last = time.monotonic()
+            try:
+                await self._write(wait=False)
+            except Exception as exc:  # kept for the next write; never the model's error
+                logger.debug("helix could not write a text delta yet: %s", exc)
 
     async def flush(self) -> None:
-        if not self._buffer:
-            return
-        text = "".join(self._buffer)
-        self._buffer.clear()
-        self._last = time.monotonic()
-        key = f"{self._run_id}:{self._step}:delta:{self._attempt}:{self._count}"
-        self._count += 1
-        await write_chunks(
-            self._rt,
-            self._session_id,
-            self._run_id,
-            self._agent_name,
-            self._step,
-            [ChunkRecord(key, "text_delta", {"delta": text})],
+        """The rest of the text, once the model answered (waiting out an outage)."""
+        await self._write(wait=True)
+        if self._buffer:  # what came while an earlier delta was retried
+            await self._write(wait=True)
+
+    async def _write(self, *, wait: bool) -> None:
+        """The pending delta (one that failed goes again under its own key and text, so
+        if it did land, its repeat is a no-op), else the buffered text as a new one."""
+        if self._pending is None:
+            if not self._buffer:
+                return
+            key = f"{self._run_id}:{self._step}:delta:{self._attempt}:{self._count}"
+            self._pending = ChunkRecord(key, "text_delta", {"delta": "".join(self._buffer)})
+            self._buffer.clear()
+            self._count += 1
+        chunk = self._pending
+        await self._rt.on_connection(
+            "a text delta",
+            lambda conn: repo.insert_chunks(
+                conn,
+                self._session_id,
+                self._run_id,
+                self._agent_name,
+                self._step,
+                [chunk],
+                durable=False,
+            ),
+            wait=wait,
         )
+        self._pending = None

@@ -61,7 +61,9 @@ from helix_dbos.store.storable import storable_model
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
-    """Provider rate limits and 5xx, and a lost database connection or exhausted pool."""
+    """Provider rate limits and 5xx. The step's own statements wait a database outage
+    out in place (`Runtime.on_connection`), spending none of these attempts; a database
+    error that escapes anyway (from a hook, say) is retried rather than failing the run."""
     if isinstance(exc, LLMProviderError):
         return exc.retryable
     return is_transient_db_error(exc)
@@ -277,8 +279,11 @@ async def _transcript(
         seeded = rt.history.take_new_run(session_id, run_id)
         if seeded is not None:  # a new session opened by this process: nothing to read
             return seeded
-        async with rt.statements() as conn:  # one statement: no transaction
-            read, history = await rt.history.read_first(conn, DBOS.workflow_id, session_id, run_id)
+        workflow_id = DBOS.workflow_id
+        read, history = await rt.on_connection(  # one statement: no transaction
+            "the transcript read",
+            lambda conn: rt.history.read_first(conn, workflow_id, session_id, run_id),
+        )
         if not read.run_exists:
             return RunNotOpened()
         if read.run_ended:
@@ -294,8 +299,9 @@ async def _transcript(
         cached = rt.history.take(session_id, (wrote.first_seq, messages))
         if cached is not None:
             return cached[0], wrote.state
-    async with rt.statements() as conn:
-        history, _ = await rt.history.read(conn, session_id)
+    history, _ = await rt.on_connection(
+        "the transcript read", lambda conn: rt.history.read(conn, session_id)
+    )
     return history, wrote.state
 
 
@@ -307,7 +313,6 @@ async def _generate(
     deltas = DeltaWriter(rt, session_id, run_id, agent.name, step)
     try:
         result = await rt.adapter_for(agent).generate_step(request, on_text_delta=deltas)
-        await deltas.flush()
     except LLMProviderError as exc:
         if exc.retryable:
             _log_retry(agent, request, run_id, session_id, step, exc)
@@ -315,6 +320,7 @@ async def _generate(
         return ErrorStepResult(error=str(exc))
     except Exception as exc:  # a broken adapter fails the run, not the process
         return ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
+    await deltas.flush()  # the database's business, not the model's: outside the try
     return result
 
 

@@ -34,6 +34,7 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime import spans
 from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
+from helix_dbos.runtime.outage import DatabaseUnavailable
 from helix_dbos.runtime.step_types import ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.streaming.notifier import run_end_key
@@ -158,7 +159,10 @@ class AbortWatch:
         key = run_end_key(self._run_id)
         while not self._execution.done():
             seen = notifier.version(key)
-            run = await self._rt.read(repo.get_run, self._run_id)
+            try:
+                run = await self._rt.read(repo.get_run, self._run_id)
+            except (Exception, DatabaseUnavailable):  # the tool goes on; look again later
+                run = None
             if run is not None and run.status == "aborted":
                 self.aborted = True
                 self._cancel.set()
@@ -270,7 +274,13 @@ async def _write_tool_start(
     """Best effort: a failed write must not fail the tool, and the step's rows repeat it."""
     try:
         await write_chunks(
-            rt, session_id, run_id, agent_name, step, [tool_start_chunk(run_id, step, call)]
+            rt,
+            session_id,
+            run_id,
+            agent_name,
+            step,
+            [tool_start_chunk(run_id, step, call)],
+            wait=False,  # the step's rows carry it too: no wait for the database here
         )
     except Exception as exc:
         logger.warning("helix could not write the tool_start chunk of %s: %s", call.id, exc)

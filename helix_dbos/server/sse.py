@@ -5,7 +5,8 @@ as Last-Event-ID), `event: <type>`, `data: <chunk JSON>`. Comments keep idle
 connections alive through proxies. When the stream ends (the run reached a
 terminal chunk, or the session has nothing live), an `end` event tells clients
 not to reconnect. A stream open longer than its lifetime closes without `end`, so
-an EventSource reconnects with Last-Event-ID and misses nothing.
+an EventSource reconnects with Last-Event-ID and misses nothing; so does one whose
+database went away (it resumes after its last event once the database is back).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from helix_dbos.runtime.context import logger
+from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.streaming.chunks import StreamChunk
 
 RETRY_MS = 3000
 _END = object()
+_RESUME = object()
 
 
 def format_chunk(chunk: StreamChunk) -> str:
@@ -61,8 +64,12 @@ async def event_stream(
                 await queue.put(format_chunk(chunk))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the stream broke: tell the client, then end
-            logger.warning("helix SSE stream failed: %s", exc)
+        except Exception as exc:
+            if is_transient_db_error(exc):  # the database went away: the client reconnects
+                logger.warning("helix SSE stream lost the database, client to resume: %s", exc)
+                await queue.put(_RESUME)
+                return
+            logger.warning("helix SSE stream failed: %s", exc)  # tell the client, then end
             await queue.put(format_event("error", {"error": str(exc)}))
         await queue.put(_END)
 
@@ -85,6 +92,8 @@ async def event_stream(
                     yield ": keep-alive\n\n"
                 continue
             item, getter = getter.result(), None
+            if item is _RESUME:
+                return  # no `end`: the client reconnects with Last-Event-ID and resumes
             if item is _END:
                 break
             yield item

@@ -591,6 +591,9 @@ async def append_messages(
     return await insert_messages(conn, session_id, run_id, first_seq, messages)
 
 
+_LIVE_STATUSES = "('running', 'waiting', 'paused')"
+
+
 # A step's usage rows (:usage, in `_USAGE_RECORDSET`'s column order), once a `claim`
 # row says this write is the step's first.
 INSERT_STEP_USAGE = (
@@ -734,7 +737,9 @@ async def commit_step_head(
     durable: bool = True,
 ) -> bool:
     """Write a step's head (the model's message, its LLM usage) before the rest of the
-    step, once (`runs.committed_head` is its key); False when it was already written."""
+    step, once (`runs.committed_head` is its key); False when it was already written, or
+    the run has ended: an abort pairs the calls it finds, so a head landing after it
+    would leave its calls without a result."""
     params = _step_params(session_id, run_id, agent_name, step, messages, usage, [], None, 0)
     row = (
         await conn.execute(
@@ -742,6 +747,7 @@ async def commit_step_head(
                 "WITH claim AS (UPDATE helix.runs SET committed_head = :step, step_count = "
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_head < :step AND committed_step < :step "
+                f"AND status IN {_LIVE_STATUSES} "
                 "RETURNING true AS with_head), "
                 "nmsg AS (SELECT :nmsg AS n), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helix_dbos.orchestration.types import Message
+from helix_dbos.orchestration.messages import synthesize_finish_tool_result
+from helix_dbos.orchestration.types import FINISH_TOOL_NAME, Message
 from helix_dbos.store.repository import (
     _INSERT_CHUNKS,
     _MESSAGE_FIELDS,
@@ -88,23 +89,47 @@ async def open_new_session_run(
 
 
 # The run's final status (only a live run takes it: an abort that got there first keeps
-# its own), the session's likewise, and the terminal chunks, which land either way.
+# its own), the session's likewise, and the terminal chunks, which land either way. A
+# tool call of the run still without a result (its step's rows were lost, or could not
+# be written) gets one in the same statement, so no transcript ends with a dangling
+# call: the `__finish__` acknowledgement, or an error naming the run's end.
 _END_RUN = _sql(
     "WITH r AS (UPDATE helix.runs SET step_count = :step, status = :status, "
     "output = CAST(:output AS json), error = :error, waiting_for = NULL, "
     f"finished_at = now(), stop_reason = :stop WHERE run_id = :rid AND status IN {_LIVE} "
     "RETURNING 1), "
+    "d AS (SELECT c.call ->> 'id' AS id, c.call ->> 'name' AS name, "
+    "row_number() OVER (ORDER BY m.seq, c.ord) AS ord FROM helix.messages m, "
+    "jsonb_array_elements(m.tool_calls) WITH ORDINALITY AS c(call, ord) "
+    "WHERE m.session_id = :sid AND m.run_id = :rid AND m.role = 'assistant' "
+    "AND jsonb_typeof(m.tool_calls) = 'array' AND EXISTS (SELECT 1 FROM r) "
+    "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
+    "AND t.role = 'tool' AND t.tool_call_id = c.call ->> 'id')), "
     "s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk, "
+    "message_seq = CASE WHEN EXISTS (SELECT 1 FROM d) THEN GREATEST(message_seq, "
+    "(SELECT COALESCE(max(seq), 0) FROM helix.messages WHERE session_id = :sid)) "
+    "+ (SELECT count(*) FROM d) ELSE message_seq END, "
     "status = CASE WHEN EXISTS (SELECT 1 FROM r) THEN :status ELSE status END, "
     "output = CASE WHEN EXISTS (SELECT 1 FROM r) THEN CAST(:output AS jsonb) ELSE output END, "
     "error = CASE WHEN EXISTS (SELECT 1 FROM r) THEN :error ELSE error END, "
     "updated_at = CASE WHEN EXISTS (SELECT 1 FROM r) THEN now() ELSE updated_at END "
-    "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
+    "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base, "
+    "message_seq - (SELECT count(*) FROM d) AS msg_base), "
+    "pair AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, "
+    "tool_call_id, tool_name, is_error) SELECT :sid, s.msg_base + d.ord, :rid, 'tool', "
+    "CASE WHEN d.name = :finish THEN :ack ELSE :unfinished END, d.id, d.name, "
+    "d.name IS DISTINCT FROM :finish FROM s, d RETURNING 1), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid), "
     "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, u.* "
     f"FROM (SELECT {USAGE_SELECT} FROM helix.usage WHERE run_id = :rid) u"
 )
+_FINISH_ACK = synthesize_finish_tool_result("").content
+
+
+def unfinished_call_error(status: str, error: str | None) -> str:
+    """The result of a call whose run ended before the call's own result was written."""
+    return f"Not completed: the run ended ({status})" + (f": {error}" if error else "")
 
 
 @dataclass(frozen=True)
@@ -130,8 +155,8 @@ async def end_run(
     chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
 ) -> EndedRun:
-    """End a live run and its session's turn, and read its usage (the step rows written
-    before in the same transaction included). `notify` sends the run-end notification
+    """End a live run and its session's turn (pairing each of its dangling tool calls),
+    and read its usage (the step rows written before in the same transaction included). `notify` sends the run-end notification
     with the commit, for a run with nothing left to do after its last write."""
     row = (
         await conn.execute(
@@ -148,6 +173,9 @@ async def end_run(
                 "nchunk": len(chunks),
                 "chunks": _chunk_records(chunks) if chunks else "[]",
                 "notify": notify,
+                "finish": FINISH_TOOL_NAME,
+                "ack": _FINISH_ACK,
+                "unfinished": storable_text(unfinished_call_error(status, error)),
             },
         )
     ).one()

@@ -6,23 +6,39 @@ SQLAlchemy's async pool, switched to autocommit and back, a checkout costs about
 more than a short statement's round trip, on the loop that also runs the workflows.
 `psycopg_pool` hands a connection out in under 10 µs. SQLAlchemy's engine keeps the
 transactions (DBOS's datasource, the open of a run on an existing session).
+
+A database restart kills every pooled connection at once, and psycopg's pool only
+learns that a connection is dead when a statement fails on it: one failed statement
+per pooled connection, each costing some run an attempt. So the first lost connection
+retires its whole generation: a new pool takes over (its connections opened from now
+on, with psycopg's backoff while the server is still down), and the old one closes
+each of its connections as it comes back. A restart costs each statement in flight
+then, and the one that finds out, one failure; none after.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+from sqlalchemy.exc import DBAPIError
 
 from helix_dbos.store.driver import DriverExecutor
+
+logger = logging.getLogger("helix_dbos")
 
 # How long a statement waits for a free connection: long enough for a burst of runs to
 # take turns, short enough that a read from the HTTP API fails rather than hangs while
 # the database is down (the error is transient: workflow code retries it).
 CHECKOUT_TIMEOUT_SECONDS = 60.0
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
 
 class StatementPool:
@@ -33,8 +49,11 @@ class StatementPool:
         self._conninfo = conninfo
         self._max_size = max_size
         self._pool = self._new_pool()
+        self._born = time.monotonic()  # when this generation's pool was made
+        self._retiring: set[asyncio.Task[None]] = set()
+        self.generations = 1  # how many pools this one has had (a restart adds one)
 
-    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    def _new_pool(self) -> Pool:
         return AsyncConnectionPool(
             self._conninfo,
             min_size=min(2, self._max_size),
@@ -45,14 +64,40 @@ class StatementPool:
         )
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[DriverExecutor]:
+    async def connection(
+        self, timeout: float = CHECKOUT_TIMEOUT_SECONDS
+    ) -> AsyncIterator[DriverExecutor]:
+        """A connection, waited for up to `timeout` seconds (`PoolTimeout` after)."""
         pool = self._pool
         if pool.closed:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
-        async with pool.connection(timeout=CHECKOUT_TIMEOUT_SECONDS) as raw:
-            yield DriverExecutor(raw)
+        async with pool.connection(timeout=timeout) as raw:
+            try:
+                yield DriverExecutor(raw)
+            except DBAPIError as exc:
+                if exc.connection_invalidated and pool is self._pool:
+                    self._retire("a statement lost its connection")
+                raise
+
+    def connections_lost(self, since: float) -> None:
+        """Another connection to the same server (the LISTEN connection) was lost at
+        `since` (`time.monotonic()`): the connections opened before are suspect too."""
+        if self._born < since and not self._pool.closed:
+            self._retire("the listening connection was lost")
+
+    def _retire(self, why: str) -> None:
+        """A new pool for what follows; the old one closes its connections as they
+        come back (one in use is not interrupted)."""
+        old, self._pool = self._pool, self._new_pool()
+        self._born = time.monotonic()
+        self.generations += 1
+        logger.warning("helix retires its pooled connections (%s): a new pool takes over", why)
+        task = asyncio.get_running_loop().create_task(old.close())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def close(self) -> None:
         """Close every connection; a later use opens a new pool (a pool does not reopen)."""
         pool, self._pool = self._pool, self._new_pool()
         await pool.close()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
