@@ -152,7 +152,8 @@ async def test_the_root_lists_its_descendants_pending_calls_everywhere(
             )
             assert seen(runs[child_session]["tool_calls"]) == expected
             table = await cli(database_url, "runs", "--status", "waiting", "--session", root)
-            assert table.returncode == 0 and child_session in table.stdout, table.stderr
+            # Tables show ids as short unique prefixes (`ses_` and 8 hex digits).
+            assert table.returncode == 0 and child_session[:12] in table.stdout, table.stderr
             inbox = (await client.get("/runs", params={"status": "waiting"})).json()
             [card] = [r for r in inbox if r["session_id"] == child_session]
             assert (card["root_session_id"], card["depth"]) == (root, 1)
