@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from helpers import skip_or_fail_in_ci
@@ -11,6 +14,7 @@ from live_server import serve
 
 from helix_dbos import tool
 from helix_dbos.server import bearer_token, create_app
+from helix_dbos.store.database import libpq_url
 
 CHROMIUM = os.environ.get("HELIX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -256,6 +260,112 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         await expect(stopped.locator(".verdict")).to_have_text("interrupted")
         await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
         await page.screenshot(path=tmp_path / "inbox-4-reloaded.png", full_page=True)
+
+    assert errors == [], errors
+
+
+SECONDS = re.compile(r"\d:\d\d:\d\d")  # 10:42:07: a time with seconds
+RAW_SEND = (
+    "import sys; from dbos import DBOSClient\n"
+    "c = DBOSClient(system_database_url=sys.argv[1])\n"
+    "c.send(sys.argv[2], {'tool_call_id': sys.argv[3], 'approved': True}, 'helix.approval')\n"
+    "c.destroy()\n"
+)
+
+
+async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
+    browser_page, helix, make_agent, mock_llm, database_url, tmp_path
+):
+    """Issue 29.9, checked with a screenshot too (tmp_path/inbox-laptop.png): at 1280x900
+    four waiting cards show at once (conversation folded, ids shortened), times carry no
+    seconds, a run answered elsewhere leaves "Waiting for a human" without a reload and is
+    listed "by DBOS.send", and a tool's name keeps its case in the conversation."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    await page.set_viewport_size({"width": 1280, "height": 900})
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    agents = [make_agent(tools=[delete_file]) for _ in range(5)]
+    for n, agent in enumerate(agents):
+        mock_llm.add_responses(
+            calls((f"f{n}", "delete_file", {"path": f"/srv/reports/2026/q{n}-summary.csv"})),
+            {"type": "text", "content": "Deleted it."},
+            agent=agent.name,
+        )
+    handles = [
+        await helix.execute(a, f"please delete the report /srv/reports/2026/q{n}-summary.csv")
+        for n, a in enumerate(agents)
+    ]
+    for handle in handles:
+        await wait_until_waiting(helix, handle.session_id)
+    first = handles[0]
+
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        for handle in handles:
+            card = page.locator(f'#waiting [data-run-id="{handle.run_id}"]')
+            await expect(card.locator("summary")).to_contain_text("2 messages")
+        await page.screenshot(path=tmp_path / "inbox-laptop.png")
+        boxes = await page.eval_on_selector_all(
+            "#waiting .card",
+            "cards => cards.map(c => { const r = c.getBoundingClientRect(); "
+            "return [r.top, r.bottom]; })",
+        )
+        shown = [
+            (top, bottom)
+            for top, bottom in boxes
+            if min(bottom, 900) - max(top, 0) >= 0.75 * (bottom - top)
+        ]
+        assert len(shown) >= 4, boxes
+
+        # Ids are short on screen, whole in the title (and one click copies them).
+        card = page.locator(f'#waiting [data-run-id="{first.run_id}"]')
+        session = card.locator(f'.ids code[title^="{first.session_id}"]')
+        await expect(session).to_have_count(1)
+        assert len(await session.inner_text()) < len(first.session_id)
+        since = await card.locator(".since").first.inner_text()
+        assert re.search(r"\d:\d\d", since) and not SECONDS.search(since), since
+
+        # Answered from another process with a raw DBOSClient.send: the card leaves the
+        # waiting list by itself, and "Recently answered" says who.
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", RAW_SEND, libpq_url(database_url), first.workflow_id, "f0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert (await first.result()).status == "completed"
+        done = page.locator(f'[data-run-id="{first.run_id}"]')
+        await expect(done.locator(".run-status")).to_have_text("completed", timeout=20_000)
+        await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
+        await expect(page.locator("#waiting-count")).to_have_text("4")
+        heading = await done.evaluate(
+            """card => [...document.querySelectorAll('h2')]
+                .filter(h => !h.hidden && h.getBoundingClientRect().bottom <= card.getBoundingClientRect().top)
+                .map(h => h.textContent).pop()"""
+        )
+        assert heading is not None and "Waiting for a human" not in heading, heading
+        answered = page.locator('#answered li[data-tool-call-id="f0"]')
+        await expect(answered).to_contain_text("approved", timeout=20_000)
+        await expect(answered.locator(".who")).to_contain_text("by DBOS.send")
+        assert not SECONDS.search(await answered.inner_text())
+
+        # The conversation unfolds on a click; the tool's name keeps its case.
+        await done.locator("summary").click()
+        role = done.locator('.transcript li[data-role="tool"] .role')
+        await expect(role).to_have_count(1)
+        assert await role.inner_text() == "tool delete_file"
+        for node in await page.locator(".since, .last-event, .who").all_inner_texts():
+            assert not SECONDS.search(node), node
+        for handle in handles[1:]:
+            await helix.abort(handle.session_id)  # while served: their streams end with them
 
     assert errors == [], errors
 
