@@ -207,6 +207,7 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         # Labels never run into their values (the role column of the conversation).
         card = page.locator(f'[data-run-id="{first.run_id}"]')
         await expect(card.locator(".transcript li")).to_have_count(2)
+        await card.locator("summary").click()  # the conversation is folded at first
         apart = await card.evaluate(
             """card => [...card.querySelectorAll('.transcript li')].every(li => {
                 const role = li.querySelector('.role').getBoundingClientRect();
@@ -214,7 +215,8 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
                 return role.right <= range.getBoundingClientRect().left + 0.5; })"""
         )
         assert apart
-        await expect(card.locator("summary")).to_have_text("Conversation (2 messages)")
+        await expect(card.locator(".summary-count")).to_have_text("Conversation (2 messages)")
+        await expect(card.locator(".preview")).to_have_text("delete /tmp/polish-0")
         await page.screenshot(path=tmp_path / "inbox-2-waiting.png", full_page=True)
 
         # Filter by agent, then search by session.
@@ -233,7 +235,7 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         await expect(card.locator(".run-controls")).to_have_count(0)
         await expect(card.locator(".since").first).to_contain_text("finished")
         await expect(card.locator(".answered-note")).to_have_text("Answered.")
-        await expect(card.locator("summary")).to_have_text("Conversation (4 messages)")
+        await expect(card.locator(".summary-count")).to_have_text("Conversation (4 messages)")
         for handle, action, status in (
             (second, "interrupt", "interrupted"),
             (third, "abort", "aborted"),
@@ -311,10 +313,13 @@ async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
             card = page.locator(f'#waiting [data-run-id="{handle.run_id}"]')
             await expect(card.locator("summary")).to_contain_text("2 messages")
         await page.screenshot(path=tmp_path / "inbox-laptop.png")
-        boxes = await page.eval_on_selector_all(
-            "#waiting .card",
-            "cards => cards.map(c => { const r = c.getBoundingClientRect(); "
+        # Only this test's cards: the newest runs, listed first (the session's database
+        # may hold other tests' waiting runs, listed below them).
+        boxes = await page.evaluate(
+            "ids => ids.map(id => { const r = document.querySelector("
+            '`#waiting [data-run-id="${id}"]`).getBoundingClientRect(); '
             "return [r.top, r.bottom]; })",
+            [h.run_id for h in handles],
         )
         shown = [
             (top, bottom)
@@ -331,6 +336,7 @@ async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
         since = await card.locator(".since").first.inner_text()
         assert re.search(r"\d:\d\d", since) and not SECONDS.search(since), since
 
+        waiting = int(await page.locator("#waiting-count").inner_text())
         # Answered from another process with a raw DBOSClient.send: the card leaves the
         # waiting list by itself, and "Recently answered" says who.
         proc = await asyncio.to_thread(
@@ -345,7 +351,7 @@ async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
         done = page.locator(f'[data-run-id="{first.run_id}"]')
         await expect(done.locator(".run-status")).to_have_text("completed", timeout=20_000)
         await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
-        await expect(page.locator("#waiting-count")).to_have_text("4")
+        await expect(page.locator("#waiting-count")).to_have_text(str(waiting - 1))
         heading = await done.evaluate(
             """card => [...document.querySelectorAll('h2')]
                 .filter(h => !h.hidden && h.getBoundingClientRect().bottom <= card.getBoundingClientRect().top)
@@ -364,6 +370,7 @@ async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
         assert await role.inner_text() == "tool delete_file"
         for node in await page.locator(".since, .last-event, .who").all_inner_texts():
             assert not SECONDS.search(node), node
+        await page.screenshot(path=tmp_path / "inbox-laptop-finished.png", full_page=True)
         for handle in handles[1:]:
             await helix.abort(handle.session_id)  # while served: their streams end with them
 
