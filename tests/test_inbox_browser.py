@@ -12,7 +12,7 @@ import pytest
 from helpers import skip_or_fail_in_ci
 from live_server import serve
 
-from helix_dbos import tool
+from helix_dbos import sub_agent_tool, tool
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.store.database import libpq_url
 
@@ -374,6 +374,47 @@ async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
         for handle in handles[1:]:
             await helix.abort(handle.session_id)  # while served: their streams end with them
 
+    assert errors == [], errors
+
+
+async def test_a_sub_agents_card_names_its_root_and_depth_with_ids_one_click_away(
+    browser_page, helix, make_agent, mock_llm, tmp_path
+):
+    """The compact card keeps a sub-agent's root and depth; a click shows an id whole
+    (tmp_path/inbox-sub-agent.png)."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    await page.set_viewport_size({"width": 1280, "height": 900})
+
+    @tool(require_approval=True)
+    def publish(post: str) -> str:
+        """Publish a post."""
+        return f"published {post}"
+
+    child = make_agent(tools=[publish])
+    parent = make_agent(tools=[sub_agent_tool(child, name="writer")])
+    mock_llm.add_response(calls(("w", "subagent__writer", {"message": "post"})), agent=parent.name)
+    mock_llm.add_response(calls(("p1", "publish", {"post": "hi"})), agent=child.name)
+    handle = await helix.execute(parent, "write a post")
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        card = page.locator(
+            f'#waiting .card[data-root-session-id="{handle.session_id}"]'
+            f':not([data-session-id="{handle.session_id}"])'
+        )
+        await expect(card).to_be_visible(timeout=20_000)
+        await expect(card.locator(".depth")).to_have_text("1")
+        root = card.locator("code.root")
+        await expect(root).to_have_attribute("title", f"{handle.session_id} (click to copy)")
+        await root.click()
+        await expect(root).to_have_text(handle.session_id)
+        await card.screenshot(path=tmp_path / "inbox-sub-agent.png")
+        await root.click()
+        assert len(await root.inner_text()) < len(handle.session_id)
+        await card.screenshot(path=tmp_path / "inbox-sub-agent-short.png")
+        await helix.abort(handle.session_id)  # while served: the streams end with it
+    assert (await handle.result()).status == "aborted"
     assert errors == [], errors
 
 

@@ -89,6 +89,7 @@
       const open = !node.classList.contains("whole");
       node.classList.toggle("whole", open);
       node.replaceChildren(...visible(open ? full : shortId(full)));
+      node.classList.remove("copied");
       if (!open) return;
       const range = document.createRange();
       range.selectNodeContents(node);
