@@ -31,8 +31,8 @@
   // A short input on one line ({ "path": "/tmp/x" }), a long one indented. JSON escapes
   // newlines inside strings, so every newline of the indented form is structure.
   const inputText = (value) => {
-    const oneLine = JSON.stringify(value, null, 1).replace(/\n\s*/g, " ");
-    return oneLine.length <= 100 ? oneLine : json(value);
+    const oneLine = (JSON.stringify(value, null, 1) ?? "null").replace(/\n\s*/g, " ");
+    return oneLine.length <= 100 ? oneLine : (json(value) ?? "null");
   };
 
   // Times in the reader's locale, to the minute (the time alone today); the title has
