@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from helpers import skip_or_fail_in_ci
 from live_server import serve
 
-from helix_dbos import tool
+from helix_dbos import sub_agent_tool, tool
 from helix_dbos.server import bearer_token, create_app
+from helix_dbos.store.database import libpq_url
 
 CHROMIUM = os.environ.get("HELIX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -203,6 +207,7 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         # Labels never run into their values (the role column of the conversation).
         card = page.locator(f'[data-run-id="{first.run_id}"]')
         await expect(card.locator(".transcript li")).to_have_count(2)
+        await card.locator("summary").click()  # the conversation is folded at first
         apart = await card.evaluate(
             """card => [...card.querySelectorAll('.transcript li')].every(li => {
                 const role = li.querySelector('.role').getBoundingClientRect();
@@ -210,7 +215,8 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
                 return role.right <= range.getBoundingClientRect().left + 0.5; })"""
         )
         assert apart
-        await expect(card.locator("summary")).to_have_text("Conversation (2 messages)")
+        await expect(card.locator(".summary-count")).to_have_text("Conversation (2 messages)")
+        await expect(card.locator(".preview")).to_have_text("delete /tmp/polish-0")
         await page.screenshot(path=tmp_path / "inbox-2-waiting.png", full_page=True)
 
         # Filter by agent, then search by session.
@@ -229,7 +235,7 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         await expect(card.locator(".run-controls")).to_have_count(0)
         await expect(card.locator(".since").first).to_contain_text("finished")
         await expect(card.locator(".answered-note")).to_have_text("Answered.")
-        await expect(card.locator("summary")).to_have_text("Conversation (4 messages)")
+        await expect(card.locator(".summary-count")).to_have_text("Conversation (4 messages)")
         for handle, action, status in (
             (second, "interrupt", "interrupted"),
             (third, "abort", "aborted"),
@@ -257,6 +263,158 @@ async def test_inbox_polish_sign_in_filters_controls_and_answers_that_survive_a_
         await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
         await page.screenshot(path=tmp_path / "inbox-4-reloaded.png", full_page=True)
 
+    assert errors == [], errors
+
+
+SECONDS = re.compile(r"\d:\d\d:\d\d")  # 10:42:07: a time with seconds
+RAW_SEND = (
+    "import sys; from dbos import DBOSClient\n"
+    "c = DBOSClient(system_database_url=sys.argv[1])\n"
+    "c.send(sys.argv[2], {'tool_call_id': sys.argv[3], 'approved': True}, 'helix.approval')\n"
+    "c.destroy()\n"
+)
+
+
+async def test_four_waiting_cards_fit_a_laptop_screen_and_a_finished_one_leaves(
+    browser_page, helix, make_agent, mock_llm, database_url, tmp_path
+):
+    """Issue 29.9, checked with a screenshot too (tmp_path/inbox-laptop.png): at 1280x900
+    four waiting cards show at once (conversation folded, ids shortened), times carry no
+    seconds, a run answered elsewhere leaves "Waiting for a human" without a reload and is
+    listed "by DBOS.send", and a tool's name keeps its case in the conversation."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    await page.set_viewport_size({"width": 1280, "height": 900})
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    agents = [make_agent(tools=[delete_file]) for _ in range(5)]
+    for n, agent in enumerate(agents):
+        mock_llm.add_responses(
+            calls((f"f{n}", "delete_file", {"path": f"/srv/reports/2026/q{n}-summary.csv"})),
+            {"type": "text", "content": "Deleted it."},
+            agent=agent.name,
+        )
+    handles = [
+        await helix.execute(a, f"please delete the report /srv/reports/2026/q{n}-summary.csv")
+        for n, a in enumerate(agents)
+    ]
+    for handle in handles:
+        await wait_until_waiting(helix, handle.session_id)
+    first = handles[0]
+
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        for handle in handles:
+            card = page.locator(f'#waiting [data-run-id="{handle.run_id}"]')
+            await expect(card.locator("summary")).to_contain_text("2 messages")
+        await page.screenshot(path=tmp_path / "inbox-laptop.png")
+        # Only this test's cards: the newest runs, listed first (the session's database
+        # may hold other tests' waiting runs, listed below them).
+        boxes = await page.evaluate(
+            "ids => ids.map(id => { const r = document.querySelector("
+            '`#waiting [data-run-id="${id}"]`).getBoundingClientRect(); '
+            "return [r.top, r.bottom]; })",
+            [h.run_id for h in handles],
+        )
+        shown = [
+            (top, bottom)
+            for top, bottom in boxes
+            if min(bottom, 900) - max(top, 0) >= 0.75 * (bottom - top)
+        ]
+        assert len(shown) >= 4, boxes
+
+        # Ids are short on screen, whole in the title (and one click copies them).
+        card = page.locator(f'#waiting [data-run-id="{first.run_id}"]')
+        session = card.locator(f'.ids code[title^="{first.session_id}"]')
+        await expect(session).to_have_count(1)
+        assert len(await session.inner_text()) < len(first.session_id)
+        since = await card.locator(".since").first.inner_text()
+        assert re.search(r"\d:\d\d", since) and not SECONDS.search(since), since
+
+        waiting = int(await page.locator("#waiting-count").inner_text())
+        # Answered from another process with a raw DBOSClient.send: the card leaves the
+        # waiting list by itself, and "Recently answered" says who.
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", RAW_SEND, libpq_url(database_url), first.workflow_id, "f0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert (await first.result()).status == "completed"
+        done = page.locator(f'[data-run-id="{first.run_id}"]')
+        await expect(done.locator(".run-status")).to_have_text("completed", timeout=20_000)
+        await expect(page.locator(f'#waiting [data-run-id="{first.run_id}"]')).to_have_count(0)
+        await expect(page.locator("#waiting-count")).to_have_text(str(waiting - 1))
+        heading = await done.evaluate(
+            """card => [...document.querySelectorAll('h2')]
+                .filter(h => !h.hidden && h.getBoundingClientRect().bottom <= card.getBoundingClientRect().top)
+                .map(h => h.textContent).pop()"""
+        )
+        assert heading is not None and "Waiting for a human" not in heading, heading
+        answered = page.locator('#answered li[data-tool-call-id="f0"]')
+        await expect(answered).to_contain_text("approved", timeout=20_000)
+        await expect(answered.locator(".who")).to_contain_text("by DBOS.send")
+        assert not SECONDS.search(await answered.inner_text())
+
+        # The conversation unfolds on a click; the tool's name keeps its case.
+        await done.locator("summary").click()
+        role = done.locator('.transcript li[data-role="tool"] .role')
+        await expect(role).to_have_count(1)
+        assert await role.inner_text() == "tool delete_file"
+        for node in await page.locator(".since, .last-event, .who").all_inner_texts():
+            assert not SECONDS.search(node), node
+        await page.screenshot(path=tmp_path / "inbox-laptop-finished.png", full_page=True)
+        for handle in handles[1:]:
+            await helix.abort(handle.session_id)  # while served: their streams end with them
+
+    assert errors == [], errors
+
+
+async def test_a_sub_agents_card_names_its_root_and_depth_with_ids_one_click_away(
+    browser_page, helix, make_agent, mock_llm, tmp_path
+):
+    """The compact card keeps a sub-agent's root and depth; a click shows an id whole
+    (tmp_path/inbox-sub-agent.png)."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+    await page.set_viewport_size({"width": 1280, "height": 900})
+
+    @tool(require_approval=True)
+    def publish(post: str) -> str:
+        """Publish a post."""
+        return f"published {post}"
+
+    child = make_agent(tools=[publish])
+    parent = make_agent(tools=[sub_agent_tool(child, name="writer")])
+    mock_llm.add_response(calls(("w", "subagent__writer", {"message": "post"})), agent=parent.name)
+    mock_llm.add_response(calls(("p1", "publish", {"post": "hi"})), agent=child.name)
+    handle = await helix.execute(parent, "write a post")
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        card = page.locator(
+            f'#waiting .card[data-root-session-id="{handle.session_id}"]'
+            f':not([data-session-id="{handle.session_id}"])'
+        )
+        await expect(card).to_be_visible(timeout=20_000)
+        await expect(card.locator(".depth")).to_have_text("1")
+        root = card.locator("code.root")
+        await expect(root).to_have_attribute("title", f"{handle.session_id} (click to copy)")
+        await root.click()
+        await expect(root).to_have_text(handle.session_id)
+        await card.screenshot(path=tmp_path / "inbox-sub-agent.png")
+        await root.click()
+        assert len(await root.inner_text()) < len(handle.session_id)
+        await card.screenshot(path=tmp_path / "inbox-sub-agent-short.png")
+        await helix.abort(handle.session_id)  # while served: the streams end with it
+    assert (await handle.result()).status == "aborted"
     assert errors == [], errors
 
 

@@ -50,6 +50,7 @@ async def test_bidi_and_invisible_characters_show_as_highlighted_escapes(
         await expect(call.locator(".invisible-warning")).to_be_visible()
         await call.screenshot(path=tmp_path / "inbox-bidi.png")
         # The transcript shows the call's arguments the same way.
+        await page.locator(f'[data-run-id="{handle.run_id}"] summary').click()  # folded
         transcript = page.locator(f'[data-run-id="{handle.run_id}"] .transcript')
         await expect(transcript.locator("mark.invisible")).to_have_count(3)
         assert "\\u202E" in await transcript.locator("mark.invisible").all_inner_texts()

@@ -28,7 +28,26 @@
     return node;
   }
   const json = (value) => JSON.stringify(value, null, 2);
-  const time = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+  // A short input on one line ({ "path": "/tmp/x" }), a long one indented. JSON escapes
+  // newlines inside strings, so every newline of the indented form is structure.
+  const inputText = (value) => {
+    const oneLine = (JSON.stringify(value, null, 1) ?? "null").replace(/\n\s*/g, " ");
+    return oneLine.length <= 100 ? oneLine : (json(value) ?? "null");
+  };
+
+  // Times in the reader's locale, to the minute (the time alone today); the title has
+  // the full date and time, seconds included.
+  const CLOCK = { hour: "numeric", minute: "2-digit" };
+  function time(iso) {
+    const date = iso ? new Date(iso) : null;
+    if (!date || Number.isNaN(date.getTime())) return "";
+    const now = new Date();
+    if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString(undefined, CLOCK);
+    const year = date.getFullYear() === now.getFullYear() ? {} : { year: "numeric" };
+    return date.toLocaleString(undefined, { month: "short", day: "numeric", ...year, ...CLOCK });
+  }
+  const fullTime = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+  const stamp = (cls, prefix, iso) => el("span", { class: cls, title: fullTime(iso) || null }, iso ? prefix + time(iso) : "");
 
   // Bidi controls (U+202E...), zero-width and other invisible or blank-looking characters
   // are shown as escapes (\u202E) in a highlighted <mark>: what a human approves is what
@@ -53,6 +72,36 @@
     }
     if (last < value.length) out.push(value.slice(last));
     return out;
+  }
+
+  // Ids are long (ses_ + 32 hex): a card shows a prefix (ses_45cc3353…), the title the
+  // whole id, and a click shows it whole, selected, and copies it where the browser allows.
+  function shortId(id) {
+    const chars = Array.from(String(id || ""));
+    const prefix = /^[A-Za-z]{1,8}_/.exec(chars.join(""));
+    const keep = (prefix ? prefix[0].length : 0) + 8;
+    return chars.length > keep + 2 ? chars.slice(0, keep).join("") + "…" : chars.join("");
+  }
+  function idChip(id, cls) {
+    const full = String(id || "");
+    const node = el("code", { class: "id " + (cls || ""), title: full + " (click to copy)", tabindex: "0" }, visible(shortId(full)));
+    const toggle = () => {
+      const open = !node.classList.contains("whole");
+      node.classList.toggle("whole", open);
+      node.replaceChildren(...visible(open ? full : shortId(full)));
+      node.classList.remove("copied");
+      if (!open) return;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(full).then(() => node.classList.add("copied"), () => {});
+      }
+    };
+    node.addEventListener("click", toggle);
+    node.addEventListener("keydown", (event) => { if (event.key === "Enter") toggle(); });
+    return node;
   }
 
   async function api(path, body) {
@@ -82,25 +131,27 @@
     const status = el("span", { class: "run-status " + run.status }, run.status);
     // A sub-agent's wait shows which root it is under, and how deep (search by the root finds it).
     const below = run.depth > 0
-      ? [el("span", { class: "label" }, "sub-agent of"), el("code", { class: "root" }, run.root_session_id),
+      ? [el("span", { class: "label" }, "sub-agent of"), idChip(run.root_session_id, "root"),
          el("span", { class: "label" }, "depth"), el("code", { class: "depth" }, run.depth)]
       : [];
     const card = el("div", { class: "card", "data-run-id": run.run_id, "data-session-id": run.session_id,
                              "data-root-session-id": run.root_session_id },
       el("div", { class: "card-head" },
-        el("span", { class: "agent" }, run.agent_name),
+        el("span", { class: "agent", title: run.agent_name }, run.agent_name),
         el("span", { class: "ids" },
-          el("span", { class: "label" }, "session"), el("code", {}, run.session_id),
-          el("span", { class: "label" }, "run"), el("code", {}, run.run_id), below),
-        el("span", { class: "since" }, run.waiting_since ? "waiting since " + time(run.waiting_since) : ""),
+          el("span", { class: "label" }, "session"), idChip(run.session_id),
+          el("span", { class: "label" }, "run"), idChip(run.run_id), below),
+        stamp("since", "waiting since ", run.waiting_since),
         runControls(run),
         status),
       el("div", { class: "calls" }),
       el("div", { class: "outcome" }),
-      el("details", { class: "conversation", open: "" },
-        el("summary", {}, "Conversation"),
-        el("ol", { class: "transcript" })),
-      el("div", { class: "last-event" }));
+      // Folded: the call is what needs an answer; the summary shows the user's last ask.
+      el("div", { class: "card-foot" },
+        el("details", { class: "conversation" },
+          el("summary", {}, el("span", { class: "summary-count" }, "Conversation"), el("span", { class: "preview" })),
+          el("ol", { class: "transcript" })),
+        el("div", { class: "last-event" })));
     card.dataset.agent = run.agent_name;
     const entry = { el: card, run, resolved: false };
     cards.set(run.run_id, entry);
@@ -145,13 +196,13 @@
 
   function renderCall(entry, call) {
     const errorLine = el("div", { class: "error" });
-    const input = json(call.input);
+    const input = inputText(call.input);
     const hidden = hasInvisible(call.tool_name) || hasInvisible(input);
     const node = el("div", { class: "call", "data-tool-call-id": call.tool_call_id, "data-kind": call.kind },
-      el("div", { class: "call-title" }, visible(call.tool_name), " ", el("span", { class: "kind" }, "(" + call.kind.replace("_", " ") + ")")),
+      el("div", { class: "call-title" }, visible(call.tool_name), " ", el("span", { class: "kind" }, "(" + call.kind.replace("_", " ") + ")"),
+        call.deadline_at ? stamp("since deadline", "deadline ", call.deadline_at) : null),
       hidden ? el("div", { class: "invisible-warning" }, "Contains invisible or direction-changing characters, shown highlighted as \\u escapes: read them before you answer.") : null,
-      el("pre", { class: "input" }, visible(input)),
-      call.deadline_at ? el("div", { class: "since" }, "deadline " + time(call.deadline_at)) : null);
+      el("pre", { class: "input" }, visible(input)));
     const send = async (body, buttons) => {
       errorLine.textContent = "";
       buttons.forEach((b) => (b.disabled = true));
@@ -212,11 +263,13 @@
     entry.el.querySelectorAll(".call .actions, .run-controls").forEach((c) => c.remove());
     entry.el.querySelectorAll(".call").forEach((c) => c.classList.add("answered"));
     entry.el.querySelectorAll(".answered-note").forEach((n) => (n.textContent = "Answered."));
-    entry.el.querySelector(".since").textContent = "finished " + time(new Date().toISOString());
+    entry.el.querySelector(".since").replaceWith(stamp("since", "finished ", new Date().toISOString()));
     if (detail !== undefined && detail !== null) {
       entry.el.querySelector(".outcome").replaceChildren(el("pre", { class: "output" }, visible(typeof detail === "string" ? detail : json(detail))));
     }
+    // Out of "Waiting for a human", into its own list (no reload needed).
     document.getElementById("resolved").prepend(entry.el);
+    document.getElementById("resolved-heading").hidden = false;
     loadTranscript(entry);
     refreshCounts();
     loadAnswered();
@@ -270,14 +323,15 @@
       const list = document.getElementById("answered");
       list.replaceChildren(...rows.map((row) => {
         const verdict = row.answered_at || row.status !== "pending" ? (VERDICT[row.status] || (row.status === "pending" ? "answered" : row.status)) : "answered";
-        const who = row.answered_by || "the Python API";
+        // The server names a raw DBOS message "DBOS.send"; an API answer has answered_at.
+        const who = row.answered_by || (row.answered_at ? "the Python API" : null);
         const when = row.answered_at || row.resolved_at;
         return el("li", { "data-tool-call-id": row.tool_call_id, "data-session-id": row.session_id, "data-agent": row.agent_name },
           el("span", { class: "call-title" }, visible(row.tool_name), " ", el("span", { class: "kind" }, "(" + row.kind.replace("_", " ") + ")")),
           el("span", { class: "verdict " + row.status }, verdict),
-          row.answered_at ? el("span", { class: "who" }, "by " + who + " · " + time(when)) : el("span", { class: "who" }, time(when)),
+          el("span", { class: "who", title: fullTime(when) || null }, (who ? "by " + who + " · " : "") + time(when)),
           row.reason ? el("span", { class: "reason" }, "“", visible(row.reason), "”") : null,
-          el("span", { class: "ids" }, el("span", { class: "label" }, "agent"), el("code", {}, row.agent_name), el("span", { class: "label" }, "session"), el("code", {}, row.session_id)),
+          el("span", { class: "ids" }, el("span", { class: "label" }, "agent"), el("code", {}, row.agent_name), el("span", { class: "label" }, "session"), idChip(row.session_id)),
           el("span", { class: "run-status " + row.run_status }, row.run_status));
       }));
       document.getElementById("answered-empty").hidden = rows.length > 0;
@@ -294,7 +348,9 @@
       const messages = await api("sessions/" + encodeURIComponent(entry.run.session_id) + "/messages");
       const list = entry.el.querySelector(".transcript");
       list.replaceChildren(...messages.map(renderMessage));
-      entry.el.querySelector("summary").textContent = "Conversation (" + plural(messages.length, "message") + ")";
+      entry.el.querySelector(".summary-count").textContent = "Conversation (" + plural(messages.length, "message") + ")";
+      const ask = messages.filter((m) => m.role === "user" && m.content).pop();
+      entry.el.querySelector(".preview").replaceChildren(...(ask ? visible(ask.content) : []));
       list.scrollTop = list.scrollHeight;
     } catch (error) {
       entry.el.querySelector(".last-event").textContent = "transcript: " + error.message;

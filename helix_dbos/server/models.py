@@ -192,7 +192,9 @@ class AnsweredCall(BaseModel):
     reason: str | None = None
     error: str | None = None
     answered_at: datetime | None = None
-    answered_by: str | None = Field(None, description="None: the Python API or a raw DBOS.send")
+    answered_by: str | None = Field(
+        None, description='"DBOS.send" for a raw DBOS message; None: the Python API'
+    )
     resolved_at: datetime | None = None
     run_status: str
 

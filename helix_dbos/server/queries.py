@@ -86,7 +86,11 @@ def answered_tool_calls(limit: int) -> Query:
     """Tool calls a person answered (or that timed out), newest first, with who and when."""
     return Query(
         "SELECT t.run_id, t.session_id, s.agent_name, t.tool_call_id, t.tool_name, t.kind, "
-        "t.status, t.input, t.reason, t.error, t.answered_at, t.answered_by, t.resolved_at, "
+        "t.status, t.input, t.reason, t.error, t.answered_at, t.resolved_at, "
+        # No answered_at, yet approved/denied/completed/failed: no helix API marked it, so
+        # the answer was a raw DBOS message (DBOS.send or DBOSClient.send).
+        "coalesce(t.answered_by, CASE WHEN t.answered_at IS NULL AND t.status IN "
+        "('approved', 'denied', 'completed', 'failed') THEN 'DBOS.send' END) AS answered_by, "
         "r.status AS run_status "
         "FROM helix.tool_calls t JOIN helix.sessions s USING (session_id) "
         "JOIN helix.runs r ON r.run_id = t.run_id "
