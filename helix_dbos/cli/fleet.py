@@ -90,8 +90,9 @@ def serve(
 def worker(app: AppSpec) -> int:
     """Run a worker that executes queued and recovered runs of the app's agents.
 
-    It runs until SIGTERM or Ctrl-C, then stops cleanly. Exit code 75 means it fenced
-    itself after losing its lease: start it again.
+    It runs until SIGTERM or Ctrl-C, then stops cleanly (its row says `stopped`). While
+    the database is out of reach it starts no new step and waits; it exits with code 75
+    only if another live process took its executor id.
     """
     helix = load_helix(app)
     helix.executes_runs = True
@@ -151,10 +152,20 @@ def worker_row(w: WorkerRow) -> dict[str, Any]:
     }
 
 
-def workers(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
-    """List workers, their leases and runs, and queued runs no live worker serves."""
+def workers(
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also workers that stopped or died (kept an hour), not only live ones."
+        ),
+    ] = False,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """List live workers (and any other that still holds unfinished runs), their leases
+    and runs, and queued runs no live worker serves."""
     with read_connection(database_url) as conn:
-        found = workers_sql.list_workers(conn)
+        found = workers_sql.list_workers(conn, everything=everything)
         waiting = workers_sql.runs_without_worker(conn)
     if json_output:
         print_json(

@@ -18,6 +18,7 @@ from typing import Any
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.context import current_runtime, logger
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
@@ -135,6 +136,7 @@ async def write_step_rows(
         head_messages=commit.head_messages,
         durable=durable,
         workflow_id=workflow_id,
+        owner=execution_owner(),  # a fenced worker's late write cannot land
     )
 
 
@@ -150,6 +152,7 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
         messages=commit.messages[: commit.head_messages],
         usage=[u for u in commit.usage if u.kind == "llm"],
         durable=durable,
+        owner=execution_owner(),
     )
 
 
@@ -245,6 +248,7 @@ async def commit_final(
             end_chunks=chunks,
             notify=notify,
             durable=False,
+            owner=execution_owner(),
         )
     if pending is not None:
         await write_step_rows(session, pending, durable=False)
@@ -264,6 +268,7 @@ async def commit_final(
         stop_reason=commit.stop_reason,
         chunks=chunks,
         notify=notify,
+        owner=execution_owner(),
     )
 
 

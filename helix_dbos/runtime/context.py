@@ -24,6 +24,7 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime import dbos_internals
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverExecutor
 from helix_dbos.store.statement_pool import StatementPool
@@ -154,8 +155,9 @@ class Runtime:
         self.notifier: Callable[[], Awaitable[ChunkNotifier]] | None = None
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
-        # Set by the worker lease: raises or exits if this worker may have lost its lease.
-        self.lease_check: Callable[[], None] = no_lease
+        # Set by the worker lease, awaited before each step: waits while this worker cannot
+        # reach the database, and stops a workflow this execution no longer owns.
+        self.lease_check: Callable[[], Awaitable[None]] = no_lease
 
     def agent(self, name: str) -> Agent:
         try:
@@ -257,7 +259,15 @@ class Runtime:
         to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
         on their own and need no transaction around them."""
         async with self.statement_pool.connection() as conn:
-            yield conn
+            try:
+                yield conn
+            except DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) != repo.OWNER_LOST:
+                    raise
+                # A write refused because another execution owns the run's workflow now
+                # (this worker's lease was claimed): DBOS parks this execution.
+                owner = dbos_internals.execution_owner()
+                raise dbos_internals.WorkflowNotOwnedError(owner[0] if owner else "") from exc
 
     async def read(
         self,
@@ -272,7 +282,7 @@ class Runtime:
             return await func(conn, *args, **kwargs)
 
 
-def no_lease() -> None:
+async def no_lease() -> None:
     """A runtime without a worker lease (not launched through HelixDBOS) never fences."""
 
 

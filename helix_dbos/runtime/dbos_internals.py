@@ -12,11 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 import dbos._dbos as _dbos_module
+from dbos._context import get_local_dbos_context
 from dbos._core import WorkflowHandleAsyncTask
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
+from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
+
+# A BaseException, so no `except Exception` in helix catches it: raised where an
+# execution finds its workflow owned by another, DBOS parks the execution.
+WorkflowNotOwnedError = DBOSWorkflowConflictIDError
 
 
 def local_task(handle: object) -> asyncio.Future[Any] | None:
@@ -85,3 +91,14 @@ def app_name() -> str:
         raise RuntimeError("DBOS is not configured")
     name: str = instance._config["name"]
     return name
+
+
+def execution_owner() -> tuple[str, str] | None:
+    """The workflow this code executes for and this execution's ownership token (DBOS
+    writes a new one on the workflow's row whenever another execution takes it over, and
+    refuses the checkpoints of any other), or None outside a workflow. Helix's own writes
+    carry it, so a fenced worker's late write cannot land either."""
+    ctx = get_local_dbos_context()
+    if ctx is None or not ctx.workflow_id or ctx.owner_xid is None:
+        return None
+    return ctx.workflow_id, ctx.owner_xid

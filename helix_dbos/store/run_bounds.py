@@ -19,9 +19,11 @@ from helix_dbos.store.repository import (
     _MESSAGE_RECORDSET,
     _RUN_COLUMNS,
     INSERT_STEP_USAGE,
+    OWNED,
     USAGE_KEYS,
     USAGE_SELECT,
     Executor,
+    Owner,
     RunRow,
     UsageRecord,
     _chunk_records,
@@ -29,6 +31,7 @@ from helix_dbos.store.repository import (
     _sql,
     _step_params,
     message_record,
+    owner_params,
 )
 from helix_dbos.store.storable import storable_text
 
@@ -102,7 +105,7 @@ _END_RUN = _sql(
     "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid), "
-    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, u.* "
+    f"CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, {OWNED}, u.* "
     f"FROM (SELECT {USAGE_SELECT} FROM helix.usage WHERE run_id = :rid) u"
 )
 
@@ -129,6 +132,7 @@ async def end_run(
     stop_reason: str | None,
     chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
+    owner: Owner | None = None,
 ) -> EndedRun:
     """End a live run and its session's turn, and read its usage (the step rows written
     before in the same transaction included). `notify` sends the run-end notification
@@ -148,10 +152,11 @@ async def end_run(
                 "nchunk": len(chunks),
                 "chunks": _chunk_records(chunks) if chunks else "[]",
                 "notify": notify,
+                **owner_params(owner),
             },
         )
     ).one()
-    usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
+    usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[4:], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage)
 
 
@@ -201,7 +206,7 @@ _END_STEP_AND_RUN_HEAD = (
     "WHERE c.ord > :nstep OR EXISTS (SELECT 1 FROM claim) "
     "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
     "SELECT k.live IS TRUE, pg_notify('helix_chunks', :sid), "
-    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
+    f"CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, {OWNED}"
 )
 _END_STEP_AND_RUN_FROM = (
     f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
@@ -238,6 +243,7 @@ async def end_step_and_run(
     end_chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
     durable: bool = True,
+    owner: Owner | None = None,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
     statement: one round trip and one commit fewer on every run. `durable=False` does
@@ -261,6 +267,7 @@ async def end_step_and_run(
         nstep=len(step_chunks),
         notify=notify,
     )
+    params.update(owner_params(owner))
     row = (await conn.execute(_END_STEP_AND_RUN[durable], params)).one()
     usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[-len(USAGE_KEYS) :], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage_totals)
