@@ -54,6 +54,25 @@ def workflow_row(database_url: str, run_id: str) -> tuple:
     )[0]
 
 
+def worker_state(database_url: str, executor_id: str) -> str:
+    return sql(database_url, "SELECT state FROM helix.workers WHERE executor_id = %s", executor_id)[
+        0
+    ][0]
+
+
+def transcript_counts(database_url: str, session_id: str) -> tuple:
+    """Messages, usage rows and chunks of a session: what a late write would add to."""
+    return sql(
+        database_url,
+        "SELECT (SELECT count(*) FROM helix.messages WHERE session_id = %s), "
+        "(SELECT count(*) FROM helix.usage WHERE session_id = %s), "
+        "(SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s)",
+        session_id,
+        session_id,
+        session_id,
+    )[0]
+
+
 def stop(*procs: subprocess.Popen | None) -> None:
     """Kill what a test started (a stopped process is woken first, so it can die)."""
     for proc in procs:
@@ -206,16 +225,18 @@ def test_runs_of_a_worker_killed_for_good_complete_on_a_survivor(database_url, t
         stop(a, b)
 
 
-def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
+def test_a_stalled_worker_drops_its_claimed_run_and_its_run_completes_once_elsewhere(
     database_url, tmp_path
 ):
     """SIGSTOP past the lease: a survivor takes the run; on SIGCONT the stalled worker
-    finds its lease lapsed and exits (code 75) without executing another step."""
+    finds its lease claimed, drops the run without executing another step of it, and
+    stays up under its executor id (it once exited with code 75 instead)."""
     a = spawn("start", database_url, "-", "tool", tmp_path)
     b = None
     try:
         first = started(a)
         run_id, session_id = first["run_id"], first["session_id"]
+        a_id = executor_of(database_url, a)
         b = spawn("serve", database_url, "-", "tool", tmp_path)
         b_id = started(b)["ready"]
         wait_for(lambda: (tmp_path / "in_slow_b").exists())
@@ -223,9 +244,11 @@ def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
         os.kill(a.pid, signal.SIGSTOP)
         wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
         os.kill(a.pid, signal.SIGCONT)
-        assert a.wait(timeout=30) == 75, "the stalled worker fenced itself"
+        wait_for(lambda: worker_state(database_url, a_id) == "live")  # it registered again
 
         wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        time.sleep(2)  # what the resumed worker would do with the run, if anything
+        assert a.poll() is None, f"the stalled worker exited with {a.returncode}"
         assert lines(tmp_path, "record_a.log") == ["one"]
         assert lines(tmp_path, "slow_b.log") == ["two", "two"]
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
@@ -371,7 +394,9 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
         listed = cli_json(database_url, "workers")
         assert [r["run_id"] for r in listed["runs_without_worker"]] == [run_id]
         table = run_cli(database_url, "workers")
-        assert "1 queued run(s) wait for a worker" in table.stdout and "dead" in table.stdout
+        assert "1 queued run(s) wait for a worker" in table.stdout
+        assert "No live workers" in table.stdout, "a dead worker holding nothing is history"
+        assert "dead" in run_cli(database_url, "workers", "--all").stdout
         runs = run_cli(database_url, "runs", "--session", session_id)
         assert "queued (helix.agent.crash_agent)" in runs.stdout
 
@@ -390,33 +415,60 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
         stop(a, b)
 
 
-def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_elsewhere(
+def test_a_worker_cut_off_from_the_database_waits_and_drops_what_another_took_over(
     database_url, tmp_path
 ):
-    """Worker A reaches PostgreSQL through a proxy; cutting it leaves A alive but unable
-    to renew its lease: A fences itself (exit 75) before B may claim it, and B completes
-    the run exactly once."""
+    """Worker A reaches PostgreSQL through a proxy; cutting it for longer than A's lease
+    leaves A alive but unable to renew: A waits (it once exited with code 75), B claims
+    A and runs its run. When the proxy comes back, A learns its lease was claimed and
+    registers again; its tool call that was in flight at the cut then returns, and A
+    drops the run: no step re-run, nothing written twice, B completes it."""
     proxy = CuttableProxy(database_url)
-    a = spawn("start", proxy.url, "-", "tool", tmp_path)
+    # "restart": slow_b waits for the `release` marker, in A and in B alike.
+    a = spawn("start", proxy.url, "-", "restart", tmp_path)
     b = None
     try:
         first = started(a)
         run_id, session_id = first["run_id"], first["session_id"]
-        b = spawn("serve", database_url, "-", "tool", tmp_path)
+        a_id = executor_of(database_url, a)
+        b = spawn("serve", database_url, "-", "restart", tmp_path)
         b_id = started(b)["ready"]
         wait_for(lambda: (tmp_path / "in_slow_b").exists())
 
         proxy.cut()
-        assert a.wait(timeout=30) == 75, "the cut-off worker fenced itself"
-        wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
-        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        # B claims A and runs the interrupted call again (A's is still in flight).
+        wait_for(lambda: len(lines(tmp_path, "slow_b.log")) == 2, timeout=60)
+        assert worker_state(database_url, a_id) == "dead"
+        assert workflow_row(database_url, run_id) == ("PENDING", b_id)
+        time.sleep(5)  # longer than A's lease (4 s): cut off, A does not exit
+        assert a.poll() is None, f"the cut-off worker exited with {a.returncode}"
 
-        assert lines(tmp_path, "record_a.log") == ["one"]
+        proxy.restore()
+        wait_for(lambda: worker_state(database_url, a_id) == "live")  # it registered again
+        (tmp_path / "release").touch()  # A's call and B's return
+        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        assert run_status(database_url, run_id) == "completed"
+        written = transcript_counts(database_url, session_id)
+        time.sleep(3)  # what A would still do with the run it lost, if anything
+        assert transcript_counts(database_url, session_id) == written, "A wrote nothing late"
+        assert a.poll() is None, f"the reconnected worker exited with {a.returncode}"
+        assert lines(tmp_path, "record_a.log") == ["one"], "no completed step re-ran"
+        # In flight in A when the cut came, the call ran again in B (as after a SIGKILL).
         assert lines(tmp_path, "slow_b.log") == ["two", "two"]
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
         assert_transcript_is_clean(database_url, session_id, run_id)
+        assert (
+            sql(
+                database_url,
+                "SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s "
+                "GROUP BY chunk_key HAVING count(*) > 1",
+                session_id,
+            )
+            == []
+        ), "no chunk twice"
     finally:
         stop(a, b)
+        proxy.close()
 
 
 def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_url, tmp_path):

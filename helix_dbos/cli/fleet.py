@@ -176,7 +176,9 @@ def workers(
         )
         return 0
     if not found:
-        print("No workers.")
+        print(
+            "No workers." if everything else "No live workers (--all lists stopped and dead ones)."
+        )
     else:
         print_table([worker_row(w) for w in found], WORKER_COLUMNS, width=36)
     if waiting:
