@@ -13,13 +13,24 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from helpers import sql
 from tcp_proxy import CuttableProxy
-from test_crash import APP, assert_transcript_is_clean, lines, sigkill, spawn, wait_for
+from test_crash import (
+    APP,
+    assert_transcript_is_clean,
+    lines,
+    relaunch,
+    sigkill,
+    spawn,
+    wait_for,
+)
 
+from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import libpq_url
 from helix_dbos.store.migrations import apply_migrations
 
@@ -568,3 +579,73 @@ def test_a_queued_run_interrupted_before_a_worker_takes_it_asks_no_model_and_res
         assert_transcript_is_clean(database_url, session_id, resumed["run_id"])
     finally:
         stop(front, worker)
+
+
+@pytest.mark.parametrize("same_id", [False, True], ids=["new-id", "same-id"])
+def test_a_restart_on_the_same_host_takes_over_a_crashed_predecessor_at_once(
+    database_url, tmp_path, same_id
+):
+    """A process killed mid-run, then a short-lived process started on the same host (a
+    script: it waits 60 s at most for the run): it tells the predecessor is gone (its pid
+    no longer exists here, its connection is closed) and takes its run over at once,
+    saying so in one line. A 120 s lease: waiting for it to lapse (the only way before)
+    would outlast the script."""
+    executor = f"same-{uuid.uuid4().hex[:8]}" if same_id else "-"
+    env = {"CRASH_APP_LEASE_SECONDS": "120"}
+    a = spawn("start", database_url, executor, "tool", tmp_path, env=env)
+    try:
+        first = started(a)
+        run_id, session_id = first["run_id"], first["session_id"]
+        a_id = executor_of(database_url, a)
+        wait_for(lambda: (tmp_path / "in_slow_b").exists())
+        sigkill(a)
+
+        outcome = relaunch(database_url, executor, "tool", tmp_path, run_id, env=env)
+        assert outcome["status"] == "completed", outcome
+        assert lines(tmp_path, "record_a.log") == ["one"], "a completed tool step is not re-run"
+        assert lines(tmp_path, "slow_b.log") == ["two", "two"], "the interrupted call runs again"
+        assert_transcript_is_clean(database_url, session_id, run_id)
+        said = [
+            line
+            for log in tmp_path.glob("stderr-recover-*.log")
+            for line in log.read_text().splitlines()
+            if "took over" in line
+        ]
+        gone = f"pid {a.pid} on this host"
+        expected = "of its previous life" if same_id else f"of worker {a_id}"
+        assert len(said) == 1 and expected in said[0] and gone in said[0], said
+    finally:
+        stop(a)
+
+
+def test_a_clean_exit_leaves_a_stopped_worker_that_nobody_mentions(database_url, tmp_path):
+    """A process that ends normally marks its worker `stopped`; a worker started later
+    hands back nothing for it and logs nothing about it (each clean exit once cost a
+    WARNING `recovered dead worker ...: 0 workflow(s) handed back`); `workers` lists it
+    only with --all, and rows of workers gone for an hour are pruned."""
+    script = spawn("run", database_url, "-", "tool", tmp_path)
+    script_id = executor_of(database_url, script)
+    assert started(script)["run_id"] and started(script)["status"] == "completed"
+    assert script.wait(timeout=60) == 0
+    assert worker_state(database_url, script_id) == "stopped"
+
+    worker = spawn("serve", database_url, "-", "tool", tmp_path)
+    try:
+        worker_id = started(worker)["ready"]
+        time.sleep(4 * 1.5)  # past the stopped worker's 4 s lease and a few sweeps
+        logged = "".join(log.read_text() for log in tmp_path.glob("stderr-serve-*.log"))
+        assert script_id not in logged, logged
+        assert worker_state(database_url, script_id) == "stopped", "not declared dead"
+
+        live = [w["executor_id"] for w in cli_json(database_url, "workers")["workers"]]
+        every = [w["executor_id"] for w in cli_json(database_url, "workers", "--all")["workers"]]
+        assert live == [worker_id] and set(every) == {worker_id, script_id}
+
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            assert workers_sql.prune(conn, keep_seconds=3600) == 0, "an hour of history"
+            assert workers_sql.prune(conn, keep_seconds=0) == 1
+        assert [r[0] for r in sql(database_url, "SELECT executor_id FROM helix.workers")] == [
+            worker_id
+        ]
+    finally:
+        stop(worker)

@@ -196,7 +196,7 @@ def recover(
 ) -> int:
     """Hand a dead worker's unfinished runs back to the queues now.
 
-    Refused while its lease is live; live workers do this by themselves once it lapses.
+    Refused while its lease is live; live workers do this by themselves once it dies.
     """
     url = resolve_url(database_url)
     claimant = f"cli:{socket.gethostname()}:{os.getpid()}"

@@ -236,7 +236,9 @@ class HelixDBOS:
 
         The executor id is refused while another live process heartbeats under it. This
         worker's own unfinished runs (a restart under a stable id) and, from then on, the
-        runs of any worker whose lease lapses are handed back to the queues and resume on a
+        runs of any worker that dies (its lease lapses, or its connection closes and it
+        misses two heartbeats, or it ran on this host and its pid is gone) are handed back
+        to the queues and resume on a
         worker that serves their agent; runs whose start was cut short by a crash are
         closed as failed."""
         self.dispatch.check_agents(self.agents)

@@ -78,6 +78,19 @@ def pid_gone(host: str, pid: int) -> bool:
     return False
 
 
+def _gone(worker: sql.Holder) -> bool:
+    """Known dead: its connection closed, and its process gone from this host."""
+    return not worker.connected and pid_gone(worker.host, worker.pid)
+
+
+def _why_dead(worker: sql.Holder, gone: bool) -> str:
+    if gone:
+        return f"pid {worker.pid} on this host is gone"
+    if worker.state == "stopped":
+        return "it stopped"
+    return f"pid {worker.pid} on {worker.host}: its lease lapsed or its connection closed"
+
+
 def recover_worker(database_url: str, executor_id: str, claimant: str) -> list[str]:
     """Hand a dead worker's unfinished runs back to the queues now, without waiting for a
     live worker's sweep (and again for a worker already recovered, for runs it left
@@ -136,17 +149,19 @@ class WorkerLease:
         taken over then; one that goes on heartbeating is an error."""
         deadline = time.monotonic() + (self.lease + self.interval if wait else 0)
         with connect(self.database_url, autocommit=True) as conn:
-            gone = False
+            holder = sql.holder(conn, self.identity.executor_id)  # a previous life's row
+            gone = holder is not None and _gone(holder)
             while True:
                 if sql.register(conn, self.identity, pid_gone=gone):
                     self._renewed_at = time.monotonic()
+                    if holder is not None:
+                        self.predecessor = _why_dead(holder, gone)
                     return
                 holder = sql.holder(conn, self.identity.executor_id)
                 if holder is None:
                     continue  # it stopped between the two statements
-                if not holder.connected and not gone and pid_gone(holder.host, holder.pid):
+                if not gone and _gone(holder):
                     gone = True
-                    self.predecessor = f"pid {holder.pid} on this host, gone"
                     continue
                 if time.monotonic() >= deadline:
                     raise ExecutorIdInUseError(self.identity.executor_id, holder.host, holder.pid)
@@ -271,27 +286,20 @@ class WorkerLease:
         for dead in sql.claimable_workers(conn, me.application_name, me.application_version):
             if dead.executor_id == me.executor_id:
                 continue
-            gone = not dead.connected and pid_gone(dead.host, dead.pid)
+            gone = _gone(dead)
             if same_host_only and not gone:
                 continue
             claimed = sql.claim_and_requeue(conn, dead.executor_id, me.executor_id, pid_gone=gone)
             if claimed is None:
                 continue  # alive after all, or another worker claimed it first
             claims.append(claimed)
-            if claimed.workflow_ids:
-                why = (
-                    f"pid {dead.pid} on this host is gone"
-                    if gone
-                    else "it stopped"
-                    if claimed.state == "stopped"
-                    else "its lease lapsed or its connection closed"
-                )
+            if claimed.workflow_ids:  # a stopped worker that left nothing is not news
                 logger.warning(
                     "helix worker %s took over %d unfinished run(s) of worker %s (%s)",
                     me.executor_id,
                     len(claimed.workflow_ids),
                     dead.executor_id,
-                    why,
+                    _why_dead(dead, gone),
                 )
             if self._on_recovered is not None:
                 self._on_recovered(dead.executor_id, claimed.workflow_ids)
