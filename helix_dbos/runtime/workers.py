@@ -239,6 +239,10 @@ class WorkerLease:
                 self._close()
 
     def _renewed(self, started: float) -> None:
+        # Cut off itself (a renewal failed, or none for two heartbeats): the others may
+        # be reconnecting too, so it judges none of them for two heartbeats.
+        if self._lost_since is not None or started - self._renewed_at > 2 * self.interval + 0.5:
+            self._connected_since = started
         if self._lost_since is not None:
             logger.warning(
                 "helix worker %s reached the database again after %.1fs; resuming",
@@ -246,8 +250,6 @@ class WorkerLease:
                 started - self._lost_since,
             )
             self._lost_since = None
-        if started - self._renewed_at > 2 * self.interval + 0.5:
-            self._connected_since = started  # cut off itself: see `_connected_since`
         self._renewed_at = started
         self._healthy = True
 
