@@ -396,6 +396,13 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
             ]
 
         wait_for(lapsed, timeout=30)
+        doctor = run_cli(database_url, "doctor", "--json")
+        held = [c for c in json.loads(doctor.stdout) if c["name"] == "held runs"]
+        assert held and held[0]["level"] == "warn", doctor.stdout
+        assert f"{a_id} (expired)" in held[0]["found"] and "crash_agent" in held[0]["found"]
+        assert (
+            f"helix-dbos recover {a_id}" in held[0]["fix"] and "helix-dbos worker" in held[0]["fix"]
+        )
 
         recovered = run_cli(database_url, "recover", a_id)
         assert recovered.returncode == 0, recovered.stderr
@@ -647,5 +654,33 @@ def test_a_clean_exit_leaves_a_stopped_worker_that_nobody_mentions(database_url,
         assert [r[0] for r in sql(database_url, "SELECT executor_id FROM helix.workers")] == [
             worker_id
         ]
+    finally:
+        stop(worker)
+
+
+def test_the_connections_an_idle_worker_holds(database_url, tmp_path):
+    """An idle worker serving one agent holds 10 connections (the README's figure): its
+    heartbeat's, 3 of helix's pools and 6 of DBOS's (its LISTEN connection and what its
+    queue and scheduler threads keep open), whatever `pool_size`, since DBOS sizes its
+    own pool."""
+    worker = spawn("serve", database_url, "-", "tool", tmp_path, env={"CRASH_APP_POOL_SIZE": "2"})
+    try:
+        worker_id = started(worker)["ready"]
+        time.sleep(3)  # past the first sweeps and queue polls
+
+        def held() -> dict[str, int]:
+            rows = sql(
+                database_url,
+                "SELECT application_name, count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1",
+            )
+            return dict(rows)
+
+        counts = held()
+        heartbeat = workers_sql.heartbeat_application_name(worker_id)
+        assert counts.pop(heartbeat) == 1, "one heartbeat connection"
+        assert sum(counts.values()) <= 9, counts
+        time.sleep(3)
+        assert sum(held().values()) <= 10, "an idle worker opens nothing more"
     finally:
         stop(worker)

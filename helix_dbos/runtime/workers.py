@@ -13,7 +13,7 @@ reach) starts no new step and waits; nothing exits. When the database answers ag
 it learns whether its lease was claimed meanwhile. If not, it carries on. If so, the
 runs it was executing belong to other executions now: each one's next step finds so
 and stops without running anything (`Fence`), and every write it might still attempt
-is refused in its own statement (`helix.check_owner`), like DBOS's checkpoints; the
+is refused in its own statement (`helix.owns`), like DBOS's checkpoints; the
 worker registers again and takes new work.
 """
 

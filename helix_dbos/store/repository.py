@@ -626,17 +626,17 @@ _STEP_COUNTERS = (
 )
 
 
-# The writing execution still owns the run's workflow (see migration 0012): evaluated in
+# The writing execution still owns the run's workflow (see migration 0012), evaluated in
 # the statement's select list, so it runs even when the keyed write finds nothing to do,
 # and raises (SQLSTATE `OWNER_LOST`), rolling the whole statement back, when it does not.
 OWNER_LOST = "HX001"
-OWNED = "helix.check_owner(:owf, :oxid)"
+OWNED = "helix.owns(:ow, :ox)"
 # A workflow execution's id and DBOS ownership token; None outside a workflow.
 Owner = tuple[str, str]
 
 
 def owner_params(owner: Owner | None) -> dict[str, str | None]:
-    return {"owf": owner[0], "oxid": owner[1]} if owner else {"owf": None, "oxid": None}
+    return {"ow": owner[0], "ox": owner[1]} if owner else {"ow": None, "ox": None}
 
 
 def _step_params(

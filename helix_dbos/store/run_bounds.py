@@ -203,10 +203,11 @@ _END_STEP_AND_RUN_HEAD = (
     "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) "
-    "WHERE c.ord > :nstep OR EXISTS (SELECT 1 FROM claim) "
+    "WHERE c.ord > :nstep OR EXISTS (TABLE claim) "
     "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
-    "SELECT k.live IS TRUE, pg_notify('helix_chunks', :sid), "
-    f"CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, {OWNED}"
+    # The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
+    f"SELECT {OWNED} AND k.live IS TRUE, pg_notify('helix_chunks', :sid), "
+    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
 )
 _END_STEP_AND_RUN_FROM = (
     f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
