@@ -325,11 +325,11 @@ def verify_exactly_once(
 
 
 def measure_recovery(
-    server: str, lease: float, kills: int, victim_runs: int, timeout: float
+    server: str, lease: float, kills: int, victim_runs: int, timeout: float, other_host: bool
 ) -> dict[str, Any]:
     rounds: list[dict[str, float]] = []
     with fleet(server, lease) as f:
-        survivor = f.worker("survivor")
+        survivor = f.worker("survivor", **({"FLEET_OTHER_HOST": "1"} if other_host else {}))
         wait_for(
             "the survivor's lease",
             lambda: live_executor(f.database_url, survivor.pid) is not None,
@@ -398,6 +398,7 @@ def measure_recovery(
     keys = ("claimed", "first_moving", "last_moving", "completed")
     return {
         "lease": lease,
+        "survivor": "other host" if other_host else "same host",
         "kills": kills,
         "runs_per_kill": victim_runs,
         "rounds": rounds,
@@ -520,7 +521,11 @@ def print_recovery(results: list[dict[str, Any]]) -> None:
         for key in ("claimed", "first_moving", "last_moving", "completed"):
             med, top = r[f"{key}_median"], r[f"{key}_max"]
             cells.append(f"{med:5.2f} / {top:5.2f} ({med / r['lease']:.2f})")
-        print(f"{r['lease']:>5g}s {r['kills']:>5}  " + "  ".join(f"{c:>18}" for c in cells))
+        print(
+            f"{r['lease']:>5g}s {r['kills']:>5}  "
+            + "  ".join(f"{c:>18}" for c in cells)
+            + f"  (survivor on the {r['survivor']})"
+        )
     print("  cells: median / max seconds after the kill (median in leases)")
 
 
@@ -594,6 +599,11 @@ def main(argv: list[str] | None = None) -> None:
         "--front-concurrency", type=int, default=8, help="enqueue calls in flight (default 8)"
     )
     parser.add_argument("--timeout", type=float, default=300, help="per configuration (seconds)")
+    parser.add_argument(
+        "--other-host",
+        action="store_true",
+        help="recovery: the survivor cannot see this host's pids (as on another machine)",
+    )
     parser.add_argument("--skip-recovery", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args(argv)
@@ -607,7 +617,12 @@ def main(argv: list[str] | None = None) -> None:
         for lease in (float(x) for x in args.leases.split(",")):
             recovery.append(
                 measure_recovery(
-                    args.database_url, lease, args.kills, args.victim_runs, args.timeout
+                    args.database_url,
+                    lease,
+                    args.kills,
+                    args.victim_runs,
+                    args.timeout,
+                    args.other_host,
                 )
             )
         result["recovery"] = recovery

@@ -13,7 +13,9 @@ FLEET_WORKER_CONCURRENCY (put the agent in a RunQueue with that per-worker limit
 only the agent's own queue), FLEET_GO (a worker launches once this file exists, so that
 several workers start draining together), FLEET_CONCURRENCY (the front's enqueue calls
 in flight, default 20), FLEET_SYS_DB_POOL and FLEET_POOL (connection pools: DBOS's
-system database, default 6; helix's, default 3 plus as many overflow).
+system database, default 6; helix's, default 3 plus as many overflow), FLEET_OTHER_HOST
+(a worker that cannot see the pids of this host, as a worker on another machine: it tells
+a dead worker by its closed connection and missed heartbeats only).
 
 The model is a function of the transcript: the first LLM step calls the tool `work` with
 the run's tag (the user message), the second one calls `__finish__`. Every execution of
@@ -46,6 +48,10 @@ APP_VERSION = "fleet-bench"
 HOLD_PREFIX = "hold-"  # a victim's tool blocks on these tags until the process is killed
 
 MARKERS = Path(os.environ.get("FLEET_MARKERS", "."))
+if os.environ.get("FLEET_OTHER_HOST"):
+    from helix_dbos.runtime import workers as _workers
+
+    _workers.pid_gone = lambda host, pid: False  # type: ignore[assignment]
 ROLE = os.environ.get("FLEET_ROLE", "worker")
 
 

@@ -6,7 +6,7 @@
 
 The enqueuing process executes no runs (`executes_runs=False`): the run waits on the
 agent's DBOS queue until a worker that serves `fleet_assistant` takes it. Kill a worker
-mid-run and another one finishes the run once the dead worker's lease lapses. Runs on
+mid-run and another one finishes the run a few seconds later. Runs on
 the embedded PostgreSQL unless HELIX_DATABASE_URL names a server; the model is scripted.
 """
 

@@ -15,7 +15,7 @@ from helix_dbos.store.database import libpq_url
 
 class CuttableProxy:
     """Forwards 127.0.0.1:<port> to the server of `database_url` (TCP or Unix socket)
-    until `cut()`, which closes every connection and refuses new ones."""
+    until `cut()`, which closes every connection and refuses new ones until `restore()`."""
 
     def __init__(self, database_url: str) -> None:
         info = conninfo_to_dict(libpq_url(database_url))
@@ -42,6 +42,10 @@ class CuttableProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                if self._cut:
+                    client.close()
+                    continue
             family, address = self._target
             upstream = socket.socket(family, socket.SOCK_STREAM)
             upstream.connect(address)
@@ -67,8 +71,17 @@ class CuttableProxy:
         proxy's users."""
         with self._lock:
             self._cut = True
-            self._listener.close()
             for sock in self._sockets:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+            self._sockets = []
+
+    def restore(self) -> None:
+        """Forward new connections again: the database is back for the proxy's users."""
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()

@@ -143,7 +143,9 @@ def test_doctor_says_what_is_fine_and_what_to_fix(database_url, helix, tmp_path)
         "migrations",
         "provider keys",
         "worker identity",
+        "held runs",
     ]
+    assert checks["held runs"]["level"] == "ok", checks["held runs"]
     assert checks["database"]["level"] == "ok" and "PostgreSQL" in checks["database"]["found"]
     assert checks["migrations"]["level"] == "ok"
     assert checks["provider keys"]["level"] == "warn"

@@ -13,13 +13,24 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from helpers import sql
 from tcp_proxy import CuttableProxy
-from test_crash import APP, assert_transcript_is_clean, lines, sigkill, spawn, wait_for
+from test_crash import (
+    APP,
+    assert_transcript_is_clean,
+    lines,
+    relaunch,
+    sigkill,
+    spawn,
+    wait_for,
+)
 
+from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import libpq_url
 from helix_dbos.store.migrations import apply_migrations
 
@@ -51,6 +62,25 @@ def workflow_row(database_url: str, run_id: str) -> tuple:
         database_url,
         "SELECT status, executor_id FROM dbos.workflow_status WHERE workflow_uuid = %s",
         f"helix-{run_id}",
+    )[0]
+
+
+def worker_state(database_url: str, executor_id: str) -> str:
+    return sql(database_url, "SELECT state FROM helix.workers WHERE executor_id = %s", executor_id)[
+        0
+    ][0]
+
+
+def transcript_counts(database_url: str, session_id: str) -> tuple:
+    """Messages, usage rows and chunks of a session: what a late write would add to."""
+    return sql(
+        database_url,
+        "SELECT (SELECT count(*) FROM helix.messages WHERE session_id = %s), "
+        "(SELECT count(*) FROM helix.usage WHERE session_id = %s), "
+        "(SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s)",
+        session_id,
+        session_id,
+        session_id,
     )[0]
 
 
@@ -206,16 +236,18 @@ def test_runs_of_a_worker_killed_for_good_complete_on_a_survivor(database_url, t
         stop(a, b)
 
 
-def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
+def test_a_stalled_worker_drops_its_claimed_run_and_its_run_completes_once_elsewhere(
     database_url, tmp_path
 ):
     """SIGSTOP past the lease: a survivor takes the run; on SIGCONT the stalled worker
-    finds its lease lapsed and exits (code 75) without executing another step."""
+    finds its lease claimed, drops the run without executing another step of it, and
+    stays up under its executor id (it once exited with code 75 instead)."""
     a = spawn("start", database_url, "-", "tool", tmp_path)
     b = None
     try:
         first = started(a)
         run_id, session_id = first["run_id"], first["session_id"]
+        a_id = executor_of(database_url, a)
         b = spawn("serve", database_url, "-", "tool", tmp_path)
         b_id = started(b)["ready"]
         wait_for(lambda: (tmp_path / "in_slow_b").exists())
@@ -223,9 +255,11 @@ def test_a_stalled_worker_fences_itself_and_its_run_completes_once_elsewhere(
         os.kill(a.pid, signal.SIGSTOP)
         wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
         os.kill(a.pid, signal.SIGCONT)
-        assert a.wait(timeout=30) == 75, "the stalled worker fenced itself"
+        wait_for(lambda: worker_state(database_url, a_id) == "live")  # it registered again
 
         wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        time.sleep(2)  # what the resumed worker would do with the run, if anything
+        assert a.poll() is None, f"the stalled worker exited with {a.returncode}"
         assert lines(tmp_path, "record_a.log") == ["one"]
         assert lines(tmp_path, "slow_b.log") == ["two", "two"]
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
@@ -362,6 +396,13 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
             ]
 
         wait_for(lapsed, timeout=30)
+        doctor = run_cli(database_url, "doctor", "--json")
+        held = [c for c in json.loads(doctor.stdout) if c["name"] == "held runs"]
+        assert held and held[0]["level"] == "warn", doctor.stdout
+        assert f"{a_id} (expired)" in held[0]["found"] and "crash_agent" in held[0]["found"]
+        assert (
+            f"helix-dbos recover {a_id}" in held[0]["fix"] and "helix-dbos worker" in held[0]["fix"]
+        )
 
         recovered = run_cli(database_url, "recover", a_id)
         assert recovered.returncode == 0, recovered.stderr
@@ -371,7 +412,9 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
         listed = cli_json(database_url, "workers")
         assert [r["run_id"] for r in listed["runs_without_worker"]] == [run_id]
         table = run_cli(database_url, "workers")
-        assert "1 queued run(s) wait for a worker" in table.stdout and "dead" in table.stdout
+        assert "1 queued run(s) wait for a worker" in table.stdout
+        assert "No live workers" in table.stdout, "a dead worker holding nothing is history"
+        assert "dead" in run_cli(database_url, "workers", "--all").stdout
         runs = run_cli(database_url, "runs", "--session", session_id)
         assert "queued (helix.agent.crash_agent)" in runs.stdout
 
@@ -390,33 +433,60 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
         stop(a, b)
 
 
-def test_a_worker_cut_off_from_the_database_stops_and_its_run_completes_once_elsewhere(
+def test_a_worker_cut_off_from_the_database_waits_and_drops_what_another_took_over(
     database_url, tmp_path
 ):
-    """Worker A reaches PostgreSQL through a proxy; cutting it leaves A alive but unable
-    to renew its lease: A fences itself (exit 75) before B may claim it, and B completes
-    the run exactly once."""
+    """Worker A reaches PostgreSQL through a proxy; cutting it for longer than A's lease
+    leaves A alive but unable to renew: A waits (it once exited with code 75), B claims
+    A and runs its run. When the proxy comes back, A learns its lease was claimed and
+    registers again; its tool call that was in flight at the cut then returns, and A
+    drops the run: no step re-run, nothing written twice, B completes it."""
     proxy = CuttableProxy(database_url)
-    a = spawn("start", proxy.url, "-", "tool", tmp_path)
+    # "restart": slow_b waits for the `release` marker, in A and in B alike.
+    a = spawn("start", proxy.url, "-", "restart", tmp_path)
     b = None
     try:
         first = started(a)
         run_id, session_id = first["run_id"], first["session_id"]
-        b = spawn("serve", database_url, "-", "tool", tmp_path)
+        a_id = executor_of(database_url, a)
+        b = spawn("serve", database_url, "-", "restart", tmp_path)
         b_id = started(b)["ready"]
         wait_for(lambda: (tmp_path / "in_slow_b").exists())
 
         proxy.cut()
-        assert a.wait(timeout=30) == 75, "the cut-off worker fenced itself"
-        wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
-        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        # B claims A and runs the interrupted call again (A's is still in flight).
+        wait_for(lambda: len(lines(tmp_path, "slow_b.log")) == 2, timeout=60)
+        assert worker_state(database_url, a_id) == "dead"
+        assert workflow_row(database_url, run_id) == ("PENDING", b_id)
+        time.sleep(5)  # longer than A's lease (4 s): cut off, A does not exit
+        assert a.poll() is None, f"the cut-off worker exited with {a.returncode}"
 
-        assert lines(tmp_path, "record_a.log") == ["one"]
+        proxy.restore()
+        wait_for(lambda: worker_state(database_url, a_id) == "live")  # it registered again
+        (tmp_path / "release").touch()  # A's call and B's return
+        wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))
+        assert run_status(database_url, run_id) == "completed"
+        written = transcript_counts(database_url, session_id)
+        time.sleep(3)  # what A would still do with the run it lost, if anything
+        assert transcript_counts(database_url, session_id) == written, "A wrote nothing late"
+        assert a.poll() is None, f"the reconnected worker exited with {a.returncode}"
+        assert lines(tmp_path, "record_a.log") == ["one"], "no completed step re-ran"
+        # In flight in A when the cut came, the call ran again in B (as after a SIGKILL).
         assert lines(tmp_path, "slow_b.log") == ["two", "two"]
         assert len(lines(tmp_path, "llm.log")) == 3, "no LLM call ran twice"
         assert_transcript_is_clean(database_url, session_id, run_id)
+        assert (
+            sql(
+                database_url,
+                "SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s "
+                "GROUP BY chunk_key HAVING count(*) > 1",
+                session_id,
+            )
+            == []
+        ), "no chunk twice"
     finally:
         stop(a, b)
+        proxy.close()
 
 
 def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_url, tmp_path):
@@ -516,3 +586,101 @@ def test_a_queued_run_interrupted_before_a_worker_takes_it_asks_no_model_and_res
         assert_transcript_is_clean(database_url, session_id, resumed["run_id"])
     finally:
         stop(front, worker)
+
+
+@pytest.mark.parametrize("same_id", [False, True], ids=["new-id", "same-id"])
+def test_a_restart_on_the_same_host_takes_over_a_crashed_predecessor_at_once(
+    database_url, tmp_path, same_id
+):
+    """A process killed mid-run, then a short-lived process started on the same host (a
+    script: it waits 60 s at most for the run): it tells the predecessor is gone (its pid
+    no longer exists here, its connection is closed) and takes its run over at once,
+    saying so in one line. A 120 s lease: waiting for it to lapse (the only way before)
+    would outlast the script."""
+    executor = f"same-{uuid.uuid4().hex[:8]}" if same_id else "-"
+    env = {"CRASH_APP_LEASE_SECONDS": "120"}
+    a = spawn("start", database_url, executor, "tool", tmp_path, env=env)
+    try:
+        first = started(a)
+        run_id, session_id = first["run_id"], first["session_id"]
+        a_id = executor_of(database_url, a)
+        wait_for(lambda: (tmp_path / "in_slow_b").exists())
+        sigkill(a)
+
+        outcome = relaunch(database_url, executor, "tool", tmp_path, run_id, env=env)
+        assert outcome["status"] == "completed", outcome
+        assert lines(tmp_path, "record_a.log") == ["one"], "a completed tool step is not re-run"
+        assert lines(tmp_path, "slow_b.log") == ["two", "two"], "the interrupted call runs again"
+        assert_transcript_is_clean(database_url, session_id, run_id)
+        said = [
+            line
+            for log in tmp_path.glob("stderr-recover-*.log")
+            for line in log.read_text().splitlines()
+            if "took over" in line
+        ]
+        gone = f"pid {a.pid} on this host"
+        expected = "of its previous life" if same_id else f"of worker {a_id}"
+        assert len(said) == 1 and expected in said[0] and gone in said[0], said
+    finally:
+        stop(a)
+
+
+def test_a_clean_exit_leaves_a_stopped_worker_that_nobody_mentions(database_url, tmp_path):
+    """A process that ends normally marks its worker `stopped`; a worker started later
+    hands back nothing for it and logs nothing about it (each clean exit once cost a
+    WARNING `recovered dead worker ...: 0 workflow(s) handed back`); `workers` lists it
+    only with --all, and rows of workers gone for an hour are pruned."""
+    script = spawn("run", database_url, "-", "tool", tmp_path)
+    script_id = executor_of(database_url, script)
+    assert started(script)["run_id"] and started(script)["status"] == "completed"
+    assert script.wait(timeout=60) == 0
+    assert worker_state(database_url, script_id) == "stopped"
+
+    worker = spawn("serve", database_url, "-", "tool", tmp_path)
+    try:
+        worker_id = started(worker)["ready"]
+        time.sleep(4 * 1.5)  # past the stopped worker's 4 s lease and a few sweeps
+        logged = "".join(log.read_text() for log in tmp_path.glob("stderr-serve-*.log"))
+        assert script_id not in logged, logged
+        assert worker_state(database_url, script_id) == "stopped", "not declared dead"
+
+        live = [w["executor_id"] for w in cli_json(database_url, "workers")["workers"]]
+        every = [w["executor_id"] for w in cli_json(database_url, "workers", "--all")["workers"]]
+        assert live == [worker_id] and set(every) == {worker_id, script_id}
+
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            assert workers_sql.prune(conn, keep_seconds=3600) == 0, "an hour of history"
+            assert workers_sql.prune(conn, keep_seconds=0) == 1
+        assert [r[0] for r in sql(database_url, "SELECT executor_id FROM helix.workers")] == [
+            worker_id
+        ]
+    finally:
+        stop(worker)
+
+
+def test_the_connections_an_idle_worker_holds(database_url, tmp_path):
+    """An idle worker serving one agent holds 10 connections (the README's figure): its
+    heartbeat's, 3 of helix's pools and 6 of DBOS's (its LISTEN connection and what its
+    queue and scheduler threads keep open), whatever `pool_size`, since DBOS sizes its
+    own pool."""
+    worker = spawn("serve", database_url, "-", "tool", tmp_path, env={"CRASH_APP_POOL_SIZE": "2"})
+    try:
+        worker_id = started(worker)["ready"]
+        time.sleep(3)  # past the first sweeps and queue polls
+
+        def held() -> dict[str, int]:
+            rows = sql(
+                database_url,
+                "SELECT application_name, count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1",
+            )
+            return dict(rows)
+
+        counts = held()
+        heartbeat = workers_sql.heartbeat_application_name(worker_id)
+        assert counts.pop(heartbeat) == 1, "one heartbeat connection"
+        assert sum(counts.values()) <= 9, counts
+        time.sleep(3)
+        assert sum(held().values()) <= 10, "an idle worker opens nothing more"
+    finally:
+        stop(worker)

@@ -147,6 +147,29 @@ def check_worker_identity(url: str) -> Check:
     return Check("worker identity", "ok", f"{identity}; {plural(len(live), 'live worker')}")
 
 
+def check_held_runs(url: str) -> Check:
+    """Runs that nothing will resume: held by a dead, stopped or expired worker while no
+    live worker serves their agent (a live one would take them over by itself)."""
+    try:
+        with connect(url, autocommit=True) as conn:
+            held = workers_sql.runs_held_by_dead_workers(conn)
+    except Exception:
+        return Check("held runs", "ok", "none (no worker table yet)")
+    if not held:
+        return Check("held runs", "ok", "no unfinished run waits on a dead worker")
+    workers = sorted({h.executor_id for h in held})
+    agents = sorted({h.agent_name for h in held})
+    return Check(
+        "held runs",
+        "warn",
+        f"{plural(len(held), 'unfinished run')} held by {plural(len(workers), 'worker')} that "
+        f"no longer run ({', '.join(f'{h.executor_id} ({h.worker_state})' for h in held[:3])}"
+        f"{', …' if len(held) > 3 else ''}), and no live worker serves {', '.join(agents)}",
+        "start a worker for those agents: `helix-dbos worker --app MODULE:ATTR` (it takes "
+        f"them over at once), or hand them back to the queues: `helix-dbos recover {workers[0]}`",
+    )
+
+
 def check_app(spec: str) -> Check:
     try:
         helix = load_helix(spec)
@@ -177,6 +200,7 @@ def run_checks(database_url: str | None, app: str | None) -> list[Check]:
             lambda: check_migrations(url),
             check_provider_keys,
             lambda: check_worker_identity(url),
+            lambda: check_held_runs(url),
         ]
     if app and database.level == "ok":
         later.append(lambda: check_app(app))

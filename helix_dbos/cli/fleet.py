@@ -169,8 +169,9 @@ def unauthenticated_hosts(host: str) -> list[str]:
 def worker(app: AppSpec) -> int:
     """Run a worker that executes queued and recovered runs of the app's agents.
 
-    It runs until SIGTERM or Ctrl-C, then stops cleanly. Exit code 75 means it fenced
-    itself after losing its lease: start it again.
+    It runs until SIGTERM or Ctrl-C, then stops cleanly (its row says `stopped`). While
+    the database is out of reach it starts no new step and waits; it exits with code 75
+    only if another live process took its executor id.
     """
     helix = load_helix(app)
     helix.executes_runs = True
@@ -230,10 +231,20 @@ def worker_row(w: WorkerRow) -> dict[str, Any]:
     }
 
 
-def workers(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
-    """List workers, their leases and runs, and queued runs no live worker serves."""
+def workers(
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also workers that stopped or died (kept an hour), not only live ones."
+        ),
+    ] = False,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
+) -> int:
+    """List live workers (and any other that still holds unfinished runs), their leases
+    and runs, and queued runs no live worker serves."""
     with read_connection(database_url) as conn:
-        found = workers_sql.list_workers(conn)
+        found = workers_sql.list_workers(conn, everything=everything)
         waiting = workers_sql.runs_without_worker(conn)
     if json_output:
         print_json(
@@ -244,7 +255,9 @@ def workers(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
         )
         return 0
     if not found:
-        print("No workers.")
+        print(
+            "No workers." if everything else "No live workers (--all lists stopped and dead ones)."
+        )
     else:
         print_table([worker_row(w) for w in found], WORKER_COLUMNS, width=36)
     if waiting:
@@ -262,7 +275,7 @@ def recover(
 ) -> int:
     """Hand a dead worker's unfinished runs back to the queues now.
 
-    Refused while its lease is live; live workers do this by themselves once it lapses.
+    Refused while its lease is live; live workers do this by themselves once it dies.
     """
     url = resolve_url(database_url)
     claimant = f"cli:{socket.gethostname()}:{os.getpid()}"

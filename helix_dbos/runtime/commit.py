@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.context import current_runtime, logger
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
@@ -138,6 +139,7 @@ async def write_step_rows(
         head_messages=commit.head_messages,
         durable=durable,
         workflow_id=workflow_id,
+        owner=execution_owner(),  # a fenced worker's late write cannot land
     )
 
 
@@ -153,6 +155,7 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
         messages=commit.messages[: commit.head_messages],
         usage=[u for u in commit.usage if u.kind == "llm"],
         durable=durable,
+        owner=execution_owner(),
     )
 
 
@@ -275,6 +278,7 @@ async def _commit_final(
             end_chunks=chunks,
             notify=notify,
             durable=False,
+            owner=execution_owner(),
         )
     if pending is not None:
         await write_step_rows(session, pending, durable=False)
@@ -294,6 +298,7 @@ async def _commit_final(
         stop_reason=commit.stop_reason,
         chunks=chunks,
         notify=notify,
+        owner=execution_owner(),
     )
 
 

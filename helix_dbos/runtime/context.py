@@ -10,17 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import AsyncSQLAlchemyDatasource
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
 from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.store import repository as repo
@@ -156,8 +158,9 @@ class Runtime:
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
         # Inside a run, a database that went away is waited for, up to this horizon.
         self.outage = OutageWait(database_outage_seconds)
-        # Set by the worker lease: raises or exits if this worker may have lost its lease.
-        self.lease_check: Callable[[], None] = no_lease
+        # Set by the worker lease, awaited before each step: waits while this worker cannot
+        # reach the database, and stops a workflow this execution no longer owns.
+        self.lease_check: Callable[[], Awaitable[None]] = no_lease
 
     def agent(self, name: str) -> Agent:
         try:
@@ -254,7 +257,8 @@ class Runtime:
         to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
         on their own and need no transaction around them."""
         async with self.statement_pool.connection() as conn:
-            yield conn
+            with owner_lost_stops_execution():
+                yield conn
 
     async def on_connection(
         self,
@@ -269,7 +273,8 @@ class Runtime:
 
         async def once(checkout_seconds: float = CHECKOUT_TIMEOUT_SECONDS) -> T:
             async with self.statement_pool.connection(checkout_seconds) as conn:
-                return await body(conn)
+                with owner_lost_stops_execution():
+                    return await body(conn)
 
         return await self.outage.run(what, once) if wait else await once()
 
@@ -290,7 +295,21 @@ class Runtime:
         return await self.on_connection(getattr(func, "__name__", "a read"), body)
 
 
-def no_lease() -> None:
+@contextmanager
+def owner_lost_stops_execution() -> Iterator[None]:
+    """A write refused because another execution owns the run's workflow now (this
+    worker's lease was claimed) becomes DBOS's "no longer owned": DBOS parks this
+    execution instead of failing the run."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != repo.OWNER_LOST:
+            raise
+        owner = dbos_internals.execution_owner()
+        raise dbos_internals.WorkflowNotOwnedError(owner[0] if owner else "") from exc
+
+
+async def no_lease() -> None:
     """A runtime without a worker lease (not launched through HelixDBOS) never fences."""
 
 

@@ -12,11 +12,17 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import dbos._dbos as _dbos_module
+from dbos._context import get_local_dbos_context
 from dbos._core import WorkflowHandleAsyncTask
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
+from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
+
+# A BaseException, so no `except Exception` in helix catches it: raised where an
+# execution finds its workflow owned by another, DBOS parks the execution.
+WorkflowNotOwnedError = DBOSWorkflowConflictIDError
 
 
 def local_task(handle: object) -> asyncio.Future[Any] | None:
@@ -100,3 +106,14 @@ def recheck_message_waiters() -> None:
     for _payload, components, event in sys_db.notifications_map.snapshot():
         # The key's signal, which sets every waiter's event, as DBOS's own poll does.
         sys_db.recv_check(components[0], components[1], cast(Any, event))
+
+
+def execution_owner() -> tuple[str, str] | None:
+    """The workflow this code executes for and this execution's ownership token (DBOS
+    writes a new one on the workflow's row whenever another execution takes it over, and
+    refuses the checkpoints of any other), or None outside a workflow. Helix's own writes
+    carry it, so a fenced worker's late write cannot land either."""
+    ctx = get_local_dbos_context()
+    if ctx is None or not ctx.workflow_id or ctx.owner_xid is None:
+        return None
+    return ctx.workflow_id, ctx.owner_xid

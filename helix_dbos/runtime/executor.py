@@ -60,7 +60,12 @@ from helix_dbos.runtime.results import (
 )
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import GateKind, RunOptions
-from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease, default_executor_id
+from helix_dbos.runtime.workers import (
+    DEFAULT_LEASE_SECONDS,
+    Fence,
+    WorkerLease,
+    default_executor_id,
+)
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds, tree
 from helix_dbos.store import workers as workers_sql
@@ -235,7 +240,9 @@ class HelixDBOS:
 
         The executor id is refused while another live process heartbeats under it. This
         worker's own unfinished runs (a restart under a stable id) and, from then on, the
-        runs of any worker whose lease lapses are handed back to the queues and resume on a
+        runs of any worker that dies (its lease lapses, or its connection closes and it
+        misses two heartbeats, or it ran on this host and its pid is gone) are handed back
+        to the queues and resume on a
         worker that serves their agent; runs whose start was cut short by a crash are
         closed as failed."""
         self.dispatch.check_agents(self.agents)
@@ -247,10 +254,12 @@ class HelixDBOS:
         # Heartbeat from now on: DBOS's launch can outlast the fence, and the runs it
         # recovers are fenced like any other.
         lease.start()
-        self.runtime.lease_check = lease.check
+        self.runtime.lease_check = Fence(lease, self._owns_workflow)
         try:
+            # A crashed predecessor on this host: its runs go back to the queues now.
+            lease.take_over_predecessors()
             if not dbos_internals.is_launched():  # else the application launched DBOS itself
-                self._hand_back_own_runs(identity)
+                self._hand_back_own_runs(identity, lease.predecessor)
                 self._listen(identity)
                 DBOS.launch()
             self.dispatch.register(self.agents)
@@ -281,16 +290,26 @@ class HelixDBOS:
             lease_seconds=self.worker_lease_seconds,
         )
 
-    def _hand_back_own_runs(self, me: WorkerIdentity) -> None:
-        """Before DBOS's startup recovery: this executor's pending runs go to their
-        agents' queues (DBOS would put them on its internal queue, which every process
-        dequeues, whether or not it serves the agent)."""
+    def _hand_back_own_runs(self, me: WorkerIdentity, predecessor: str | None) -> None:
+        """Before DBOS's startup recovery: this executor's pending runs (its previous
+        life's, under a stable executor id) go to their agents' queues (DBOS would put
+        them on its internal queue, which every process dequeues, whether or not it
+        serves the agent)."""
         with connect(self.database_url, autocommit=True) as conn:
             moved = workers_sql.requeue_pending(
                 conn, me.executor_id, me.application_name, me.application_version
             )
         if moved:
-            logger.warning("helix handed %d unfinished run(s) of this worker back", len(moved))
+            logger.warning(
+                "helix worker %s took over %d unfinished run(s) of its previous life%s",
+                me.executor_id,
+                len(moved),
+                f" ({predecessor})" if predecessor else "",
+            )
+
+    async def _owns_workflow(self, workflow_id: str, owner_xid: str) -> bool:
+        async with self.runtime.statements() as conn:
+            return await repo.owns_workflow(conn, workflow_id, owner_xid)
 
     def _listen(self, me: WorkerIdentity) -> None:
         """Dequeue only the runs of agents this process serves, plus the queues it was

@@ -161,7 +161,7 @@ async def llm_step(
     last, before DBOS checkpoints it (the workflow's `_take_early`).
     """
     rt = current_runtime()
-    rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
+    await rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, run_id, previous)
     if isinstance(seen, RunNotOpened | RunEnded):

@@ -76,7 +76,7 @@ async def tool_step(
 ) -> ToolOutcome:
     """Run one tool call with its hooks (the body of a `helix.tool:<name>` step)."""
     rt = current_runtime()
-    rt.lease_check()  # a worker that may have lost its lease runs no tool
+    await rt.lease_check()  # a worker that may have lost its lease runs no tool
     agent = rt.agent(agent_name)
     cancel = asyncio.Event()  # set when the run is aborted: `ctx.cancelled` turns true
     ctx = tool_context(agent, session_id, run_id, step, call, state, cancel)

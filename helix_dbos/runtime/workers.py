@@ -1,17 +1,25 @@
 """A worker's lease: its row in `helix.workers`, its heartbeat, its fence, and the
-recovery of workers whose lease lapsed.
+recovery of dead workers.
 
 Why a lease and a fence: DBOS 3.4 recovers only the workflows of the executor id a
 process starts under. A worker that dies for good would leave its runs PENDING forever,
 and resuming the runs of a worker that is merely slow runs their tools twice. So each
 worker renews a lease on its own connection; a live worker of the same application
-claims a lapsed one (one claimant: a conditional UPDATE) and hands its runs back to DBOS's
-queues; and a worker that could not renew for most of its lease stops executing (exits)
-before anyone may claim it, so a slow worker is never run twice.
+claims a dead one (one claimant: a conditional UPDATE) and hands its runs back to DBOS's
+queues.
+
+The fence: a worker that cannot renew its lease (the database is down, or out of its
+reach) starts no new step and waits; nothing exits. When the database answers again
+it learns whether its lease was claimed meanwhile. If not, it carries on. If so, the
+runs it was executing belong to other executions now: each one's next step finds so
+and stops without running anything (`Fence`), and every write it might still attempt
+is refused in its own statement (`helix.owns`), like DBOS's checkpoints; the
+worker registers again and takes new work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -26,16 +34,18 @@ from typing import Any
 import psycopg
 
 from helix_dbos.errors import ExecutorIdInUseError, WorkerNotDeadError
+from helix_dbos.runtime import dbos_internals
 from helix_dbos.store import workers as sql
 from helix_dbos.store.database import connect
 
 logger = logging.getLogger("helix_dbos.workers")
 
 DEFAULT_LEASE_SECONDS = 15.0
-# A worker stops executing once this share of its lease passed without a renewal; the
-# rest of the lease is the margin before anyone may claim it.
+# A worker starts no new step once this share of its lease passed without a renewal
+# (a hung connection, a stalled process), or as soon as a renewal fails.
 FENCE_AFTER = 0.6
-FENCE_EXIT_CODE = 75  # EX_TEMPFAIL: a supervisor should start it again
+FENCE_EXIT_CODE = 75  # EX_TEMPFAIL: only when another live process took this executor id
+PRUNE_EVERY_SECONDS = 60.0
 
 
 def default_executor_id() -> str:
@@ -44,11 +54,41 @@ def default_executor_id() -> str:
 
 
 def fence_exit(reason: str) -> None:
-    """The default fence: a worker that lost its lease exits at once, so no step of a run
-    another worker may now own executes here."""
+    """A worker whose executor id another live process took exits at once: two processes
+    under one id would execute the same runs."""
     logger.critical("helix worker fenced: %s; exiting with code %d", reason, FENCE_EXIT_CODE)
     logging.shutdown()
     os._exit(FENCE_EXIT_CODE)
+
+
+def pid_gone(host: str, pid: int) -> bool:
+    """Whether a worker that ran on `host` as `pid` is known to be gone: it ran on this
+    host and no process has its pid (or this process has it: a container restarted
+    with the same pid). A pid reused by another process counts as alive (the safe side)."""
+    if host != socket.gethostname():
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, owned by someone else
+        return False
+    return False
+
+
+def _gone(worker: sql.Holder) -> bool:
+    """Known dead: its connection closed, and its process gone from this host."""
+    return not worker.connected and pid_gone(worker.host, worker.pid)
+
+
+def _why_dead(worker: sql.Holder, gone: bool) -> str:
+    if gone:
+        return f"pid {worker.pid} on this host is gone"
+    if worker.state == "stopped":
+        return "it stopped"
+    return f"pid {worker.pid} on {worker.host}: its lease lapsed or its connection closed"
 
 
 def recover_worker(database_url: str, executor_id: str, claimant: str) -> list[str]:
@@ -61,71 +101,86 @@ def recover_worker(database_url: str, executor_id: str, claimant: str) -> list[s
         if worker is None:
             known = ", ".join(sorted(workers)) or "none"
             raise WorkerNotDeadError(f"No worker '{executor_id}' is registered (known: {known})")
-        moved = sql.claim_and_requeue(conn, executor_id, claimant, force=True)
-    if moved is None:
+        claimed = sql.claim_and_requeue(conn, executor_id, claimant, force=True, early=False)
+    if claimed is None:
         raise WorkerNotDeadError(
             f"Worker '{executor_id}' (pid {worker.pid} on {worker.host}) is alive: its lease "
             f"of {worker.lease_seconds:g}s has not lapsed, so its runs are still its own"
         )
-    return moved
+    return claimed.workflow_ids
 
 
 class WorkerLease:
-    """Register, heartbeat, fence, and recover lapsed workers, on one thread of its own."""
+    """Register, heartbeat, fence, and recover dead workers, on one thread of its own."""
 
     def __init__(
         self,
         database_url: str,
         identity: sql.WorkerIdentity,
         *,
-        on_fence: Callable[[str], None] = fence_exit,
         on_recovered: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self.database_url = database_url
         self.identity = identity
         self.lease = identity.lease_seconds
-        self.interval = max(self.lease / 5, 0.05)
-        self._on_fence = on_fence
+        self.interval = sql.heartbeat_seconds(self.lease)
         self._on_recovered = on_recovered
         self._renewed_at = time.monotonic()
+        # Since when renewals have been continuous: a worker that was cut off itself
+        # gives the others two heartbeats to come back before it judges any of them.
+        self._connected_since = time.monotonic()
+        self._healthy = True
+        self._lost_since: float | None = None  # the first failed renewal of an outage
+        self._pruned_at = 0.0
         self._stop = threading.Event()
-        self._fenced = False
         self._threads: list[threading.Thread] = []
         self._conn: psycopg.Connection[Any] | None = None
+        # Bumped whenever this worker finds its lease claimed: executions that began
+        # before may no longer own their workflows (`Fence`).
+        self.epoch = 0
+        self.predecessor: str | None = None  # what `acquire` took over, to say so once
 
     # --- life cycle ------------------------------------------------------------
 
     def acquire(self, wait: bool = True) -> None:
-        """Take the executor id. A live holder that stops heartbeating within one lease (a
-        killed process restarting under its stable id) is taken over; one that goes on
-        heartbeating is an error, never a silent takeover."""
+        """Take the executor id. A holder known to be gone (its connection closed, and it
+        ran on this host under a pid that no longer exists) is taken over at once; a live
+        holder that stops heartbeating within one lease (a killed process elsewhere) is
+        taken over then; one that goes on heartbeating is an error."""
         deadline = time.monotonic() + (self.lease + self.interval if wait else 0)
         with connect(self.database_url, autocommit=True) as conn:
+            holder = sql.holder(conn, self.identity.executor_id)  # a previous life's row
+            gone = holder is not None and _gone(holder)
             while True:
-                if sql.register(conn, self.identity):
+                if sql.register(conn, self.identity, pid_gone=gone):
                     self._renewed_at = time.monotonic()
+                    if holder is not None:
+                        self.predecessor = _why_dead(holder, gone)
                     return
                 holder = sql.holder(conn, self.identity.executor_id)
                 if holder is None:
                     continue  # it stopped between the two statements
+                if not gone and _gone(holder):
+                    gone = True
+                    continue
                 if time.monotonic() >= deadline:
-                    raise ExecutorIdInUseError(self.identity.executor_id, *holder)
+                    raise ExecutorIdInUseError(self.identity.executor_id, holder.host, holder.pid)
                 time.sleep(self.interval)
 
     def start(self) -> None:
-        """Heartbeat and recover on one thread; watch the lease on another, so a hung
-        connection cannot keep the fence from closing."""
-        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._watch, "fence")):
-            thread = threading.Thread(target=target, name=f"helix-worker-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        """Heartbeat and recover on a thread of its own."""
+        thread = threading.Thread(
+            target=self._heartbeat_loop, name="helix-worker-heartbeat", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
 
     def stop(self) -> None:
-        """Stop heartbeating and mark the worker stopped: its id is free at once, and its
-        unfinished runs are handed back once its lease lapses."""
+        """Stop heartbeating and mark the worker stopped: its id is free at once, and any
+        run it leaves unfinished is handed back by the next live worker's sweep."""
         self._stop.set()
         for thread in self._threads:
-            thread.join(timeout=self.interval * 4)
+            thread.join(timeout=self.interval * 4 + 5)
         self._close()
         try:
             with connect(self.database_url, autocommit=True) as conn:
@@ -144,26 +199,27 @@ class WorkerLease:
 
     # --- the fence ---------------------------------------------------------------
 
-    def check(self) -> None:
-        """Called before each step: a worker whose lease may have lapsed (a long stall, a
-        lost database) executes nothing more. After a clean stop it no longer fences: DBOS
-        is destroyed by then, so nothing this process runs can be checkpointed."""
-        stale = time.monotonic() - self._renewed_at > self.lease * FENCE_AFTER
-        if self._fenced or (stale and not self._stop.is_set()):
-            self._fence("its lease was not renewed in time")
+    def usable(self) -> bool:
+        """Whether steps may start: the last renewal succeeded and is recent. After a
+        clean stop it no longer fences (DBOS is destroyed by then)."""
+        if self._stop.is_set():
+            return True
+        fresh = time.monotonic() - self._renewed_at <= self.lease * FENCE_AFTER
+        return self._healthy and fresh
 
-    def _fence(self, reason: str) -> None:
-        self._fenced = True
-        self._stop.set()
-        self._on_fence(f"worker {self.identity.executor_id}: {reason}")
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval / 2):
-            if time.monotonic() - self._renewed_at > self.lease * FENCE_AFTER:
-                self._fence(f"no heartbeat for over {self.lease * FENCE_AFTER:.1f}s")
-                return
+    async def wait_usable(self) -> None:
+        """Wait (without blocking the event loop) until steps may start."""
+        while not self.usable():
+            await asyncio.sleep(self.interval / 2)
 
     # --- heartbeat and recovery ----------------------------------------------------
+
+    def take_over_predecessors(self) -> list[sql.Claimed]:
+        """At launch: claim every worker of this application that ran on this host under
+        a pid that no longer exists (a crash before this restart), and hand its runs back
+        now, instead of waiting for its lease to lapse."""
+        with connect(self.database_url, autocommit=True) as conn:
+            return self._claim_dead(conn, same_host_only=True)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -171,32 +227,85 @@ class WorkerLease:
             try:
                 conn = self._connection()
                 if not sql.heartbeat(conn, self.identity.executor_id):
-                    self._fence("another worker declared it dead")
-                    return
-                self._renewed_at = started
-                self.recover_lapsed(conn)
+                    self._claimed(conn)
+                self._renewed(started)
+                if started - self._connected_since >= 2 * self.interval + 0.5:
+                    self._claim_dead(conn, same_host_only=False)
+                if started - self._pruned_at >= PRUNE_EVERY_SECONDS:
+                    self._pruned_at = started
+                    sql.prune(conn)
             except psycopg.Error as exc:
-                logger.warning("helix worker heartbeat failed: %s", exc)
+                self._lost(started, exc)
                 self._close()
 
-    def recover_lapsed(self, conn: psycopg.Connection[Any]) -> None:
-        """Claim each lapsed worker of this application and version, and hand its runs
-        back to the queues."""
-        me = self.identity
-        for dead in sql.expired_workers(conn, me.application_name, me.application_version):
-            if dead == me.executor_id:
-                continue
-            moved = sql.claim_and_requeue(conn, dead, me.executor_id)
-            if moved is None:
-                continue  # another worker claimed it first
+    def _renewed(self, started: float) -> None:
+        # Cut off itself (a renewal failed, or none for two heartbeats): the others may
+        # be reconnecting too, so it judges none of them for two heartbeats.
+        if self._lost_since is not None or started - self._renewed_at > 2 * self.interval + 0.5:
+            self._connected_since = started
+        if self._lost_since is not None:
             logger.warning(
-                "helix worker %s recovered dead worker %s: %d workflow(s) handed back",
-                me.executor_id,
-                dead,
-                len(moved),
+                "helix worker %s reached the database again after %.1fs; resuming",
+                self.identity.executor_id,
+                started - self._lost_since,
             )
+            self._lost_since = None
+        self._renewed_at = started
+        self._healthy = True
+
+    def _lost(self, started: float, exc: BaseException) -> None:
+        self._healthy = False
+        if self._lost_since is None:
+            self._lost_since = started
+            logger.warning(
+                "helix worker %s cannot reach the database (%s): it starts no new step "
+                "until it answers",
+                self.identity.executor_id,
+                " ".join(str(exc).split()),
+            )
+
+    def _claimed(self, conn: psycopg.Connection[Any]) -> None:
+        """Another worker declared this one dead while it could not renew: its runs were
+        handed back and continue elsewhere. Drop them here (see `Fence`) and register again."""
+        self.epoch += 1
+        if not sql.register(conn, self.identity):
+            fence_exit(
+                f"worker {self.identity.executor_id}: another live process took its executor id"
+            )
+        logger.warning(
+            "helix worker %s was declared dead while it could not reach the database: "
+            "the runs it was executing continue on other workers and are dropped here",
+            self.identity.executor_id,
+        )
+
+    def _claim_dead(
+        self, conn: psycopg.Connection[Any], *, same_host_only: bool
+    ) -> list[sql.Claimed]:
+        """Claim each dead worker of this application and version, and hand its runs back
+        to the queues; says so once per worker whose runs it handed back."""
+        me = self.identity
+        claims: list[sql.Claimed] = []
+        for dead in sql.claimable_workers(conn, me.application_name, me.application_version):
+            if dead.executor_id == me.executor_id:
+                continue
+            gone = _gone(dead)
+            if same_host_only and not gone:
+                continue
+            claimed = sql.claim_and_requeue(conn, dead.executor_id, me.executor_id, pid_gone=gone)
+            if claimed is None:
+                continue  # alive after all, or another worker claimed it first
+            claims.append(claimed)
+            if claimed.workflow_ids:  # a stopped worker that left nothing is not news
+                logger.warning(
+                    "helix worker %s took over %d unfinished run(s) of worker %s (%s)",
+                    me.executor_id,
+                    len(claimed.workflow_ids),
+                    dead.executor_id,
+                    _why_dead(dead, gone),
+                )
             if self._on_recovered is not None:
-                self._on_recovered(dead, moved)
+                self._on_recovered(dead.executor_id, claimed.workflow_ids)
+        return claims
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -205,6 +314,7 @@ class WorkerLease:
                 self.database_url,
                 autocommit=True,
                 connect_timeout=timeout,
+                application_name=sql.heartbeat_application_name(self.identity.executor_id),
                 options=f"-c statement_timeout={timeout * 1000}",
             )
         return self._conn
@@ -214,3 +324,28 @@ class WorkerLease:
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
+
+
+class Fence:
+    """Awaited before each step (`Runtime.lease_check`): waits while this worker cannot
+    reach the database, and once its lease was claimed, stops an execution whose workflow
+    another execution owns now, before it runs or writes anything (DBOS parks it)."""
+
+    def __init__(self, lease: WorkerLease, owns: Callable[[str, str], Any]) -> None:
+        self._lease = lease
+        self._owns = owns  # async (workflow_id, owner token) -> bool
+        self._checked: dict[tuple[str, str], int] = {}  # execution -> epoch it was checked at
+
+    async def __call__(self) -> None:
+        lease = self._lease
+        await lease.wait_usable()
+        if lease.epoch == 0:
+            return
+        owner = dbos_internals.execution_owner()
+        if owner is None or self._checked.get(owner) == lease.epoch:
+            return
+        if not await self._owns(*owner):
+            raise dbos_internals.WorkflowNotOwnedError(owner[0])
+        if len(self._checked) > 10_000:
+            self._checked.clear()
+        self._checked[owner] = lease.epoch

@@ -629,6 +629,19 @@ _STEP_COUNTERS = (
 )
 
 
+# The writing execution still owns the run's workflow (see migration 0012), evaluated in
+# the statement's select list, so it runs even when the keyed write finds nothing to do,
+# and raises (SQLSTATE `OWNER_LOST`), rolling the whole statement back, when it does not.
+OWNER_LOST = "HX001"
+OWNED = "helix.owns(:ow, :ox)"
+# A workflow execution's id and DBOS ownership token; None outside a workflow.
+Owner = tuple[str, str]
+
+
+def owner_params(owner: Owner | None) -> dict[str, str | None]:
+    return {"ow": owner[0], "ox": owner[1]} if owner else {"ow": None, "ox": None}
+
+
 def _step_params(
     session_id: str,
     run_id: str,
@@ -670,6 +683,7 @@ async def commit_step_rows(
     head_messages: int = 0,
     durable: bool = True,
     workflow_id: str | None = None,
+    owner: Owner | None = None,
 ) -> StepWrite:
     """Write one agent step's messages, state, usage and chunks, once: one statement.
 
@@ -686,6 +700,7 @@ async def commit_step_rows(
         session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages
     )
     params["wid"] = workflow_id
+    params.update(owner_params(owner))
     row = (
         await conn.execute(
             _sql(
@@ -708,7 +723,7 @@ async def commit_step_rows(
                 "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END, "
                 "bool_or(claim.with_head), "
                 "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
-                "('running', 'waiting', 'paused')"
+                f"('running', 'waiting', 'paused'), {OWNED}"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -735,12 +750,14 @@ async def commit_step_head(
     messages: Sequence[Message],
     usage: Sequence[UsageRecord],
     durable: bool = True,
+    owner: Owner | None = None,
 ) -> bool:
     """Write a step's head (the model's message, its LLM usage) before the rest of the
     step, once (`runs.committed_head` is its key); False when it was already written, or
     the run has ended: an abort pairs the calls it finds, so a head landing after it
     would leave its calls without a result."""
     params = _step_params(session_id, run_id, agent_name, step, messages, usage, [], None, 0)
+    params.update(owner_params(owner))
     row = (
         await conn.execute(
             _sql(
@@ -751,7 +768,7 @@ async def commit_step_head(
                 "RETURNING true AS with_head), "
                 "nmsg AS (SELECT :nmsg AS n), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
-                "SELECT count(*) > 0"
+                f"SELECT count(*) > 0, {OWNED}"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -778,6 +795,18 @@ _INTERRUPT_PENDING = (
     "EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
     "AND topic = 'helix.interrupt' AND NOT consumed)"
 )
+
+
+async def owns_workflow(conn: Executor, workflow_id: str, owner_xid: str) -> bool:
+    """Whether the execution holding `owner_xid` still owns the workflow (see `OWNED`)."""
+    row = await conn.execute(
+        _sql(
+            "SELECT EXISTS (SELECT 1 FROM dbos.workflow_status "
+            "WHERE workflow_uuid = :wid AND owner_xid = :oxid)"
+        ),
+        {"wid": workflow_id, "oxid": owner_xid},
+    )
+    return bool(row.scalar())
 
 
 async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:

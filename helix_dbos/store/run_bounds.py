@@ -20,9 +20,11 @@ from helix_dbos.store.repository import (
     _MESSAGE_RECORDSET,
     _RUN_COLUMNS,
     INSERT_STEP_USAGE,
+    OWNED,
     USAGE_KEYS,
     USAGE_SELECT,
     Executor,
+    Owner,
     RunRow,
     UsageRecord,
     _chunk_records,
@@ -30,6 +32,7 @@ from helix_dbos.store.repository import (
     _sql,
     _step_params,
     message_record,
+    owner_params,
 )
 from helix_dbos.store.storable import storable_text
 
@@ -121,7 +124,7 @@ _END_RUN = _sql(
     "d.name IS DISTINCT FROM :finish FROM s, d RETURNING 1), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM r), pg_notify('helix_chunks', :sid), "
-    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, u.* "
+    f"CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END, {OWNED}, u.* "
     f"FROM (SELECT {USAGE_SELECT} FROM helix.usage WHERE run_id = :rid) u"
 )
 _FINISH_ACK = synthesize_finish_tool_result("").content
@@ -154,10 +157,12 @@ async def end_run(
     stop_reason: str | None,
     chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
+    owner: Owner | None = None,
 ) -> EndedRun:
     """End a live run and its session's turn (pairing each of its dangling tool calls),
-    and read its usage (the step rows written before in the same transaction included). `notify` sends the run-end notification
-    with the commit, for a run with nothing left to do after its last write."""
+    and read its usage (the step rows written before in the same transaction included).
+    `notify` sends the run-end notification with the commit, for a run with nothing left
+    to do after its last write."""
     row = (
         await conn.execute(
             _END_RUN,
@@ -176,10 +181,11 @@ async def end_run(
                 "finish": FINISH_TOOL_NAME,
                 "ack": _FINISH_ACK,
                 "unfinished": storable_text(unfinished_call_error(status, error)),
+                **owner_params(owner),
             },
         )
     ).one()
-    usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[3:], strict=True)}
+    usage = {k: int(v) for k, v in zip(USAGE_KEYS, row[4:], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage)
 
 
@@ -226,9 +232,10 @@ _END_STEP_AND_RUN_HEAD = (
     "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) "
-    "WHERE c.ord > :nstep OR EXISTS (SELECT 1 FROM claim) "
+    "WHERE c.ord > :nstep OR EXISTS (TABLE claim) "
     "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
-    "SELECT k.live IS TRUE, pg_notify('helix_chunks', :sid), "
+    # The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
+    f"SELECT {OWNED} AND k.live IS TRUE, pg_notify('helix_chunks', :sid), "
     "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
 )
 _END_STEP_AND_RUN_FROM = (
@@ -266,6 +273,7 @@ async def end_step_and_run(
     end_chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
     durable: bool = True,
+    owner: Owner | None = None,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
     statement: one round trip and one commit fewer on every run. `durable=False` does
@@ -289,6 +297,7 @@ async def end_step_and_run(
         nstep=len(step_chunks),
         notify=notify,
     )
+    params.update(owner_params(owner))
     row = (await conn.execute(_END_STEP_AND_RUN[durable], params)).one()
     usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[-len(USAGE_KEYS) :], strict=True)}
     return EndedRun(ended=bool(row[0]), usage=usage_totals)

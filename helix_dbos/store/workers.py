@@ -3,10 +3,17 @@
 Plain psycopg on the caller's connection: the heartbeat runs in its own thread on its
 own connection, so that a busy async pool never delays a lease renewal. Every time is
 the database's clock (`now()`), so the processes' clocks never have to agree.
+
+A worker is dead once its lease lapsed, or sooner once its heartbeat connection is gone
+from the server (`pg_stat_activity`, by the connection's application name) and it has
+missed two heartbeats: a killed process's connections close with it, while a live one
+whose connection dropped reconnects and renews within one heartbeat. A cleanly stopped
+worker executes nothing any more, so its unfinished runs can be handed back at once.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +27,42 @@ from helix_dbos.definitions.queue import AGENT_QUEUE_PREFIX
 # goes where DBOS's own recovery would send it.
 DBOS_RECOVERY_QUEUE = "_dbos_internal_queue"
 AGENT_WORKFLOW = "helix.agent_run"
+# Rows of workers that stopped or died (and hold no unfinished run) are deleted after this.
+PRUNE_AFTER_SECONDS = 3600.0
+HEARTBEAT_APP_PREFIX = "helix-hb:"
+
+
+def heartbeat_seconds(lease_seconds: float) -> float:
+    """How often a worker renews its lease: a fifth of it, at most every second (a
+    heartbeat is one small UPDATE; a short period makes a dead worker's death quick to
+    tell, see `_DEAD`)."""
+    return max(min(lease_seconds / 5, 1.0), 0.05)
+
+
+def heartbeat_application_name(executor_id: str) -> str:
+    """The heartbeat connection's `application_name` (at most 63 bytes, so a digest):
+    other workers find it in `pg_stat_activity` while the worker's connection is open."""
+    return HEARTBEAT_APP_PREFIX + hashlib.md5(executor_id.encode()).hexdigest()
+
+
+# The worker's heartbeat connection is open on the server (an alias `w` for the row).
+_CONNECTED = (
+    "EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() "
+    f"AND a.application_name = '{HEARTBEAT_APP_PREFIX}' || md5(w.executor_id))"
+)
+_LAPSED = "w.heartbeat_at < now() - make_interval(secs => w.lease_seconds)"
+# Two heartbeats missed (see `heartbeat_seconds`), and half a second for the round trip.
+_SILENT = (
+    "w.heartbeat_at < now() - make_interval(secs => "
+    "2 * GREATEST(LEAST(w.lease_seconds / 5, 1.0), 0.05) + 0.5)"
+)
+# Whether the worker may be declared dead: stopped cleanly, lease lapsed, or (`early`)
+# its connection is gone and it missed two heartbeats, or its process is known to be
+# gone (`pid_gone`: the claimant runs on its host and found no such pid).
+_DEAD = (
+    f"(w.state = 'stopped' OR {_LAPSED} OR (%(early)s AND NOT {_CONNECTED} "
+    f"AND ({_SILENT} OR %(pid_gone)s)))"
+)
 
 
 @dataclass(frozen=True)
@@ -54,10 +97,11 @@ class WorkerRow:
     pending_runs: int
 
 
-def register(conn: psycopg.Connection[Any], me: WorkerIdentity) -> bool:
-    """Take the executor id unless a live worker heartbeats under it; True if taken."""
+def register(conn: psycopg.Connection[Any], me: WorkerIdentity, *, pid_gone: bool = False) -> bool:
+    """Take the executor id unless a live worker heartbeats under it; True if taken.
+    `pid_gone`: the holder runs on this host and its process is gone."""
     row = conn.execute(
-        """
+        f"""
         INSERT INTO helix.workers AS w (executor_id, application_name, application_version,
             host, pid, agents, executes_runs, lease_seconds)
         VALUES (%(id)s, %(app)s, %(version)s, %(host)s, %(pid)s, %(agents)s, %(executes)s,
@@ -67,23 +111,36 @@ def register(conn: psycopg.Connection[Any], me: WorkerIdentity) -> bool:
             application_version = excluded.application_version,
             host = excluded.host, pid = excluded.pid, agents = excluded.agents,
             executes_runs = excluded.executes_runs, lease_seconds = excluded.lease_seconds,
-            state = 'live', started_at = now(), heartbeat_at = now()
-        WHERE w.state <> 'live'
-           OR w.heartbeat_at < now() - make_interval(secs => w.lease_seconds)
+            state = 'live', started_at = now(), heartbeat_at = now(),
+            recovered_by = NULL, recovered_at = NULL, recovered_runs = 0
+        WHERE w.state <> 'live' OR {_DEAD}
         RETURNING executor_id
         """,
-        _identity_params(me),
+        {**_identity_params(me), "early": True, "pid_gone": pid_gone},
     ).fetchone()
     return row is not None
 
 
-def holder(conn: psycopg.Connection[Any], executor_id: str) -> tuple[str, int] | None:
-    """Host and pid of the live worker holding `executor_id`, if any."""
+@dataclass(frozen=True)
+class Holder:
+    """A worker row that may be dead: where its process ran, and whether its heartbeat
+    connection is still open on the server."""
+
+    executor_id: str
+    host: str
+    pid: int
+    state: str
+    connected: bool
+
+
+def holder(conn: psycopg.Connection[Any], executor_id: str) -> Holder | None:
+    """The live worker holding `executor_id`, if any."""
     row = conn.execute(
-        "SELECT host, pid FROM helix.workers WHERE executor_id = %s AND state = 'live'",
+        f"SELECT executor_id, host, pid, state, {_CONNECTED} FROM helix.workers w "
+        "WHERE executor_id = %s AND state = 'live'",
         (executor_id,),
     ).fetchone()
-    return (row[0], row[1]) if row else None
+    return Holder(*row) if row else None
 
 
 def heartbeat(conn: psycopg.Connection[Any], executor_id: str) -> bool:
@@ -109,22 +166,32 @@ def mark_stopped(conn: psycopg.Connection[Any], executor_id: str) -> None:
     )
 
 
-def expired_workers(
+def claimable_workers(
     conn: psycopg.Connection[Any], application_name: str, application_version: str
-) -> list[str]:
-    """Workers of this application and version whose lease has lapsed and whose runs
-    were not handed back yet (a cleanly stopped worker's runs included)."""
+) -> list[Holder]:
+    """Workers of this application and version whose runs were not handed back yet and
+    that may be dead: stopped, lease lapsed, or heartbeat connection gone (a caller on
+    the same host tells by the pid; `claim_and_requeue` decides)."""
     rows = conn.execute(
-        """
-        SELECT executor_id FROM helix.workers
+        f"""
+        SELECT executor_id, host, pid, state, {_CONNECTED} FROM helix.workers w
         WHERE application_name = %s AND application_version = %s
-          AND state IN ('live', 'stopped')
-          AND heartbeat_at < now() - make_interval(secs => lease_seconds)
+          AND (state = 'live' OR (state = 'stopped' AND recovered_at IS NULL))
+          AND (state = 'stopped' OR {_LAPSED} OR NOT {_CONNECTED})
         ORDER BY heartbeat_at
         """,
         (application_name, application_version),
     ).fetchall()
-    return [r[0] for r in rows]
+    return [Holder(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A worker declared dead (or a stopped one recovered) and the workflows handed back."""
+
+    executor_id: str
+    state: str  # dead, or stopped for a worker that stopped cleanly
+    workflow_ids: list[str]
 
 
 def claim_and_requeue(
@@ -133,12 +200,15 @@ def claim_and_requeue(
     claimant: str,
     *,
     force: bool = False,
-) -> list[str] | None:
-    """In one transaction: declare `dead` dead (only if its lease lapsed; `force` also
-    takes a worker already declared dead, for runs left behind) and hand its pending
-    workflows back to DBOS's queues.
+    early: bool = True,
+    pid_gone: bool = False,
+) -> Claimed | None:
+    """In one transaction: declare `dead` dead (see `_DEAD`; without `early` only once
+    its lease lapsed; `force` also takes a worker already declared dead, for runs left
+    behind) and hand its pending workflows back to DBOS's queues. A cleanly stopped
+    worker stays `stopped`.
 
-    Returns the workflow ids handed back, or None if the worker was not claimable
+    Returns the claim, or None if the worker was not claimable
     (alive, or claimed by another worker first). A workflow is handed back exactly as
     DBOS's own recovery does it (ENQUEUED, ownership token cleared, so a stale owner's
     checkpoints are refused), but an agent run that was not on a queue goes to its
@@ -146,15 +216,21 @@ def claim_and_requeue(
     """
     with conn.transaction():
         claimed = conn.execute(
-            """
-            UPDATE helix.workers SET state = 'dead', recovered_by = %(claimant)s,
-                recovered_at = now()
-            WHERE executor_id = %(dead)s
-              AND (heartbeat_at < now() - make_interval(secs => lease_seconds)
-                   AND (state <> 'dead' OR %(force)s))
-            RETURNING application_name, application_version
+            f"""
+            UPDATE helix.workers w SET recovered_by = %(claimant)s, recovered_at = now(),
+                state = CASE WHEN w.state = 'stopped' THEN 'stopped' ELSE 'dead' END
+            WHERE w.executor_id = %(dead)s AND {_DEAD}
+              AND (w.state = 'live' OR %(force)s
+                   OR (w.state = 'stopped' AND w.recovered_at IS NULL))
+            RETURNING w.application_name, w.application_version, w.state
             """,
-            {"dead": dead, "claimant": claimant, "force": force},
+            {
+                "dead": dead,
+                "claimant": claimant,
+                "force": force,
+                "early": early,
+                "pid_gone": pid_gone,
+            },
         ).fetchone()
         if claimed is None:
             return None
@@ -163,7 +239,7 @@ def claim_and_requeue(
             "UPDATE helix.workers SET recovered_runs = %s WHERE executor_id = %s",
             (len(moved), dead),
         )
-        return moved
+        return Claimed(dead, claimed[2], moved)
 
 
 def requeue_pending(
@@ -203,7 +279,9 @@ def requeue_pending(
     return [r[0] for r in rows]
 
 
-def list_workers(conn: psycopg.Connection[Any]) -> list[WorkerRow]:
+def list_workers(conn: psycopg.Connection[Any], *, everything: bool = True) -> list[WorkerRow]:
+    """Workers, live first; without `everything`, only the live ones and any other that
+    still holds unfinished runs."""
     pending = (
         "(SELECT count(*) FROM dbos.workflow_status ws "
         "WHERE ws.executor_id = w.executor_id AND ws.status = 'PENDING')"
@@ -218,10 +296,60 @@ def list_workers(conn: psycopg.Connection[Any]) -> list[WorkerRow]:
                w.lease_seconds, w.started_at, w.heartbeat_at, w.recovered_by, w.recovered_at,
                w.recovered_runs, {pending}
         FROM helix.workers w
+        WHERE %(everything)s OR w.state = 'live' OR {pending} > 0
         ORDER BY w.state = 'live' DESC, w.started_at DESC
-        """
+        """,
+        {"everything": everything},
     ).fetchall()
     return [WorkerRow(*r) for r in rows]
+
+
+def prune(conn: psycopg.Connection[Any], keep_seconds: float = PRUNE_AFTER_SECONDS) -> int:
+    """Delete the rows of workers that stopped or died more than `keep_seconds` ago and
+    hold no unfinished run; returns how many."""
+    holds = (
+        "EXISTS (SELECT 1 FROM dbos.workflow_status ws "
+        "WHERE ws.executor_id = w.executor_id AND ws.status = 'PENDING')"
+        if _dbos_schema_exists(conn)
+        else "false"
+    )
+    return conn.execute(
+        f"DELETE FROM helix.workers w WHERE w.state <> 'live' "
+        f"AND w.heartbeat_at < now() - make_interval(secs => %s) AND NOT {holds}",
+        (keep_seconds,),
+    ).rowcount
+
+
+@dataclass(frozen=True)
+class HeldRun:
+    """An unfinished run held by a worker that is not live (dead, stopped, or its lease
+    lapsed), while no live worker serves its agent: nothing will take it over."""
+
+    run_id: str
+    agent_name: str
+    executor_id: str
+    worker_state: str  # dead | stopped | expired
+
+
+def runs_held_by_dead_workers(conn: psycopg.Connection[Any]) -> list[HeldRun]:
+    if not _dbos_schema_exists(conn):
+        return []
+    rows = conn.execute(
+        f"""
+        SELECT r.run_id, r.agent_name, w.executor_id,
+               CASE WHEN w.state = 'live' THEN 'expired' ELSE w.state END
+        FROM dbos.workflow_status ws
+        JOIN helix.runs r ON r.workflow_id = ws.workflow_uuid
+        JOIN helix.workers w ON w.executor_id = ws.executor_id
+        WHERE ws.status = 'PENDING' AND (w.state <> 'live' OR {_LAPSED})
+          AND NOT EXISTS (
+            SELECT 1 FROM helix.workers l
+            WHERE l.state = 'live' AND r.agent_name = ANY(l.agents)
+              AND l.heartbeat_at >= now() - make_interval(secs => l.lease_seconds))
+        ORDER BY r.run_id
+        """
+    ).fetchall()
+    return [HeldRun(*r) for r in rows]
 
 
 @dataclass(frozen=True)
