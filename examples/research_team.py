@@ -8,7 +8,7 @@ its answer comes back to the lead as a tool result, and its chunks flow into the
 stream. The critic is a persistent child (`companion__spawnAgent`), in the stable session
 `<lead session>-agent-critic-1`. It runs on the embedded PostgreSQL (./.helix/pgdata, or
 HELIX_DATABASE_URL) with a scripted model, then prints what the root stream saw, the tree of sessions with each
-agent's usage, and the tokens of the whole tree: plain SQL, as in the README.
+agent's usage, and the tokens of the whole tree: plain SQL, as in docs/sub-agents.md.
 """
 
 from __future__ import annotations

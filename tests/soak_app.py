@@ -327,7 +327,7 @@ ORDER BY t.run_id, t.tool_call_id
 
 
 def reply(kind: str, call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The answer to one pending call, in the README's JSON shapes."""
+    """The answer to one pending call, in the JSON shapes of docs/human-in-the-loop.md."""
     if kind == "client":
         return {"tool_call_id": call_id, **client_answer(arguments["city"])}
     body: dict[str, Any] = {"tool_call_id": call_id, "approved": approves(arguments["path"])}

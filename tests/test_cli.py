@@ -19,6 +19,7 @@ import pytest
 from helpers import sql
 
 from helix_dbos import tool
+from tests.docs_text import TEXT
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "helix_dbos.cli"]
@@ -320,10 +321,9 @@ async def test_demo_runs_the_quickstart_agent_end_to_end(database_url):
     assert "step 2 · model: The reviews are mixed." in steps
     assert steps[-1] == "step 2 · run completed"
 
-    # The README's sample is this output (ids aside), COST USD column included, and no
-    # line is wider than 100 columns (the report's width when piped).
-    readme = (REPO / "README.md").read_text()
-    sample = readme.split("then reads the transcript and usage back with SQL:\n\n```\n")[1]
+    # The documented sample (docs/getting-started.md) is this output (ids aside), COST USD
+    # column included, and no line is wider than 100 columns (the report's width when piped).
+    sample = TEXT.split("then reads the transcript and usage back with SQL:\n\n```\n")[1]
     sample = sample.split("```")[0]
 
     def ids_aside(text: str) -> str:

@@ -82,7 +82,7 @@ def test_the_embedded_database_in_the_open(tmp_path):
         assert demo.returncode == 0, demo.stderr
         assert demo.stderr == "", "--quiet: no progress lines"
         run_id = json.loads(demo.stdout)["result"]["run_id"]
-        # The README's recipes: psql and the DBOS CLI on the embedded database.
+        # The recipes of docs/database.md: psql and the DBOS CLI on the embedded database.
         counted = subprocess.run(
             ["psql", info["url"], "-tAc", "SELECT count(*) FROM helix.runs"],
             capture_output=True,

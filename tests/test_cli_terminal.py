@@ -1,6 +1,6 @@
 """The CLI in a terminal of 80 to 120 columns (a real pseudo-terminal with a fixed
 COLUMNS): tables fit without cutting statuses, numbers or ids; ids are short prefixes
-every command takes back; `--help` is plain and ordered; the README shows what a user
+every command takes back; `--help` is plain and ordered; the docs show what a user
 gets."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from helpers import in_terminal as terminal
 
 from helix_dbos import tool
+from tests.docs_text import TEXT
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "helix_dbos.cli"]
-README = (REPO / "README.md").read_text()
 
 
 def cli_env(database_url: str | None) -> dict[str, str]:
@@ -160,7 +160,7 @@ def test_help_is_plain_ordered_and_fits_80_columns():
 
 
 async def test_the_readmes_runs_sample_is_what_a_user_gets(database_url, waiting_run):
-    sample = README.split("$ helix-dbos runs --status waiting\n", 1)[1].splitlines()[:2]
+    sample = TEXT.split("$ helix-dbos runs --status waiting\n", 1)[1].splitlines()[:2]
     handle, _ = waiting_run
     code, out = await asyncio.to_thread(
         in_terminal, database_url, "runs", "--session", handle.session_id, columns=120

@@ -1,6 +1,6 @@
 """What a user imports: everything from `helix_dbos`, nothing deeper, and cheaply.
 
-The examples and the README's Python blocks import only `helix_dbos` itself (and only
+The examples and the Python blocks of the README and docs/ import only `helix_dbos` itself (and only
 names it exports); every exported name resolves; `import helix_dbos` and the CLI's
 package load neither DBOS nor a provider SDK nor FastAPI until a name needs them; and
 `HelixDBOS.sql` is the supported way to run your own SQL."""
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import helix_dbos
+from tests.docs_text import TEXT
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
-README = (REPO / "README.md").read_text()
 HEAVY = ("dbos", "anthropic", "openai", "fastapi", "starlette", "uvicorn", "sqlalchemy")
 
 
@@ -37,8 +37,9 @@ def helix_imports(source: str) -> list[tuple[str, list[str]]]:
 
 
 def readme_python_imports() -> list[str]:
-    """The import lines of the README's Python blocks (snippets may not parse whole)."""
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    """The import lines of the Python blocks of the README and docs/ (snippets may not
+    parse whole)."""
+    blocks = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     return [
         line.strip()
         for block in blocks
@@ -65,7 +66,7 @@ def test_examples_import_only_helix_dbos(example):
 
 def test_readme_snippets_import_only_helix_dbos():
     lines = readme_python_imports()
-    assert len(lines) >= 10, "the README's snippets were found"
+    assert len(lines) >= 10, "the documentation's snippets were found"
     problems = [
         line
         for line in lines

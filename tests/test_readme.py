@@ -1,5 +1,7 @@
-"""The README's code runs as written: the Quickstart as pasted (against a stand-in for the
-Anthropic API), its SQL recipes, and every command it shows is run by some test."""
+"""The documentation's code runs as written: the README's Quickstart as pasted (against a
+stand-in for the Anthropic API), the getting-started agent without a key, the SQL recipes of
+docs/, and every command the README or a page of docs/ shows is run by some test; the README
+stays a front door."""
 
 from __future__ import annotations
 
@@ -19,21 +21,11 @@ import pytest
 
 from helix_dbos import tool
 from helix_dbos.store.database import libpq_url
+from tests.docs_text import PAGES, TEXT, code_blocks, section
 from tests.llm import wire
 
 REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text()
 TESTS = REPO / "tests"
-
-
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end]
-
-
-def code_blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
 class FakeAnthropic(BaseHTTPRequestHandler):
@@ -198,7 +190,7 @@ def test_every_command_the_readme_shows_is_run_by_a_test():
     ci = (REPO / ".ci" / "run").read_text()
     lines = [
         line.split("  #")[0].strip()
-        for block in code_blocks(README, "bash")
+        for block in code_blocks(TEXT, "bash")
         for line in block.splitlines()
         if line.strip()
     ]
@@ -228,7 +220,7 @@ def test_every_command_the_readme_shows_is_run_by_a_test():
             covered = False
         if not covered:
             uncovered.append(line)
-    assert uncovered == [], "README commands no test runs"
+    assert uncovered == [], "commands of the README or docs/ that no test runs"
 
 
 def test_the_database_section_names_every_table_and_view_of_the_migrations():
@@ -243,14 +235,14 @@ def test_the_database_section_names_every_table_and_view_of_the_migrations():
         )
     created.add("schema_migrations")  # created by the migration runner itself
     listed = set(re.findall(r"^- `(\w+)`", section("Database"), re.M))
-    assert created - listed == set(), "tables or views the README does not list"
-    assert listed - created == set(), "the README lists tables that do not exist"
+    assert created - listed == set(), "tables or views docs/database.md does not list"
+    assert listed - created == set(), "docs/database.md lists tables that do not exist"
 
 
 async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
     helix, make_agent, mock_llm, database_url, tmp_path
 ):
-    """The README's DBOSClient snippet, as pasted: `helix.waiting_runs.workflow_id` is
+    """The DBOSClient snippet of docs/human-in-the-loop.md, as pasted: `helix.waiting_runs.workflow_id` is
     where the answer goes, from a process that never imports helix."""
     ran: list[str] = []
 
@@ -278,7 +270,7 @@ async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
         rows = conn.execute(recipe).fetchall()
     assert (handle.workflow_id, "c1") in [(r[3], r[6]) for r in rows]
 
-    [snippet] = [b for b in code_blocks(README, "python") if "helix.waiting_runs" in b]
+    [snippet] = [b for b in code_blocks(TEXT, "python") if "helix.waiting_runs" in b]
     assert "helix_dbos" not in snippet
     script = tmp_path / "answer.py"
     script.write_text(
@@ -297,3 +289,39 @@ async def test_answering_from_anywhere_reads_the_workflow_id_from_waiting_runs(
     assert done.returncode == 0, done.stderr
     assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
     assert ran == ["p"]
+
+
+def test_your_own_agent_without_a_key_runs_as_pasted(database_url, tmp_path):
+    """Getting started: `MockLLM` with a function of the request, no key, no network; the
+    page's claims about the output hold."""
+    part = section("Your own agent, without an API key")
+    [snippet] = code_blocks(part, "python")
+    script = tmp_path / "my_agent.py"
+    script.write_text(snippet)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_for(database_url),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0] == "completed 2 + 3 = 5"
+    assert "prints `completed 2 + 3\n= 5` and the four messages" in part
+    assert [line.split()[0] for line in printed[1:]] == ["user", "assistant", "tool", "assistant"]
+    assert printed[-1] == "assistant 2 + 3 = 5"
+
+
+def test_the_readme_is_a_front_door():
+    """Issue 28: the README holds what a newcomer needs (300 lines at most); everything
+    else is a page of docs/, every page is in the site's navigation, and every page the
+    README links to exists."""
+    readme = PAGES["README.md"]
+    assert len(readme.splitlines()) <= 300
+    nav = (REPO / "mkdocs.yml").read_text()
+    pages = {path.removeprefix("docs/") for path in PAGES if path.startswith("docs/")}
+    assert {page for page in pages if f": {page}" not in nav} == set()
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", readme))
+    assert len(linked) >= 15 and {path for path in linked if path not in PAGES} == set()

@@ -1,18 +1,18 @@
 """A parent's `subagent` usage row rolls up what its child spent (issue 37): the
 child's own tokens and its own children's, whether the child completed, failed or
-was interrupted; and the README's ways of summing a tree's tokens agree."""
+was interrupted; and the documented ways of summing a tree's tokens (docs/sub-agents.md,
+docs/database.md) agree."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 
 from helpers import sql
 
 from helix_dbos import sub_agent_tool, tool
+from tests.docs_text import TEXT
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 COLUMNS = ", ".join(f"COALESCE(sum({c}), 0)" for c in TOKENS)
 
@@ -77,7 +77,7 @@ def added(*rows: tuple[int, ...]) -> tuple[int, ...]:
 async def test_a_subagent_row_rolls_up_the_grandchildrens_tokens(
     helix, make_agent, mock_llm, database_url
 ):
-    """README: a `subagent` row carries "the child's tokens including its own children's".
+    """docs/sub-agents.md: a `subagent` row carries "the child's tokens including its own children's".
     Three levels: the root's row is the middle agent's own tokens plus the grandchild's."""
     grandchild = make_agent()
     child = make_agent(tools=[sub_agent_tool(grandchild, name="deep")])
@@ -114,8 +114,8 @@ async def test_failed_and_interrupted_children_roll_up_the_tokens_they_spent(
 ):
     """A delegation that failed or was interrupted still cost what its child spent: its
     `subagent` row carries those tokens, so a root's own rows plus its `subagent` rows
-    (the README's "equivalently") agree with `get_usage(include_children=True)` and the
-    README's SQL over the tree."""
+    (the docs' "equivalently") agree with `get_usage(include_children=True)` and the
+    docs' SQL over the tree."""
     ran: list[str] = []
 
     @tool
@@ -200,8 +200,8 @@ async def test_failed_and_interrupted_children_roll_up_the_tokens_they_spent(
 
 
 def readme_query(marker: str) -> str:
-    """The README's SQL block that contains `marker`, as a subquery."""
-    [query] = [q for q in re.findall(r"```sql\n(.*?)```", README, re.S) if marker in q]
+    """The documented SQL block that contains `marker`, as a subquery."""
+    [query] = [q for q in re.findall(r"```sql\n(.*?)```", TEXT, re.S) if marker in q]
     return query.strip().rstrip(";")
 
 

@@ -91,7 +91,7 @@ async def test_nul_from_a_model_and_a_tool_is_stored_replaced_and_the_run_comple
     assert result.output == f"done {REPLACEMENT} {REPLACEMENT}"
     messages = await helix.get_messages(result.session_id)
     tool_results = {m.tool_call_id: m for m in messages if m.role == "tool"}
-    # "c\ufffd1" is no id to send a provider: the call got a helix id (README: one id, one call).
+    # "c\ufffd1" is no id to send a provider: the call got a helix id (docs/human-in-the-loop.md: one id, one call).
     [echoed] = [m for m in messages if m.role == "tool" and m.tool_name == "echo"]
     assert (echoed.tool_call_id or "").startswith("helix_")
     assert echoed.content == f"in{REPLACEMENT}put{REPLACEMENT}{REPLACEMENT}{REPLACEMENT}"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # uvicorn loads when `serve` runs, not for the CLI's --help
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """What `helix-dbos serve` gives uvicorn (documented in the README's server section)."""
+    """What `helix-dbos serve` gives uvicorn (documented in docs/http.md)."""
 
     limit_concurrency: int = 512  # connections + tasks; past it uvicorn answers 503
     timeout_keep_alive: int = 5  # seconds an idle kept-alive connection stays open

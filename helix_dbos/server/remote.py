@@ -2,7 +2,7 @@
 
 The CLI uses this instead of launching DBOS: it checks the call with SQL (under
 the call's row lock, as `HelixDBOS._answer` does), marks it answered, and sends
-the README's plain-JSON message through `DBOSClient` with the same idempotency
+the documented plain-JSON message (docs/human-in-the-loop.md) through `DBOSClient` with the same idempotency
 key the Python API uses, so an answer is applied once whichever way it came.
 """
 
