@@ -23,7 +23,6 @@ from helix_dbos.cli.common import (
     resolve_url,
 )
 from helix_dbos.cli.output import Column, plural, print_json, print_table
-from helix_dbos.runtime.workers import recover_worker
 from helix_dbos.server.limits import ServeLimits, with_header_timeout
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.workers import WorkerRow
@@ -279,6 +278,8 @@ def recover(
     """
     url = resolve_url(database_url)
     claimant = f"cli:{socket.gethostname()}:{os.getpid()}"
+    from helix_dbos.runtime.workers import recover_worker  # noqa: PLC0415 - loads DBOS
+
     moved = recover_worker(url, executor_id, claimant)
     if json_output:
         print_json({"worker": executor_id, "recovered_by": claimant, "workflow_ids": moved})
