@@ -103,7 +103,7 @@ async def test_a_write_of_an_execution_that_lost_its_workflow_lands_nothing(conn
     before = await counts(conn, session_id, run_id)
 
     late = [Message(role="assistant", content="late")]
-    chunk = [(f"{run_id}:late", "custom", {"late": True})]
+    chunk = [(f"{run_id}:late", "custom", {"event": "late", "data": True})]
     with pytest.raises(DBAPIError) as step_rows:
         await repo.commit_step_rows(
             conn, step=2, messages=late, usage=[], chunks=chunk, owner=stale, **step
