@@ -254,6 +254,23 @@ def outage(cluster: Cluster, fleet: Fleet, restarts: list[str], seed: int) -> di
     return figures
 
 
+def unpaired(url: str, calls: Counter[Any], results: Counter[Any]) -> str:
+    """Name each (session, call) without exactly one result, with that session's messages."""
+    bad = [(k, results[k]) for k in calls if results[k] != 1]
+    bad += [(k, results[k]) for k in results if k not in calls]
+    lines = []
+    for (session, call), n in bad:
+        lines.append(f"session {session} call {call!r}: {n} result(s)")
+        rows = q(
+            url,
+            "SELECT seq, role, tool_call_id, tool_calls, left(content, 120) "
+            "FROM helix.messages WHERE session_id = %s ORDER BY seq",
+            session,
+        )
+        lines += [f"  {r}" for r in rows]
+    return "\n".join(lines)
+
+
 def check(fleet: Fleet, figures: dict[str, Any]) -> None:
     url, markers = fleet.url, fleet.markers
     by_index = {index: (run_id, session_id) for index, run_id, session_id in fleet.soak}
@@ -289,7 +306,7 @@ def check(fleet: Fleet, figures: dict[str, Any]) -> None:
     figures["lead_unpaired_tool_calls"] = sum(1 for k in calls if results[k] != 1) + sum(
         1 for k in results if k not in calls
     )
-    assert figures["lead_unpaired_tool_calls"] == 0, (calls, results)
+    assert figures["lead_unpaired_tool_calls"] == 0, unpaired(url, calls, results)
     per_session = Counter(m[0] for m in messages)
     assert all(per_session[s] == 5 for s in sessions), per_session  # user, call, 2 results, answer
     assert all(per_session[c[1]] == 4 for c in children), per_session
@@ -493,6 +510,100 @@ def test_past_the_horizon_a_run_stays_pending_for_recovery(
     assert result == {"status": "completed", "error": None}, (tmp_path / "recover.err").read_text()
     calls = Counter((tmp_path / "calls.log").read_text().split())
     assert calls == {"model": 3, "tool": 1}, calls
+
+
+# What the crash interrupts, held by a trigger in the server's first life: the run's
+# workflow's end (after the final write), or the last LLM step's checkpoint (after the
+# write-ahead of the tool step's rows and the final write).
+HELD = {
+    "workflow_end": (
+        "dbos.workflow_status",
+        "BEFORE UPDATE ON dbos.workflow_status FOR EACH ROW WHEN (NEW.status = 'SUCCESS' "
+        "AND OLD.status = 'PENDING' AND NEW.workflow_uuid LIKE 'helix-run_%')",
+    ),
+    "llm_checkpoint": (
+        "dbos.operation_outputs",
+        "BEFORE INSERT ON dbos.operation_outputs FOR EACH ROW WHEN "
+        "(NEW.function_name = 'helix.llm' AND NEW.function_id = 3)",
+    ),
+}
+
+
+@pytest.mark.parametrize("held", sorted(HELD))
+def test_a_crash_before_a_checkpoint_keeps_the_rows_written_before_it(
+    cluster: Cluster, tmp_path: Path, held: str
+) -> None:
+    """A run's rows commit (the write-ahead of a step's tool results, the final write),
+    then PostgreSQL crashes while the next checkpoint is in flight; DBOS retries that
+    checkpoint on the restarted server, so nothing replays the writes before it. They
+    must have been on disk by then: before the fix they committed without waiting for
+    their flush (the checkpoint was to flush them), the crash lost them, and the workflow
+    ended SUCCESS with its run `running`, its tool call without a result and no answer.
+    Triggers of the test's order the writes (the final write after the LLM step's
+    checkpoint, the checkpoint or the workflow's end held until the crash), and the WAL
+    writer is slowed so nothing else flushes the rows meanwhile."""
+    table, trigger = HELD[held]
+    app = subprocess.Popen(
+        [sys.executable, str(APP), "hold", cluster.url, f"end-{uuid.uuid4().hex[:6]}"]
+        + [str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "worker.err", "w"),  # noqa: SIM115 (the child owns it)
+        text=True,
+    )
+    err = tmp_path / "worker.err"
+    try:
+        wait_until(lambda: (tmp_path / "held").exists(), app, err)  # the schemas are there
+        sql(cluster.url, "ALTER SYSTEM SET wal_writer_delay = '10s'")
+        sql(cluster.url, "SELECT pg_reload_conf()")
+        sql(
+            cluster.url,
+            # The server's first life: the triggers below wait only in it.
+            "CREATE TABLE public.first_life AS SELECT pg_postmaster_start_time() AS t; "
+            "CREATE FUNCTION public.first_life_sleep() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN IF pg_postmaster_start_time() = (SELECT t FROM public.first_life) THEN "
+            "PERFORM pg_sleep(CAST(TG_ARGV[0] AS float)); END IF; RETURN NEW; END $$; "
+            "CREATE TRIGGER late_final_write BEFORE UPDATE ON helix.runs FOR EACH ROW "
+            "WHEN (NEW.status = 'completed' AND OLD.status <> 'completed') "
+            "EXECUTE FUNCTION public.first_life_sleep('1'); "
+            f"CREATE TRIGGER held {trigger} EXECUTE FUNCTION public.first_life_sleep('120')",
+        )
+        for marker in ("go1", "go2"):  # the hold worker's tool and model go on
+            (tmp_path / marker).touch()
+        wait_until(
+            lambda: (
+                q(
+                    cluster.url,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                    "AND position(%s in query) > 0",
+                    table,
+                )[0][0]
+                > 0
+            ),
+            app,
+            err,
+        )
+        cluster.crash_restart(down_seconds=1.0)
+        out, _ = app.communicate(timeout=180)
+    finally:
+        if app.poll() is None:
+            app.kill()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"status": "completed", "error": None}, err.read_text()[-3000:]
+    session_id, run_id = json.loads((tmp_path / "run.json").read_text())
+    row = q(
+        cluster.url,
+        "SELECT r.status, w.status FROM helix.runs r JOIN dbos.workflow_status w "
+        "ON w.workflow_uuid = r.workflow_id WHERE r.run_id = %s",
+        run_id,
+    )
+    assert row == [("completed", "SUCCESS")], row
+    roles = q(
+        cluster.url,
+        "SELECT role, content FROM helix.messages WHERE session_id = %s ORDER BY seq",
+        session_id,
+    )
+    assert [r[0] for r in roles] == ["user", "assistant", "tool", "assistant"], roles
+    assert roles[-1][1] == "all done", roles
 
 
 def wait_until(done: Any, app: subprocess.Popen[str], err: Path, timeout: float = 120) -> None:

@@ -558,8 +558,8 @@ async def _write_final(commit: StepCommit, unwritten: StepCommit | None, notify:
     Like the write-ahead of every other step, it needs no checkpoint: its rows are keyed
     by `runs.committed_step` and its status update only lands on a live run, so a replay
     after a crash (or a retry after a lost connection: `final_step` waits a database
-    outage out) writes nothing twice, and the workflow's end, committed afterwards,
-    flushes it to disk. That saves a step's two system-database round trips on every run.
+    outage out) writes nothing twice. It commits durably (see `commit_final`). That saves
+    a step's two system-database round trips on every run.
     """
     return await final_step(commit, unwritten, notify)
 

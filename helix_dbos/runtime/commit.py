@@ -120,11 +120,12 @@ async def write_step_rows(
     """The step's rows in one keyed statement (`first_seq` is `None` when a replay found
     them written); with `workflow_id`, also the state and a pending interrupt.
 
-    Between steps they are written with `durable=False`: the next LLM step waits for
-    the write, and its checkpoint, committed afterwards to the same database, flushes
-    the WAL up to and past these rows, so they are on disk before anything depends on
-    them. A database crash in between loses both, and the replayed step writes them
-    again.
+    Between steps they are written durably (the default). A write that does not wait
+    for its flush is not made safe by the next checkpoint's commit: DBOS retries a
+    checkpoint whose connection was lost, so after a PostgreSQL crash that lost these
+    rows the retried checkpoint commits on the restarted server, the step is never
+    replayed, and the rows (a step's tool results, a run's final status) are gone for
+    good (issue 26).
     """
     return await repo.commit_step_rows(
         conn,
@@ -160,11 +161,11 @@ async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool =
 
 
 async def write_now(commit: StepCommit, workflow_id: str | None) -> StepWrite:
-    """Write a step's rows (not durable by itself: see `write_step_rows`) and read the
-    session's state and pending interrupt in the same round trip."""
+    """Write a step's rows (durably: see `write_step_rows`) and read the session's
+    state and pending interrupt in the same round trip."""
     return await current_runtime().on_connection(
         f"the rows of step {commit.step}",
-        lambda conn: write_step_rows(conn, commit, durable=False, workflow_id=workflow_id),
+        lambda conn: write_step_rows(conn, commit, workflow_id=workflow_id),
     )
 
 
@@ -227,13 +228,15 @@ async def commit_final(
 ) -> EndedRun:
     """The run's last writes on an autocommit connection: a step not yet written (if the
     run ends before another LLM step wrote it), this step's rows, and the final status.
-    Usually that is this step and the status alone, written in one statement, whose
-    commit does not wait for its disk flush: the workflow always commits a checkpoint
-    to the same database afterwards (its end, or the step this runs in), which flushes
-    it, and a PostgreSQL crash before that loses both, so the replayed workflow writes
-    it again. Otherwise each write is keyed or guarded, so none needs the others'
-    transaction, and the rows commit without waiting for their disk flush, which the
-    final status's commit does for them. Returns whether this call ended the run (an
+    Usually that is this step and the status alone, written in one durable statement:
+    the workflow's next checkpoint (its end) cannot stand in for its flush, since DBOS
+    retries that checkpoint on the restarted server after a PostgreSQL crash that lost
+    the write, and the workflow would end SUCCESS with its run still `running` (see
+    `write_step_rows`). Otherwise each write is keyed or guarded, so none needs the
+    others' transaction, and the rows commit without waiting for their disk flush, which
+    the final status's durable commit, after them on the same connection, does for them
+    (a crash before it loses them too, and the caller's retry writes them all again).
+    Returns whether this call ended the run (an
     abort that got there first keeps its status) and the run's usage.
 
     Rows the database refuses for good (not a lost connection, which the caller waits
@@ -277,7 +280,6 @@ async def _commit_final(
             stop_reason=commit.stop_reason,
             end_chunks=chunks,
             notify=notify,
-            durable=False,
             owner=execution_owner(),
         )
     if pending is not None:

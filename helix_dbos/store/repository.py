@@ -693,8 +693,8 @@ async def commit_step_rows(
     when `commit_step_head` wrote them already (usage and chunks are keyed by
     themselves). With `workflow_id`, the same round trip also answers
     whether an interrupt is pending and the state, for the LLM step that writes. `durable=False` does not wait
-    for the WAL flush: only for a caller whose own checkpoint, committed later in the
-    same cluster, flushes it (see `runtime/commit.py`).
+    for the WAL flush: only for a caller whose own durable commit follows on the same
+    connection (a DBOS checkpoint does not count: see `runtime/commit.py`).
     """
     params = _step_params(
         session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages

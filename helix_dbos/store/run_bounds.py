@@ -242,8 +242,10 @@ _END_STEP_AND_RUN_FROM = (
     f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
     "UNION ALL TABLE u) AS usage) t, k"
 )
-# Durable (its commit waits for the disk flush), and not: for a caller whose own
-# checkpoint, committed afterwards to the same database, flushes it (`commit_final`).
+# Durable (its commit waits for the disk flush), and not: only for a caller whose own
+# durable commit follows on the same connection before anything depends on it. A DBOS
+# checkpoint does not count: DBOS retries one whose connection was lost on the
+# restarted server, after a crash that lost the write (`runtime/commit.py`).
 _END_STEP_AND_RUN = {
     durable: _sql(
         _END_STEP_AND_RUN_HEAD
