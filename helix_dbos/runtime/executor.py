@@ -91,6 +91,9 @@ from helix_dbos.streaming.reads import SharedChunkReads
 # with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
 # interrupt hand-over and companion waits are steps of their own).
 DEFAULT_APP_VERSION = "helix-4"
+ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
+DBOS_POOL_MAX = 20  # DBOS's own default
+DBOS_POOL_KEPT = 3
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 
@@ -135,6 +138,8 @@ class HelixDBOS:
         queues: Sequence[RunQueue] = (),
         listen_queues: Iterable[str] = (),
     ) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
         self.lease: WorkerLease | None = None  # taken by launch()
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -157,8 +162,11 @@ class HelixDBOS:
         # `store.statement_pool`).
         engine = create_async_engine(
             sqlalchemy_url(self.database_url),
-            pool_size=pool_size,
-            max_overflow=0,
+            # Up to pool_size connections, one kept: the others close when given back,
+            # so an idle process holds no more than it needs.
+            pool_size=1,
+            max_overflow=pool_size - 1,
+            connect_args={"application_name": ENGINE_APPLICATION_NAME},
             # Under a burst (a thousand runs resuming at once) wait for a connection;
             # failing a durable run because the pool was busy would be worse.
             pool_timeout=600,
@@ -225,7 +233,18 @@ class HelixDBOS:
             "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
             # No ping before each system-database call (a round trip per DBOS operation,
             # four per step): DBOS retries an operation whose connection was lost.
-            "db_engine_kwargs": {"pool_pre_ping": False},
+            # DBOS's pool, of up to 20 as DBOS sizes it, keeps 2 connections (besides its
+            # LISTEN one): the others close when given back, so an idle worker holds what
+            # its queue and scheduler threads use, not what its launch burst opened.
+            "db_engine_kwargs": {
+                "pool_pre_ping": False,
+                "pool_size": DBOS_POOL_KEPT,
+                "max_overflow": DBOS_POOL_MAX - DBOS_POOL_KEPT,
+                "pool_timeout": 30,
+                "connect_args": {"application_name": "dbos_transact", "connect_timeout": 10},
+            },
+            # DBOS's default: half its pool (its pool_size, 2 here, would give 1).
+            "sys_db_polling_concurrency": DBOS_POOL_MAX // 2,
         }
         config["executor_id"] = (
             executor_id

@@ -14,6 +14,10 @@ retires its whole generation: a new pool takes over (its connections opened from
 on, with psycopg's backoff while the server is still down), and the old one closes
 each of its connections as it comes back. A restart costs each statement in flight
 then, and the one that finds out, one failure; none after.
+
+An idle process keeps one connection here: the pool opens more under load and closes
+each one idle for `IDLE_SECONDS` (an idle worker's connections are other applications'
+`max_connections`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ logger = logging.getLogger("helix_dbos")
 # take turns, short enough that a read from the HTTP API fails rather than hangs while
 # the database is down (the error is transient: workflow code retries it).
 CHECKOUT_TIMEOUT_SECONDS = 60.0
+# How long a connection beyond the first stays open unused.
+IDLE_SECONDS = 30.0
+APPLICATION_NAME = "helix"  # in pg_stat_activity
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
@@ -56,9 +63,10 @@ class StatementPool:
     def _new_pool(self) -> Pool:
         return AsyncConnectionPool(
             self._conninfo,
-            min_size=min(2, self._max_size),
+            min_size=1,
             max_size=self._max_size,
-            kwargs={"autocommit": True},
+            max_idle=IDLE_SECONDS,
+            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
             open=False,
             name="helix",
         )
