@@ -166,7 +166,7 @@ class HelixDBOS:
             # so an idle process holds no more than it needs.
             pool_size=1,
             max_overflow=pool_size - 1,
-            connect_args={"application_name": ENGINE_APPLICATION_NAME},
+            connect_args={"fallback_application_name": ENGINE_APPLICATION_NAME},
             # Under a burst (a thousand runs resuming at once) wait for a connection;
             # failing a durable run because the pool was busy would be worse.
             pool_timeout=600,

@@ -43,7 +43,7 @@ logger = logging.getLogger("helix_dbos")
 CHECKOUT_TIMEOUT_SECONDS = 60.0
 # How long a connection beyond the first stays open unused.
 IDLE_SECONDS = 30.0
-APPLICATION_NAME = "helix"  # in pg_stat_activity
+APPLICATION_NAME = "helix"  # in pg_stat_activity, unless the URL or PGAPPNAME names one
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
@@ -66,7 +66,7 @@ class StatementPool:
             min_size=1,
             max_size=self._max_size,
             max_idle=IDLE_SECONDS,
-            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
+            kwargs={"autocommit": True, "fallback_application_name": APPLICATION_NAME},
             open=False,
             name="helix",
         )
