@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -26,6 +27,7 @@ from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
+    DatabaseUnavailableError,
     InvalidAnswerError,
     RunNotActiveError,
     RunNotFoundError,
@@ -50,7 +52,7 @@ from helix_dbos.runtime.event_loop import on_target_loop, run_sync, running_loop
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
-from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
+from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, is_transient_db_error
 from helix_dbos.runtime.results import (
     TERMINAL_STATUSES,
     AgentResult,
@@ -78,7 +80,7 @@ from helix_dbos.store.database import (
 )
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.run_bounds import RunOutcome
-from helix_dbos.store.statement_pool import StatementPool
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
@@ -132,6 +134,7 @@ class HelixDBOS:
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
         database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        connection_timeout_seconds: float = CHECKOUT_TIMEOUT_SECONDS,
         reconcile_seconds: float = 60,
         executes_runs: bool = True,
         worker_lease_seconds: float | None = None,
@@ -172,7 +175,9 @@ class HelixDBOS:
             pool_timeout=600,
         )
         self._engine = engine
-        statement_pool = StatementPool(libpq_url(self.database_url), 2 * pool_size)
+        statement_pool = StatementPool(
+            libpq_url(self.database_url), 2 * pool_size, connection_timeout_seconds
+        )
         self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
         # Workflows started and running in this process, by id: a caller awaits its task.
         self._local_runs: dict[str, asyncio.Future[Any]] = {}
@@ -186,6 +191,7 @@ class HelixDBOS:
             approval_timeout_seconds=approval_timeout_seconds,
             client_tool_timeout_seconds=client_tool_timeout_seconds,
             database_outage_seconds=database_outage_seconds,
+            connection_timeout_seconds=connection_timeout_seconds,
         )
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
@@ -417,9 +423,19 @@ class HelixDBOS:
         if terminating is not None:
             definition.check_terminating(terminating)
         options = RunOptions(terminating=terminating)
-        return await self._open_and_start(
-            definition, session_id, messages, initial_state, options, priority
-        )
+        began = time.monotonic()
+        try:
+            return await self._open_and_start(
+                definition, session_id, messages, initial_state, options, priority
+            )
+        except Exception as exc:
+            if DBOS.workflow_id is not None or not is_transient_db_error(exc):
+                raise  # inside a run, the outage code waits it out
+            waited = round(time.monotonic() - began, 1)
+            cause = str(exc)
+            if isinstance(exc, PoolTimeout):  # it says only that it waited
+                cause = await self.runtime.statement_pool.why_unavailable()
+            raise DatabaseUnavailableError("execute()", waited, cause) from exc
 
     async def _open_and_start(
         self,
