@@ -141,3 +141,23 @@ class LLMConfigurationError(HelixError, ValueError):
     """An agent's model cannot be called as configured (no API key, an unknown provider
     prefix, `mock` without a MockLLM): raised by `launch()` and `execute()` so the fix is
     named at start-up instead of in a failed run."""
+
+
+class DatabaseUnavailableError(HelixError):
+    """A call outside a run (`execute()` and the like) got no database connection in
+    time: the server refused new ones (its `max_connections` taken by others: SQLSTATE
+    53300) or was unreachable. Runs under way are not failed by it: they wait."""
+
+    def __init__(self, what: str, waited_seconds: float, cause: str) -> None:
+        self.what = what
+        self.waited_seconds = waited_seconds
+        self.cause = cause
+        super().__init__(
+            f"{what}: no database connection within {waited_seconds:g}s ({cause}); retry "
+            "once the database accepts connections again (if it has too many clients, "
+            "raise its max_connections or shrink the pools of what holds them), or give "
+            "HelixDBOS(connection_timeout_seconds=...) a longer wait"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, str]]:
+        return (type(self), (self.what, self.waited_seconds, self.cause))

@@ -35,7 +35,7 @@ def _free_port() -> int:
 class Cluster:
     """initdb'd in `folder`, started with `start()`; `url` names its `postgres` database."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, max_connections: int = 100) -> None:
         self.data = folder / "data"
         self.log = folder / "server.log"
         self.port = _free_port()
@@ -68,7 +68,7 @@ class Cluster:
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(
                 f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
-                f"unix_socket_directories = ''\nmax_connections = 100\nfsync = off\n"
+                f"unix_socket_directories = ''\nmax_connections = {max_connections}\nfsync = off\n"
             )
 
     def _run(self, *argv: str, timeout: float = 60) -> None:

@@ -140,6 +140,7 @@ class Runtime:
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
         database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        connection_timeout_seconds: float = CHECKOUT_TIMEOUT_SECONDS,
     ) -> None:
         self.agents = agents
         self.engine = engine  # transactions: DBOS's datasource, and a few of helix's own
@@ -157,7 +158,7 @@ class Runtime:
         self.approval_timeout_seconds = approval_timeout_seconds
         self.client_tool_timeout_seconds = client_tool_timeout_seconds
         # Inside a run, a database that went away is waited for, up to this horizon.
-        self.outage = OutageWait(database_outage_seconds)
+        self.outage = OutageWait(database_outage_seconds, connection_timeout_seconds)
         # Set by the worker lease, awaited before each step: waits while this worker cannot
         # reach the database, and stops a workflow this execution no longer owns.
         self.lease_check: Callable[[], Awaitable[None]] = no_lease
@@ -271,7 +272,7 @@ class Runtime:
         again on a fresh connection after a lost one, until the database answers
         (`OutageWait`): for keyed or guarded writes, and reads."""
 
-        async def once(checkout_seconds: float = CHECKOUT_TIMEOUT_SECONDS) -> T:
+        async def once(checkout_seconds: float | None = None) -> T:
             async with self.statement_pool.connection(checkout_seconds) as conn:
                 with owner_lost_stops_execution():
                     return await body(conn)

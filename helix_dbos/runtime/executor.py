@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -26,6 +27,7 @@ from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
+    DatabaseUnavailableError,
     InvalidAnswerError,
     RunNotActiveError,
     RunNotFoundError,
@@ -50,7 +52,7 @@ from helix_dbos.runtime.event_loop import on_target_loop, run_sync, running_loop
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
-from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
+from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, is_transient_db_error
 from helix_dbos.runtime.results import (
     TERMINAL_STATUSES,
     AgentResult,
@@ -78,7 +80,7 @@ from helix_dbos.store.database import (
 )
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.run_bounds import RunOutcome
-from helix_dbos.store.statement_pool import StatementPool
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
@@ -91,6 +93,9 @@ from helix_dbos.streaming.reads import SharedChunkReads
 # with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
 # interrupt hand-over and companion waits are steps of their own).
 DEFAULT_APP_VERSION = "helix-4"
+ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
+DBOS_POOL_MAX = 20  # DBOS's own default
+DBOS_POOL_KEPT = 3
 _DBOS_TERMINAL = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 
@@ -129,12 +134,15 @@ class HelixDBOS:
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
         database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        connection_timeout_seconds: float = CHECKOUT_TIMEOUT_SECONDS,
         reconcile_seconds: float = 60,
         executes_runs: bool = True,
         worker_lease_seconds: float | None = None,
         queues: Sequence[RunQueue] = (),
         listen_queues: Iterable[str] = (),
     ) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
         self.lease: WorkerLease | None = None  # taken by launch()
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -157,14 +165,19 @@ class HelixDBOS:
         # `store.statement_pool`).
         engine = create_async_engine(
             sqlalchemy_url(self.database_url),
-            pool_size=pool_size,
-            max_overflow=0,
+            # Up to pool_size connections, one kept: the others close when given back,
+            # so an idle process holds no more than it needs.
+            pool_size=1,
+            max_overflow=pool_size - 1,
+            connect_args={"fallback_application_name": ENGINE_APPLICATION_NAME},
             # Under a burst (a thousand runs resuming at once) wait for a connection;
             # failing a durable run because the pool was busy would be worse.
             pool_timeout=600,
         )
         self._engine = engine
-        statement_pool = StatementPool(libpq_url(self.database_url), 2 * pool_size)
+        statement_pool = StatementPool(
+            libpq_url(self.database_url), 2 * pool_size, connection_timeout_seconds
+        )
         self._start_slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
         # Workflows started and running in this process, by id: a caller awaits its task.
         self._local_runs: dict[str, asyncio.Future[Any]] = {}
@@ -178,6 +191,7 @@ class HelixDBOS:
             approval_timeout_seconds=approval_timeout_seconds,
             client_tool_timeout_seconds=client_tool_timeout_seconds,
             database_outage_seconds=database_outage_seconds,
+            connection_timeout_seconds=connection_timeout_seconds,
         )
         self.runtime.notifier = self._chunk_notifier
         set_runtime(self.runtime)
@@ -225,7 +239,18 @@ class HelixDBOS:
             "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
             # No ping before each system-database call (a round trip per DBOS operation,
             # four per step): DBOS retries an operation whose connection was lost.
-            "db_engine_kwargs": {"pool_pre_ping": False},
+            # DBOS's pool, of up to 20 as DBOS sizes it, keeps 2 connections (besides its
+            # LISTEN one): the others close when given back, so an idle worker holds what
+            # its queue and scheduler threads use, not what its launch burst opened.
+            "db_engine_kwargs": {
+                "pool_pre_ping": False,
+                "pool_size": DBOS_POOL_KEPT,
+                "max_overflow": DBOS_POOL_MAX - DBOS_POOL_KEPT,
+                "pool_timeout": 30,
+                "connect_args": {"application_name": "dbos_transact", "connect_timeout": 10},
+            },
+            # DBOS's default: half its pool (its pool_size, 2 here, would give 1).
+            "sys_db_polling_concurrency": DBOS_POOL_MAX // 2,
         }
         config["executor_id"] = (
             executor_id
@@ -398,9 +423,19 @@ class HelixDBOS:
         if terminating is not None:
             definition.check_terminating(terminating)
         options = RunOptions(terminating=terminating)
-        return await self._open_and_start(
-            definition, session_id, messages, initial_state, options, priority
-        )
+        began = time.monotonic()
+        try:
+            return await self._open_and_start(
+                definition, session_id, messages, initial_state, options, priority
+            )
+        except Exception as exc:
+            if DBOS.workflow_id is not None or not is_transient_db_error(exc):
+                raise  # inside a run, the outage code waits it out
+            waited = round(time.monotonic() - began, 1)
+            cause = str(exc)
+            if isinstance(exc, PoolTimeout):  # it says only that it waited
+                cause = await self.runtime.statement_pool.why_unavailable()
+            raise DatabaseUnavailableError("execute()", waited, cause) from exc
 
     async def _open_and_start(
         self,

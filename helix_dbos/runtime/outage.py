@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import psycopg
 from dbos import DBOS
 from dbos import error as dbos_errors
 from psycopg_pool import PoolClosed, PoolTimeout
@@ -47,6 +48,8 @@ _TRANSIENT_MARKERS = (
     "connection is closed",
     "could not connect",
     "Connection refused",
+    "too many clients",  # max_connections taken (SQLSTATE 53300): wait for a free one
+    "remaining connection slots are reserved",
 )
 
 
@@ -61,6 +64,8 @@ def is_transient_db_error(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
+    if isinstance(exc, psycopg.errors.TooManyConnections):
+        return True
     text_ = str(exc)
     return any(marker in text_ for marker in _TRANSIENT_MARKERS)
 
@@ -74,17 +79,25 @@ class DatabaseUnavailable(dbos_errors.DBOSWorkflowCancelledError):
 class OutageWait:
     """Runs a database operation until it gets through or the horizon passes."""
 
-    def __init__(self, horizon_seconds: float = DEFAULT_OUTAGE_SECONDS) -> None:
+    def __init__(
+        self,
+        horizon_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        checkout_seconds: float = CHECKOUT_SECONDS,
+    ) -> None:
         if not horizon_seconds > 0:
             raise ValueError("database_outage_seconds must be positive")
+        if not checkout_seconds > 0:
+            raise ValueError("connection_timeout_seconds must be positive")
         self.horizon_seconds = horizon_seconds
+        # A pooled connection's wait: the whole wait outside a run, one attempt's inside.
+        self.checkout_seconds = checkout_seconds
 
     async def run(self, what: str, operation: Callable[[float], Awaitable[T]]) -> T:
         """`operation(wait)`, again after each lost connection or exhausted pool, inside a
         workflow (a step included); once outside one. `wait` is how long the operation
         may wait for a pooled connection: never past the horizon."""
         if DBOS.workflow_id is None:
-            return await operation(CHECKOUT_SECONDS)
+            return await operation(self.checkout_seconds)
         started: float | None = None
         reported = 0.0
         delay = FIRST_DELAY_SECONDS
@@ -93,7 +106,7 @@ class OutageWait:
             waited = 0.0 if started is None else attempt - started
             try:
                 result = await operation(
-                    max(0.1, min(CHECKOUT_SECONDS, self.horizon_seconds - waited))
+                    max(0.1, min(self.checkout_seconds, self.horizon_seconds - waited))
                 )
             except Exception as exc:
                 if not is_transient_db_error(exc):

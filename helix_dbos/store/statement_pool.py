@@ -14,6 +14,10 @@ retires its whole generation: a new pool takes over (its connections opened from
 on, with psycopg's backoff while the server is still down), and the old one closes
 each of its connections as it comes back. A restart costs each statement in flight
 then, and the one that finds out, one failure; none after.
+
+An idle process keeps one connection here: the pool opens more under load and closes
+each one idle for `IDLE_SECONDS` (an idle worker's connections are other applications'
+`max_connections`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ logger = logging.getLogger("helix_dbos")
 # take turns, short enough that a read from the HTTP API fails rather than hangs while
 # the database is down (the error is transient: workflow code retries it).
 CHECKOUT_TIMEOUT_SECONDS = 60.0
+# How long a connection beyond the first stays open unused.
+IDLE_SECONDS = 30.0
+APPLICATION_NAME = "helix"  # in pg_stat_activity, unless the URL or PGAPPNAME names one
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
@@ -45,9 +52,12 @@ class StatementPool:
     """At most `max_size` autocommit connections, opened on first use, on the loop of
     that use (helix's target loop: psycopg's async connections belong to one loop)."""
 
-    def __init__(self, conninfo: str, max_size: int) -> None:
+    def __init__(
+        self, conninfo: str, max_size: int, timeout: float = CHECKOUT_TIMEOUT_SECONDS
+    ) -> None:
         self._conninfo = conninfo
         self._max_size = max_size
+        self.timeout = timeout  # a checkout's wait, unless the caller gives its own
         self._pool = self._new_pool()
         self._born = time.monotonic()  # when this generation's pool was made
         self._retiring: set[asyncio.Task[None]] = set()
@@ -56,18 +66,20 @@ class StatementPool:
     def _new_pool(self) -> Pool:
         return AsyncConnectionPool(
             self._conninfo,
-            min_size=min(2, self._max_size),
+            min_size=1,
             max_size=self._max_size,
-            kwargs={"autocommit": True},
+            max_idle=IDLE_SECONDS,
+            kwargs={"autocommit": True, "fallback_application_name": APPLICATION_NAME},
             open=False,
             name="helix",
         )
 
     @asynccontextmanager
-    async def connection(
-        self, timeout: float = CHECKOUT_TIMEOUT_SECONDS
-    ) -> AsyncIterator[DriverExecutor]:
-        """A connection, waited for up to `timeout` seconds (`PoolTimeout` after)."""
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[DriverExecutor]:
+        """A connection, waited for up to `timeout` seconds (`PoolTimeout` after; while
+        the server refuses new connections, as when its `max_connections` is taken, the
+        pool keeps trying meanwhile)."""
+        timeout = self.timeout if timeout is None else timeout
         pool = self._pool
         if pool.closed:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
@@ -78,6 +90,17 @@ class StatementPool:
                 if exc.connection_invalidated and pool is self._pool:
                     self._retire("a statement lost its connection")
                 raise
+
+    async def why_unavailable(self) -> str:
+        """Why a checkout timed out, said plainly: one connection of its own tells a
+        server that refuses new ones (its `max_connections` taken: "too many clients")
+        from a pool whose connections are all busy."""
+        try:
+            probe = await psycopg.AsyncConnection.connect(self._conninfo, connect_timeout=5)
+        except psycopg.Error as exc:
+            return "the server refused a new connection: " + " ".join(str(exc).split())
+        await probe.close()
+        return f"all {self._max_size} of helix's pooled connections were busy"
 
     def connections_lost(self, since: float) -> None:
         """Another connection to the same server (the LISTEN connection) was lost at

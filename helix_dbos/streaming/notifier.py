@@ -86,7 +86,7 @@ class ChunkNotifier:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
+                    self._conninfo, autocommit=True, fallback_application_name="helix-listen"
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await conn.execute(f"LISTEN {RUN_END_CHANNEL}")
