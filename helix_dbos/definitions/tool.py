@@ -130,28 +130,21 @@ class Tool:
     def validate_output(self, value: Any) -> Any:
         """The function's return value checked against `output_schema` (JSON-ready);
         raises `ToolOutputError`, a message the model can act on, when it does not match."""
-        if self._output_adapter is None:
-            return value
-        try:
-            checked = self._output_adapter.validate_python(value)
-        except ValidationError as exc:
-            raise ToolOutputError(
-                f"Tool '{self.name}' returned output that does not match its output_schema: "
-                f"{_format_errors(exc)}"
-            ) from exc
-        return self._output_adapter.dump_python(checked, mode="json")
+        return self._checked_output(value, f"Tool '{self.name}' returned output that")
 
     def check_client_result(self, value: Any) -> Any:
         """A client's result for this client-executed tool checked against `output_schema`
         (JSON-ready); raises `ToolOutputError` naming each field that does not match."""
+        return self._checked_output(value, f"The result for client tool '{self.name}'")
+
+    def _checked_output(self, value: Any, what: str) -> Any:
         if self._output_adapter is None:
             return value
         try:
             checked = self._output_adapter.validate_python(value)
         except ValidationError as exc:
             raise ToolOutputError(
-                f"The result for client tool '{self.name}' does not match its output_schema: "
-                f"{_format_errors(exc)}"
+                f"{what} does not match its output_schema: {_format_errors(exc)}"
             ) from exc
         return self._output_adapter.dump_python(checked, mode="json")
 
