@@ -677,12 +677,25 @@ def test_the_connections_an_idle_worker_holds(database_url, tmp_path):
             )
             return dict(rows)
 
-        wait_for(lambda: held().get("helix") == 1, timeout=120)  # past max_idle
-        time.sleep(3)  # a few queue polls and heartbeats more
-        counts = held()
-        assert counts.pop(heartbeat) == 1, "one heartbeat connection"
-        assert counts.pop("helix") == 1, "the statement pool keeps one"
-        assert counts.pop("dbos_transact") <= 4, "DBOS: its LISTEN connection and 3 kept"
-        assert counts == {}, "no transaction, LISTEN or other connection while idle"
+        def idle(counts: dict[str, int]) -> bool:
+            """One heartbeat connection, one the statement pool keeps, DBOS's LISTEN
+            connection and the 3 its pool keeps, and no transaction, LISTEN or other one."""
+            rest = dict(counts)
+            return (
+                rest.pop(heartbeat, 0) == 1
+                and rest.pop("helix", 0) == 1
+                and rest.pop("dbos_transact", 0) <= 4
+                and rest == {}
+            )
+
+        # Past max_idle. Two of the worker's periodic checks that overlap can open a second
+        # statement connection for a while (it closes 30 s after its last use), so the
+        # test waits for the idle state rather than sampling it once.
+        seen: list[dict[str, int]] = []
+        deadline = time.monotonic() + 150
+        while not (seen and idle(seen[-1])):
+            assert time.monotonic() < deadline, f"never down to 6 connections: {seen[-5:]}"
+            seen.append(held())
+            time.sleep(0.5)
     finally:
         stop(worker)
