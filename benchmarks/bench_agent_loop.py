@@ -38,6 +38,7 @@ from typing import Any
 
 import dbos._dbos as dbos_module
 import psycopg
+from bench_common import rounded
 from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
 
@@ -669,16 +670,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "bare": bare,
         "targets": {"ratio": RATIO_TARGET, "history_ratio": HISTORY_RATIO_TARGET},
     }
-    print("\n" + json.dumps(_rounded(result)))
+    print("\n" + json.dumps(rounded(result)))
     return result
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:

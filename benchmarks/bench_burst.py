@@ -45,6 +45,7 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
+from bench_common import rounded
 from bench_waiting_runs import bounded
 from dbos import DBOS
 
@@ -322,7 +323,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                 )
                             sittings[name].append(figures)
                             print(
-                                f"sitting {k + 1} {name}: {json.dumps(_rounded(figures))}",
+                                f"sitting {k + 1} {name}: {json.dumps(rounded(figures))}",
                                 flush=True,
                             )
         finally:
@@ -377,15 +378,7 @@ def print_report(kind: str, server: str, args: argparse.Namespace, r: dict[str, 
         f"Burst drain over one-at-a-time rate: {r['burst_drain_over_sequential']:.2f} "
         "(at least 1: the burst is bounded by the work, not by locks or the pool)"
     )
-    print("\n" + json.dumps(_rounded(r)))
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
+    print("\n" + json.dumps(rounded(r)))
 
 
 def main(argv: list[str] | None = None) -> None:

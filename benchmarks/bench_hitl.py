@@ -33,6 +33,7 @@ from typing import Any
 
 import dbos._dbos as dbos_module
 from bench_agent_loop import fresh_database, server_url
+from bench_common import rounded
 from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
 
@@ -279,7 +280,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "helix_timeline": timeline(agent_rounds),
     }
     print_report(kind, server, result)
-    print("\n" + json.dumps(_rounded(result)))
+    print("\n" + json.dumps(rounded(result)))
     return result
 
 
@@ -322,16 +323,6 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
             f"  {t['step']:<40} at {t['start_ms']:6.1f}  takes {t['duration_ms']:6.2f}"
             f"  ({t['rounds']} rounds)"
         )
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:

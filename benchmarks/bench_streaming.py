@@ -32,8 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 import httpx
 import uvicorn
 from bench_agent_loop import fresh_database, server_url
+from bench_common import cpu_seconds, percentile, profiled, rounded
 
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, ToolContext, tool
@@ -362,34 +362,6 @@ class Bench:
         }
 
 
-@contextmanager
-def profiled(prefix: str | None, phase: str) -> Iterator[None]:
-    """With --pyinstrument PREFIX: sample this (the event loop's) thread during `phase`
-    into PREFIX-phase.txt. The uvicorn thread is not sampled."""
-    if not prefix:
-        yield
-        return
-    from pyinstrument import Profiler  # noqa: PLC0415 - optional: only with --pyinstrument
-
-    profiler = Profiler(interval=0.001, async_mode="disabled")
-    with profiler:
-        yield
-    path = Path(f"{prefix}-{phase}.txt")
-    path.write_text(profiler.output_text(unicode=False, color=False))
-    print(f"pyinstrument profile of {phase}: {path}", flush=True)
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
 def lat_summary(values: list[float]) -> dict[str, float]:
     return {
         "samples": len(values),
@@ -521,16 +493,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **figures,
     }
     print_report(kind, server, result)
-    print("\n" + json.dumps(_rounded(result)))
+    print("\n" + json.dumps(rounded(result)))
     return result
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,19 +20,18 @@ import asyncio
 import gc
 import json
 import os
-import resource
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
+from bench_common import cpu_seconds, profiled, rounded
 
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
@@ -117,28 +116,6 @@ class ThreadSampler:
             with suppress(asyncio.CancelledError):
                 await self._task
         return self.peak
-
-
-@contextmanager
-def profiled(prefix: str | None, phase: str) -> Iterator[None]:
-    """With --pyinstrument PREFIX: sample the event-loop thread during `phase` into
-    PREFIX-phase.txt (async_mode off: every task's time, where the loop thread spends it)."""
-    if not prefix:
-        yield
-        return
-    from pyinstrument import Profiler  # noqa: PLC0415 - optional: only with --pyinstrument
-
-    profiler = Profiler(interval=0.001, async_mode="disabled")
-    with profiler:
-        yield
-    path = Path(f"{prefix}-{phase}.txt")
-    path.write_text(profiler.output_text(unicode=False, color=False))
-    print(f"  pyinstrument profile of the {phase} phase: {path}", flush=True)
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # --- the benchmark -----------------------------------------------------------------------
@@ -350,16 +327,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **figures,
     }
     print_report(kind, server, result)
-    print("\n" + json.dumps(_rounded(result)))
+    print("\n" + json.dumps(rounded(result)))
     return result
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,6 +50,7 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database
+from bench_common import rounded
 
 from helix_dbos.store.database import libpq_url, redact_url
 from helix_dbos.store.migrations import apply_migrations
@@ -561,16 +562,6 @@ def load() -> str:
     with suppress(OSError):
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return "?"
-
-
-def rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rounded(v) for v in value]
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:
