@@ -45,7 +45,7 @@ from dbos._dbos import _get_dbos_instance
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import agent_loop, executor, tool_batch
+from helix_dbos.runtime import agent_loop, run_starts, tool_batch
 from helix_dbos.runtime import commit as step_commit
 from helix_dbos.runtime import llm_step as llm_step_module
 from helix_dbos.runtime.event_loop import on_target_loop
@@ -332,7 +332,7 @@ def instrumented(helix: HelixDBOS, mock: MockLLM) -> Iterator[Timers]:
     patches: list[tuple[Any, str, str | Callable[..., str]]] = [
         (dbos_module, "run_step_async", step_key),
         (ds, "run_tx_step_async", "tx"),
-        (executor, "_open_run", "body.open_run"),
+        (run_starts, "open_or_refuse", "body.open_run"),
         (agent_loop, "llm_step", "body.llm_step"),
         (tool_batch, "tool_step", "body.tool_step"),
         (step_commit, "write_step_rows", "llm.write_previous"),

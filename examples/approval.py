@@ -53,7 +53,7 @@ async def start(helix: HelixDBOS) -> None:
     while (run := await helix.get_run(handle.run_id)).status != "waiting":
         await asyncio.sleep(0.1)
     pending = await helix.pending_tool_calls(handle.session_id)
-    name, arguments = pending[0]["tool_name"], json.dumps(pending[0]["input"])
+    name, arguments = pending[0].tool_name, json.dumps(pending[0].input)
     print(f"Run {run.run_id} is waiting for approval of {name}:")
     print(f"    {name}({arguments})")
     print("Answer it from another terminal:")
@@ -90,10 +90,8 @@ async def answer(helix: HelixDBOS, session_id: str, approved: bool, reason: str 
     if not pending:
         print(f"Session {session_id} has nothing waiting for approval.")
         return
-    await helix.approve(session_id, pending[0]["tool_call_id"], approved, reason=reason)
-    print(
-        f"{'Approved' if approved else 'Denied'} {pending[0]['tool_name']} in session {session_id}."
-    )
+    await helix.approve(session_id, pending[0].tool_call_id, approved, reason=reason)
+    print(f"{'Approved' if approved else 'Denied'} {pending[0].tool_name} in session {session_id}.")
 
 
 def main(argv: list[str]) -> None:

@@ -141,7 +141,7 @@ async def main(helix: HelixDBOS) -> None:
             raise SystemExit(f"run ended before pausing: {run.status} {run.error}")
         await asyncio.sleep(0.05)
     pending = (await helix.pending_tool_calls(handle.session_id))[0]
-    question = pending["input"]
+    question = pending.input
     print(f"Run {run.run_id} is {run.status}, waiting for {run.waiting_for}:")
     print(f"  question: {question['question']}")
     for i, option in enumerate(question["options"], start=1):

@@ -171,7 +171,7 @@ async def print_tree(helix: HelixDBOS, root: str) -> None:
     usage = await helix.get_usage(session_id=root, include_children=True)
     print(
         f"\nWhole tree: {total.sessions} sessions, {total.input_tokens} input and "
-        f"{total.output_tokens} output tokens ({usage['llm_calls']} LLM calls)"
+        f"{total.output_tokens} output tokens ({usage.llm_calls} LLM calls)"
     )
 
 

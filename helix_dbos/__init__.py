@@ -27,11 +27,11 @@ if TYPE_CHECKING:
         PersistentAgent,
         TerminatingConfig,
     )
-    from helix_dbos.definitions.context import ToolContext
     from helix_dbos.definitions.hooks import AgentHooks
     from helix_dbos.definitions.queue import RateLimit, RunQueue
     from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
     from helix_dbos.definitions.tool import Tool, tool
+    from helix_dbos.definitions.tool_context import ToolContext
     from helix_dbos.errors import (
         AgentAlreadyRunningError,
         AgentDefinitionError,
@@ -70,9 +70,15 @@ if TYPE_CHECKING:
         ToolCallsStepResult,
     )
     from helix_dbos.otel import instrument, uninstrument
-    from helix_dbos.runtime.executor import HelixDBOS
     from helix_dbos.runtime.handle import RunHandle
-    from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
+    from helix_dbos.runtime.helix import HelixDBOS
+    from helix_dbos.runtime.results import (
+        AgentResult,
+        PendingToolCall,
+        RunInfo,
+        SessionInfo,
+        UsageSummary,
+    )
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
     from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
@@ -104,7 +110,7 @@ _EXPORTS: dict[str, str] = {
         ["Agent", "LLMConfig", "PersistentAgent", "TerminatingConfig"],
         "helix_dbos.definitions.agent",
     ),
-    "ToolContext": "helix_dbos.definitions.context",
+    "ToolContext": "helix_dbos.definitions.tool_context",
     "AgentHooks": "helix_dbos.definitions.hooks",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
@@ -153,9 +159,12 @@ _EXPORTS: dict[str, str] = {
         "helix_dbos.orchestration.types",
     ),
     **dict.fromkeys(["instrument", "uninstrument"], "helix_dbos.otel"),
-    "HelixDBOS": "helix_dbos.runtime.executor",
+    "HelixDBOS": "helix_dbos.runtime.helix",
     "RunHandle": "helix_dbos.runtime.handle",
-    **dict.fromkeys(["AgentResult", "RunInfo", "SessionInfo"], "helix_dbos.runtime.results"),
+    **dict.fromkeys(
+        ["AgentResult", "PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"],
+        "helix_dbos.runtime.results",
+    ),
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
@@ -194,6 +203,7 @@ __all__ = [
     "MCPToolset",
     "Message",
     "MockLLM",
+    "PendingToolCall",
     "PersistentAgent",
     "Principal",
     "RateLimit",
@@ -225,6 +235,7 @@ __all__ = [
     "ToolEnd",
     "ToolOutputError",
     "ToolStart",
+    "UsageSummary",
     "WorkerNotDeadError",
     "bearer_token",
     "builtin_tools",

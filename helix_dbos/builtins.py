@@ -25,8 +25,8 @@ from dbos import DBOS, SetWorkflowID
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 
-from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.tool import Tool, named_tool, register_named_tool
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import StateUpdateError
 from helix_dbos.runtime.context import current_runtime
 from helix_dbos.runtime.dbos_internals import registered_workflow

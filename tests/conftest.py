@@ -100,7 +100,7 @@ def _migrate(url: str) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, helix_dbos; helix_dbos.HelixDBOS(database_url=sys.argv[1])",
+            "import sys, helix_dbos; helix_dbos.HelixDBOS(database_url=sys.argv[1]).migrate()",
             url,
         ],
         capture_output=True,

@@ -14,7 +14,14 @@ from dbos import DBOS
 from helpers import sql
 from pydantic import BaseModel, ConfigDict
 
-from helix_dbos import Agent, AgentDefinitionError, TerminatingConfig, ToolDefinitionError, tool
+from helix_dbos import (
+    Agent,
+    AgentDefinitionError,
+    PendingToolCall,
+    TerminatingConfig,
+    ToolDefinitionError,
+    tool,
+)
 from helix_dbos.builtins import (
     BUILTINS,
     DEFAULT_RESULT_KEY,
@@ -535,10 +542,10 @@ async def test_run_workflow_failing_child_is_a_tool_error(helix, make_agent, moc
 # --- __pause_for_human__ --------------------------------------------------------------------------
 
 
-async def wait_until_paused(helix, session_id: str) -> list[dict]:
+async def wait_until_paused(helix, session_id: str) -> list[PendingToolCall]:
     for _ in range(200):
         run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p["answered"]]
+        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
         if run is not None and run.status == "paused" and pending:
             return pending
         await asyncio.sleep(0.02)
@@ -566,7 +573,7 @@ async def test_pause_for_human_pauses_durably_and_resumes_with_the_answer(
     handle = await helix.execute(agent, "Refund John Smith")
     pending = await wait_until_paused(helix, handle.session_id)
 
-    assert [(p["tool_call_id"], p["tool_name"], p["kind"], p["input"]) for p in pending] == [
+    assert [(p.tool_call_id, p.tool_name, p.kind, p.input) for p in pending] == [
         ("p1", "__pause_for_human__", "human_input", PAUSE_INPUT)
     ]
     assert sql(
@@ -630,7 +637,7 @@ async def test_pause_for_human_with_only_a_question_and_a_rejection(helix, make_
     )
     handle = await helix.execute(agent, "go")
     pending = await wait_until_paused(helix, handle.session_id)
-    assert pending[0]["input"] == {"question": "Proceed?"}
+    assert pending[0].input == {"question": "Proceed?"}
     await helix.submit_human_input(handle.session_id, "p1", approved=False)
     assert (await handle.result()).status == "completed"
     assert await tool_json(helix, handle.session_id, "p1") == {

@@ -82,12 +82,13 @@ def file_tools(deleted: list[str]):
 
 
 async def pending_calls(helix, session_id: str, count: int) -> list[dict]:
-    """The run's unanswered calls once `count` of them wait (fails after ~20 s)."""
+    """The run's unanswered calls once `count` of them wait (fails after ~20 s), as
+    dicts, the shape `/status` shows them in (`by_path` reads both)."""
     for _ in range(400):
         run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p["answered"]]
+        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
         if run is not None and run.status == "waiting" and len(pending) >= count:
-            return pending
+            return [p.model_dump() for p in pending]
         await asyncio.sleep(0.05)
     raise AssertionError(f"the run never waited on {count} unanswered call(s)")
 
@@ -281,18 +282,16 @@ async def test_an_id_reused_from_an_earlier_step_is_asked_about_again(
 
     # The second step's call waits for its own answer, under an id of its own.
     for _ in range(400):
-        pending = [
-            p for p in await helix.pending_tool_calls(handle.session_id) if not p["answered"]
-        ]
+        pending = [p for p in await helix.pending_tool_calls(handle.session_id) if not p.answered]
         if pending:
             break
         await asyncio.sleep(0.05)
     else:
         raise AssertionError("the second call never waited for an answer")
     [second] = pending
-    assert second["tool_call_id"] != "r1"
-    assert second["input"] == {"path": str(files["important"])}
-    await helix.deny(handle.session_id, second["tool_call_id"])
+    assert second.tool_call_id != "r1"
+    assert second.input == {"path": str(files["important"])}
+    await helix.deny(handle.session_id, second.tool_call_id)
 
     result = await handle.result()
     assert result.status == "completed"
@@ -361,7 +360,7 @@ async def test_a_recorded_id_is_never_recorded_again_for_another_call(
     with pytest.raises(repo.DuplicateToolCallIdError):
         await record(files["harmless"], name="echo")
     [card] = await helix.pending_tool_calls(handle.session_id)
-    assert card["input"] == {"path": str(files["harmless"])}
+    assert card.input == {"path": str(files["harmless"])}
     await helix.deny(handle.session_id, "g1")
     assert (await handle.result()).status == "completed" and deleted == []
 
@@ -486,13 +485,13 @@ async def test_an_answer_with_a_bad_field_changes_nothing(
         # Nothing was applied: the call still waits, unanswered, and nothing ran.
         await asyncio.sleep(0.5)
         [card] = await helix.pending_tool_calls(sid)
-        assert card["tool_call_id"] == "a1" and not card["answered"]
+        assert card.tool_call_id == "a1" and not card.answered
         assert deleted == [] and files["harmless"].exists()
         # The Python API refuses a bad field the same way, before anything is sent.
         with pytest.raises(Exception, match="NUL"):
             await helix.approve(sid, "a1", reason="bad\u0000")
         [card] = await helix.pending_tool_calls(sid)
-        assert not card["answered"] and deleted == []
+        assert not card.answered and deleted == []
 
         accepted = await client.post("/submit-tool-result", json={**body, "answered_by": "alice"})
         assert accepted.status_code == 200, accepted.text

@@ -105,9 +105,9 @@ async def test_usage_by_session_never_cuts_token_counts(database_url, waiting_ru
     row = next(line for line in out.splitlines() if line.startswith(handle.session_id[:12]))
     calls, tools, tokens_in, tokens_out = row.split()[1:5]
     assert (int(calls), int(tokens_in), int(tokens_out)) == (
-        usage["llm_calls"],
-        usage["input_tokens"],
-        usage["output_tokens"],
+        usage.llm_calls,
+        usage.input_tokens,
+        usage.output_tokens,
     )
     assert "…" not in out.split("\n", 1)[1], "no number is cut"
 

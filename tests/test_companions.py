@@ -100,7 +100,7 @@ async def test_a_blocking_companion_answers_and_keeps_its_memory_across_turns(
         child_session,
     )
     assert (parent, root, mode) == (result.session_id, result.session_id, "blocking")
-    assert (await helix.get_usage(session_id=result.session_id))["subagent_calls"] == 2
+    assert (await helix.get_usage(session_id=result.session_id)).subagent_calls == 2
 
 
 async def test_a_non_blocking_companion_reports_its_completion_in_the_next_model_input(

@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from helix_dbos.definitions.agent import Agent, LLMConfig
-from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.tool import Tool, tool
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import (
     AgentDefinitionError,
     StateUpdateError,

@@ -23,26 +23,26 @@ from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
-from helix_dbos.store.driver import DriverExecutor
+from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.run_bounds import end_run, end_step_and_run, open_new_session_run
 
 AGENT = "fencing_agent"
 
 
 @pytest.fixture
-async def conn(helix: HelixDBOS, database_url: str) -> AsyncIterator[DriverExecutor]:
+async def conn(helix: HelixDBOS, database_url: str) -> AsyncIterator[DriverConnection]:
     """A psycopg autocommit connection of this test's own, under helix's driver."""
     engine = create_async_engine(sqlalchemy_url(database_url))
     async with engine.connect() as connection:
         connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
         raw = (await connection.get_raw_connection()).driver_connection
         assert isinstance(raw, psycopg.AsyncConnection)
-        yield DriverExecutor(raw)
+        yield DriverConnection(raw)
     await engine.dispose()
 
 
 async def owned_run(
-    conn: DriverExecutor, sa: AsyncConnection | None = None
+    conn: DriverConnection, sa: AsyncConnection | None = None
 ) -> tuple[str, str, str]:
     """A live run whose workflow row says execution `token-1` owns it."""
     session_id, run_id = f"ses_{uuid.uuid4().hex}", f"run_{uuid.uuid4().hex}"
@@ -69,7 +69,7 @@ async def owned_run(
     return session_id, run_id, workflow_id
 
 
-async def counts(conn: DriverExecutor, session_id: str, run_id: str) -> tuple:
+async def counts(conn: DriverConnection, session_id: str, run_id: str) -> tuple:
     row = await conn.execute(
         repo._sql(
             "SELECT (SELECT count(*) FROM helix.messages WHERE session_id = :sid), "

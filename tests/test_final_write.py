@@ -22,7 +22,7 @@ from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
 from helix_dbos.store.database import sqlalchemy_url
-from helix_dbos.store.driver import DriverExecutor
+from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run, open_new_session_run
 
@@ -38,11 +38,11 @@ async def conn(helix: HelixDBOS, database_url: str) -> AsyncIterator[AsyncConnec
     await engine.dispose()
 
 
-async def on_psycopg(conn: AsyncConnection) -> DriverExecutor:
+async def on_psycopg(conn: AsyncConnection) -> DriverConnection:
     """`conn`'s own psycopg connection, under the driver helix's statements go through."""
     raw = (await conn.get_raw_connection()).driver_connection
     assert isinstance(raw, psycopg.AsyncConnection)
-    return DriverExecutor(raw)
+    return DriverConnection(raw)
 
 
 async def open_run(conn: AsyncConnection) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from dbos import DBOS
 from helpers import sql
 
-from helix_dbos import AgentHooks, ToolContext, tool
+from helix_dbos import AgentHooks, PendingToolCall, ToolContext, tool
 from helix_dbos.errors import (
     InvalidAnswerError,
     RunNotActiveError,
@@ -31,10 +31,10 @@ def calls(*items: tuple[str, str, dict]) -> dict:
     }
 
 
-async def wait_until_waiting(helix, session_id: str, count: int = 1) -> list[dict]:
+async def wait_until_waiting(helix, session_id: str, count: int = 1) -> list[PendingToolCall]:
     for _ in range(400):
         run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p["answered"]]
+        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
         if run is not None and run.status == "waiting" and len(pending) >= count:
             return pending
         await asyncio.sleep(0.05)
@@ -65,9 +65,9 @@ async def test_approved_call_runs_with_its_original_input(
     pending = await wait_until_waiting(helix, handle.session_id)
 
     assert (
-        pending[0]["tool_call_id"] == "d1"
-        and pending[0]["kind"] == "approval"
-        and pending[0]["input"] == {"path": "/tmp/x"}
+        pending[0].tool_call_id == "d1"
+        and pending[0].kind == "approval"
+        and pending[0].input == {"path": "/tmp/x"}
     )
     assert ran == [], "nothing runs before approval"
     waiting = sql(
@@ -144,7 +144,7 @@ async def test_approval_predicate_is_evaluated_per_call_and_fails_closed(
     )
     handle = await helix.execute(agent, "refunds")
     pending = await wait_until_waiting(helix, handle.session_id, count=2)
-    assert sorted(p["tool_call_id"] for p in pending) == ["big", "odd"], (
+    assert sorted(p.tool_call_id for p in pending) == ["big", "odd"], (
         "the raising predicate requires approval"
     )
     assert executed == [5]

@@ -46,7 +46,7 @@ def one(records: list[logging.LogRecord], event: str) -> logging.LogRecord:
 
 async def wait_for_pending(helix, session_id: str) -> None:
     for _ in range(400):
-        if [p for p in await helix.pending_tool_calls(session_id) if not p["answered"]]:
+        if [p for p in await helix.pending_tool_calls(session_id) if not p.answered]:
             run = await helix.get_current_run(session_id)
             if run is not None and run.status in ("waiting", "paused"):
                 return
@@ -112,7 +112,7 @@ async def test_a_malformed_submission_is_logged_before_it_is_refused(helix, capl
         caplog.at_level(logging.WARNING, logger="helix_dbos"),
         pytest.raises(Exception, match="Malformed answer"),
     ):
-        await helix._answer("s-malformed", "c9", "client", {"tool_call_id": "c9", "x": 1})
+        await helix._control.answer("s-malformed", "c9", "client", {"tool_call_id": "c9", "x": 1})
     record = one(events(caplog, "s-malformed"), "client_tool.validation_failed")
     assert record.tool_call_id == "c9" and "extra" in record.error.lower()  # type: ignore[attr-defined]
 

@@ -116,7 +116,7 @@ async def test_an_http_server_with_an_approval_gate_and_a_client_tool(
     handle = await helix.execute(agent, "shout")
     for _ in range(400):
         pending = {
-            p["tool_call_id"]: p["kind"] for p in await helix.pending_tool_calls(handle.session_id)
+            p.tool_call_id: p.kind for p in await helix.pending_tool_calls(handle.session_id)
         }
         if len(pending) == 2:
             break

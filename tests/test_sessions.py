@@ -234,7 +234,7 @@ def test_sync_api(helix, make_agent, mock_llm):
         "tool",
         "assistant",
     ]
-    assert helix.get_usage_sync(session_id=result.session_id)["tool_calls"] == 1
+    assert helix.get_usage_sync(session_id=result.session_id).tool_calls == 1
 
 
 async def test_reopening_a_legacy_session_heals_an_unpaired_finish(

@@ -22,8 +22,8 @@ from sqlalchemy import text as sql_text
 
 from helix_dbos import Agent, PersistentAgent, sub_agent_tool, tool
 from helix_dbos.errors import AgentDefinitionError, RunNotActiveError
-from helix_dbos.runtime import companions as companions_runtime
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.run_opening import companion_run_id, workflow_id
 from helix_dbos.server import create_app
 from helix_dbos.store import companions as companions_sql
 from helix_dbos.store import repository as repo
@@ -130,7 +130,7 @@ async def test_the_root_lists_its_descendants_pending_calls_everywhere(
                     for c in calls
                 }
 
-            assert seen(await helix.pending_tool_calls(root)) == expected
+            assert seen([c.model_dump() for c in await helix.pending_tool_calls(root)]) == expected
             assert status["current_run"]["waiting_for"] == "awaiting_children"
             assert seen(status["pending_tool_calls"]) == expected
             # /chat's 202 answered once the child asked: at least that call is listed.
@@ -138,7 +138,7 @@ async def test_the_root_lists_its_descendants_pending_calls_everywhere(
             assert chat_calls and chat_calls <= expected
             # The child's own view: depth 0.
             own = await helix.pending_tool_calls(child_session)
-            assert {(c["tool_call_id"], c["depth"]) for c in own} == {("p1", 0), ("l1", 0)}
+            assert {(c.tool_call_id, c.depth) for c in own} == {("p1", 0), ("l1", 0)}
 
             listed = await cli(
                 database_url, "runs", "--status", "waiting", "--session", root, "--json"
@@ -353,9 +353,8 @@ async def test_a_companion_whose_workflow_cannot_start_is_a_dispatch_failure(
         return text("carried on")
 
     async def occupy(run_id: str) -> None:
-        key = f"{run_id}:1:c"
-        child_run = f"run_{uuid.uuid5(companions_runtime._NAMESPACE, key).hex}"
-        with SetWorkflowID(f"helix-{child_run}"):
+        child_run = companion_run_id(run_id, 1, "c")
+        with SetWorkflowID(workflow_id(child_run)):
             await DBOS.start_workflow_async(taken_by)
 
     mock_llm.set_responder(respond)

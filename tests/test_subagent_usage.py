@@ -106,7 +106,7 @@ async def test_a_subagent_row_rolls_up_the_grandchildrens_tokens(
         "subagent__mid": (True, *added(spent(database_url, mid), spent(database_url, deep)))
     }, "the middle agent's tokens and its own child's"
     tree = await helix.get_usage(session_id=result.session_id, include_children=True)
-    assert (tree["input_tokens"], tree["llm_calls"]) == (4 + 400 + 50_000, 5)
+    assert (tree.input_tokens, tree.llm_calls) == (4 + 400 + 50_000, 5)
 
 
 async def test_failed_and_interrupted_children_roll_up_the_tokens_they_spent(
@@ -181,22 +181,22 @@ async def test_failed_and_interrupted_children_roll_up_the_tokens_they_spent(
         handle.session_id,
     )
     tree = await helix.get_usage(session_id=handle.session_id, include_children=True)
-    assert added(own, tuple(rolled_up)) == tuple(tree[c] for c in TOKENS)
-    assert tree["input_tokens"] == 4 + 720 + 6_000
+    assert added(own, tuple(rolled_up)) == tuple(getattr(tree, c) for c in TOKENS)
+    assert tree.input_tokens == 4 + 720 + 6_000
     per_root = readme_query("count(DISTINCT s.session_id) AS sessions")
     [(_, sessions, _cost, input_tokens, output_tokens)] = sql(
         database_url, f"SELECT * FROM ({per_root}) q WHERE root_session_id = %s", handle.session_id
     )
     assert (sessions, input_tokens, output_tokens) == (
         3,
-        tree["input_tokens"],
-        tree["output_tokens"],
+        tree.input_tokens,
+        tree.output_tokens,
     )
     by_root = readme_query("coalesce(s.root_session_id, u.session_id) AS root")
     [(_, _usd, input_tokens)] = sql(
         database_url, f"SELECT * FROM ({by_root}) q WHERE root = %s", handle.session_id
     )
-    assert input_tokens == tree["input_tokens"]
+    assert input_tokens == tree.input_tokens
 
 
 def readme_query(marker: str) -> str:

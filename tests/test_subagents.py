@@ -113,9 +113,9 @@ async def test_a_sub_agent_runs_in_its_own_session_and_its_output_is_the_tool_re
     assert duration > 0
     own = await helix.get_usage(session_id=result.session_id)
     tree = await helix.get_usage(session_id=result.session_id, include_children=True)
-    assert own["subagent_calls"] == 1 and own["llm_calls"] == 2
-    assert tree["llm_calls"] == 3
-    assert tree["input_tokens"] == own["input_tokens"] + child_in
+    assert own.subagent_calls == 1 and own.llm_calls == 2
+    assert tree.llm_calls == 3
+    assert tree.input_tokens == own.input_tokens + child_in
 
 
 async def test_sub_agent_calls_in_one_response_run_concurrently(helix, make_agent, mock_llm):
@@ -200,7 +200,7 @@ async def test_a_failing_child_comes_back_as_a_tool_error(helix, make_agent, moc
     assert result.status == "completed"
     content, is_error = tool_results(await helix.get_messages(result.session_id))["s"]
     assert is_error and content == f"Sub-agent '{child.name}' failed: provider exploded"
-    assert (await helix.get_usage(session_id=result.session_id))["subagent_calls"] == 1
+    assert (await helix.get_usage(session_id=result.session_id)).subagent_calls == 1
 
 
 async def test_a_dispatch_failure_is_a_tool_error_with_an_error_chunk_and_log_event(
@@ -560,7 +560,7 @@ async def test_an_answer_addressed_to_the_root_session_reaches_the_owning_child(
     handle = await helix.execute(parent, "write a post")
     await wait_for_child_wait(database_url, handle.session_id)
     [pending] = await helix.pending_tool_calls(handle.session_id)  # the child's, listed
-    assert (pending["tool_call_id"], pending["depth"], pending["agent_name"]) == (
+    assert (pending.tool_call_id, pending.depth, pending.agent_name) == (
         "p1",
         1,
         child.name,
@@ -893,8 +893,8 @@ async def test_the_cli_and_http_show_a_sessions_usage_with_or_without_its_descen
     [(deep, *_)] = child_sessions(database_url, mid)
     own = await helix.get_usage(session_id=root)
     tree = await helix.get_usage(session_id=root, include_children=True)
-    assert (own["llm_calls"], tree["llm_calls"]) == (2, 5)
-    assert tree["input_tokens"] > own["input_tokens"]
+    assert (own.llm_calls, tree.llm_calls) == (2, 5)
+    assert tree.input_tokens > own.input_tokens
 
     def tokens(row: dict) -> tuple:
         return row["llm_calls"], row["input_tokens"], row["output_tokens"]
@@ -907,12 +907,12 @@ async def test_the_cli_and_http_show_a_sessions_usage_with_or_without_its_descen
     assert plain.returncode == whole.returncode == below.returncode == 0, whole.stderr
     [plain_row] = json.loads(plain.stdout)
     [whole_row] = json.loads(whole.stdout)
-    assert tokens(plain_row) == (2, own["input_tokens"], own["output_tokens"])
-    assert tokens(whole_row) == (5, tree["input_tokens"], tree["output_tokens"])
+    assert tokens(plain_row) == (2, own.input_tokens, own.output_tokens)
+    assert tokens(whole_row) == (5, tree.input_tokens, tree.output_tokens)
     by_session = {r["session"]: r["llm_calls"] for r in json.loads(below.stdout)}
     assert by_session == {mid: 2, deep: 1}, "the session below and its own child, no parent"
     table = await cli(database_url, "usage", "--session", root, "--children")
-    assert table.returncode == 0 and str(tree["input_tokens"]) in table.stdout
+    assert table.returncode == 0 and str(tree.input_tokens) in table.stdout
     alone = await cli(database_url, "usage", "--children")
     assert alone.returncode == 2 and "--children needs --session" in alone.stderr
 
@@ -922,8 +922,8 @@ async def test_the_cli_and_http_show_a_sessions_usage_with_or_without_its_descen
             without = (await client.get(path)).json()
             within = (await client.get(path, params={"children": "true"})).json()
             bad = await client.get(path, params={"children": "maybe"})
-    assert (without["include_children"], without["totals"]) == (False, own)
-    assert (within["include_children"], within["totals"]) == (True, tree)
+    assert (without["include_children"], without["totals"]) == (False, own.model_dump())
+    assert (within["include_children"], within["totals"]) == (True, tree.model_dump())
     assert [tokens(r) for r in within["by_model"]] == [tokens(whole_row)]
     assert [tokens(r) for r in without["by_model"]] == [tokens(plain_row)]
     assert bad.status_code == 422

@@ -114,7 +114,7 @@ def check_provider_keys() -> Check:
 
 
 def check_worker_identity(url: str) -> Check:
-    from helix_dbos.runtime.executor import DEFAULT_APP_VERSION  # noqa: PLC0415 - loads DBOS
+    from helix_dbos.runtime.worker_process import DEFAULT_APP_VERSION  # noqa: PLC0415 - loads DBOS
 
     version = os.environ.get("HELIX_APP_VERSION", DEFAULT_APP_VERSION)
     executor = os.environ.get("HELIX_EXECUTOR_ID")

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import StateUpdateError
 from helix_dbos.log_events import HOOK_FAILED, log_event
 from helix_dbos.orchestration.types import LLMRequest, LLMUsage, Message, StepResult, ToolCall

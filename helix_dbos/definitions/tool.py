@@ -18,7 +18,7 @@ from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-from helix_dbos.definitions.context import ToolContext
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError, ToolOutputError
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
 

@@ -11,7 +11,7 @@ from helix_dbos.store import repository as repo
 
 
 async def close_run(
-    session: repo.Executor, session_id: str, run_id: str, error: str, status: str = "failed"
+    session: repo.SQLConnection, session_id: str, run_id: str, error: str, status: str = "failed"
 ) -> bool:
     """End a live run from outside its workflow, pairing every dangling tool call."""
     if not await repo.update_live_run(

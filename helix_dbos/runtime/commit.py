@@ -111,7 +111,7 @@ class StepCommit:
 
 
 async def write_step_rows(
-    conn: repo.Executor,
+    conn: repo.SQLConnection,
     commit: StepCommit,
     *,
     durable: bool = True,
@@ -144,7 +144,7 @@ async def write_step_rows(
     )
 
 
-async def write_head(conn: repo.Executor, commit: StepCommit, *, durable: bool = True) -> bool:
+async def write_head(conn: repo.SQLConnection, commit: StepCommit, *, durable: bool = True) -> bool:
     """The step's head (the model's message and its LLM usage) ahead of the rest, so the
     transcript shows what the model asked for while the step's tools run or wait."""
     return await repo.commit_step_head(
@@ -220,7 +220,7 @@ def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
 
 
 async def commit_final(
-    session: repo.Executor,
+    session: repo.SQLConnection,
     commit: StepCommit,
     pending: StepCommit | None = None,
     *,
@@ -258,7 +258,7 @@ async def commit_final(
 
 
 async def _commit_final(
-    session: repo.Executor, commit: StepCommit, pending: StepCommit | None, *, notify: bool
+    session: repo.SQLConnection, commit: StepCommit, pending: StepCommit | None, *, notify: bool
 ) -> EndedRun:
     assert commit.status is not None
     chunks = terminal_chunks(commit)

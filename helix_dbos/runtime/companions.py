@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from pydantic import BaseModel
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.companions import CompanionTool
 from helix_dbos.errors import ToolArgumentsError
-from helix_dbos.orchestration.messages import synthesize_finish_tool_result, to_json_text
+from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
@@ -40,7 +39,8 @@ from helix_dbos.runtime.context import Runtime, current_runtime
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
-from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
+from helix_dbos.runtime.run_opening import AlreadyRunning, OpenRunRequest, open_run
+from helix_dbos.runtime.step_types import RunOptions, ToolOutcome
 from helix_dbos.runtime.subagents import (
     AgentWorkflow,
     ChildRun,
@@ -56,8 +56,6 @@ from helix_dbos.runtime.subagents import (
 )
 from helix_dbos.store import companions as sql
 from helix_dbos.store import repository as repo
-
-_NAMESPACE = uuid.UUID("0f8e9c1e-3b8a-4a57-8f55-9a3b6f4e2c71")
 
 
 @dataclass(frozen=True)
@@ -261,7 +259,7 @@ def _error(error: str) -> ToolOutcome:
 
 
 async def open_companion_turn(
-    session: repo.Executor,
+    session: repo.SQLConnection,
     parent: StepCommit,
     call: ToolCall,
     agent_type: str | None,
@@ -303,49 +301,31 @@ async def open_companion_turn(
     agent = rt.agents.get(ref.agent_name)
     if agent is None:
         return _unregistered(ref.agent_name)
-    live = await repo.get_live_run(session, ref.session_id)
-    if live is not None:
+    request = OpenRunRequest.companion_turn(
+        agent,
+        session_id=ref.session_id,
+        text=message,
+        parent_run_id=parent.run_id,
+        step=parent.step,
+        call_id=call_id,
+    )
+    opened = await open_run(session, request)
+    if isinstance(opened, AlreadyRunning):
         if spawn:
             return Opened(
                 error=f"Child '{ref.name}' is already running; send it a message with "
                 "companion__sendMessage"
             )
-        waits = tuple(await repo.pending_kinds(session, live.run_id))
-        return Opened(busy=Busy(live.run_id, live.workflow_id, waits), name=ref.name, mode=ref.mode)
-    row = await repo.get_session(session, ref.session_id, for_update=True)
-    assert row is not None
-    key = f"{parent.run_id}:{parent.step}:{call_id}"
-    run_id = f"run_{uuid.uuid5(_NAMESPACE, key).hex}"
-    turn = row.turn_count + 1
-    await repo.insert_run(
-        session,
-        run_id=run_id,
-        session_id=ref.session_id,
-        workflow_id=f"helix-{run_id}",
-        agent_name=ref.agent_name,
-        turn=turn,
-        max_steps=agent.max_steps,
-        options={"parent_run_id": parent.run_id, "tool_call_id": call_id},
-    )
-    heal = [
-        synthesize_finish_tool_result(c)
-        for c in await repo.unpaired_finish_call_ids(session, ref.session_id)
-    ]
-    await repo.append_messages(
-        session, ref.session_id, run_id, [*heal, Message(role="user", content=message)]
-    )
-    await repo.update_session(
-        session, ref.session_id, status="running", turn_count=turn, error=None
-    )
-    started = ChunkRecord(f"{run_id}:started", "run_started", {"turn": turn})
-    await repo.insert_chunks(session, ref.session_id, run_id, ref.agent_name, 0, [started])
+        waits = tuple(await repo.pending_kinds(session, opened.run_id))
+        busy = Busy(opened.run_id, opened.workflow_id, waits)
+        return Opened(busy=busy, name=ref.name, mode=ref.mode)
     child = ChildRun(
         call_id,
         f"companion:{ref.name}",
         ref.agent_name,
         ref.session_id,
-        run_id,
-        f"helix-{run_id}",
+        opened.run_id,
+        opened.workflow_id,
         message,
     )
     return Opened(child=child, name=ref.name, mode=ref.mode)
@@ -416,7 +396,9 @@ async def wait_for_child(
     return status
 
 
-async def companion_notices(session: repo.Executor, parent_session_id: str, run_id: str) -> int:
+async def companion_notices(
+    session: repo.SQLConnection, parent_session_id: str, run_id: str
+) -> int:
     """The body of `helix.companion_notices`: each non-blocking child whose turn ended
     since the parent last heard is announced once, as a user message in the parent's
     transcript; returns how many."""

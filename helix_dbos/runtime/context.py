@@ -26,7 +26,7 @@ from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
 from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.store import repository as repo
-from helix_dbos.store.driver import DriverExecutor
+from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.streaming.notifier import ChunkNotifier
 
@@ -74,14 +74,14 @@ class HistoryCache:
             return None
         return list(entry[1]), state
 
-    async def read(self, conn: repo.Executor, session_id: str) -> tuple[list[Message], int]:
+    async def read(self, conn: repo.SQLConnection, session_id: str) -> tuple[list[Message], int]:
         last_seq, messages = self._entries.pop(session_id, (0, []))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         messages, last_seq = self._top_up(session_id, last_seq, messages, rows)
         return messages, last_seq + 1
 
     async def read_first(
-        self, conn: repo.Executor, workflow_id: str | None, session_id: str, run_id: str
+        self, conn: repo.SQLConnection, workflow_id: str | None, session_id: str, run_id: str
     ) -> tuple[repo.FirstRead, list[Message]]:
         """A run's first read (`repo.first_read`) in one round trip, and the transcript
         topped up."""
@@ -205,7 +205,7 @@ class Runtime:
     async def transaction(
         self,
         name: str,
-        func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
+        func: Callable[Concatenate[repo.SQLConnection, P], Coroutine[Any, Any, T]],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -253,7 +253,7 @@ class Runtime:
             self.history.take_new_run(session_id, run_id)
 
     @asynccontextmanager
-    async def statements(self) -> AsyncIterator[DriverExecutor]:
+    async def statements(self) -> AsyncIterator[DriverConnection]:
         """A pooled connection on which each statement commits by itself, sent straight
         to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
         on their own and need no transaction around them."""
@@ -264,7 +264,7 @@ class Runtime:
     async def on_connection(
         self,
         what: str,
-        body: Callable[[DriverExecutor], Coroutine[Any, Any, T]],
+        body: Callable[[DriverConnection], Coroutine[Any, Any, T]],
         *,
         wait: bool = True,
     ) -> T:
@@ -281,7 +281,7 @@ class Runtime:
 
     async def read(
         self,
-        func: Callable[Concatenate[repo.Executor, P], Coroutine[Any, Any, T]],
+        func: Callable[Concatenate[repo.SQLConnection, P], Coroutine[Any, Any, T]],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -290,7 +290,7 @@ class Runtime:
         trips (each read here is one statement, so it sees one snapshot). Inside a run,
         a database outage is waited out."""
 
-        async def body(conn: DriverExecutor) -> T:
+        async def body(conn: DriverConnection) -> T:
             return await func(conn, *args, **kwargs)
 
         return await self.on_connection(getattr(func, "__name__", "a read"), body)

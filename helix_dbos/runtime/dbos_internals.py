@@ -12,13 +12,17 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import dbos._dbos as _dbos_module
+from dbos import AsyncSQLAlchemyDatasource
 from dbos._context import get_local_dbos_context
 from dbos._core import WorkflowHandleAsyncTask
+from dbos._datasource_postgres import PostgresAsyncDatasource
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
+from dbos._serialization import DBOSDefaultSerializer
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 # A BaseException, so no `except Exception` in helix catches it: raised where an
 # execution finds its workflow owned by another, DBOS parks the execution.
@@ -117,3 +121,18 @@ def execution_owner() -> tuple[str, str] | None:
     if ctx is None or not ctx.workflow_id or ctx.owner_xid is None:
         return None
     return ctx.workflow_id, ctx.owner_xid
+
+
+def unmigrated_datasource(url: str, engine: AsyncEngine, schema: str) -> AsyncSQLAlchemyDatasource:
+    """DBOS's exactly-once Postgres datasource on `engine`, constructed without touching
+    the database: `AsyncSQLAlchemyDatasource.create` migrates (or verifies) its table at
+    once, and DBOS requires a datasource to exist before its launch, so a constructor
+    that does no I/O builds it here and migrates it later (`HelixDBOS.migrate()`, with
+    DBOS's public `AsyncSQLAlchemyDatasource.migrate`)."""
+    return PostgresAsyncDatasource(
+        database_url=url,
+        engine_kwargs={},
+        engine=engine,
+        schema=schema,
+        serializer=DBOSDefaultSerializer,
+    )

@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from helix_dbos.runtime import dbos_internals
 
@@ -75,3 +75,23 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
             "Synchronous helix calls cannot run on the event loop; use the async API"
         )
     return _submit(loop, factory).result()
+
+
+S = TypeVar("S")
+P = ParamSpec("P")
+
+
+def sync_twin(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], T]:
+    """The `_sync` twin of an async method: the same call, run on the target loop from
+    synchronous code (`run_sync`), with the same parameters."""
+
+    def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(lambda: method(self, *args, **kwargs))
+
+    twin.__name__ = f"{method.__name__}_sync"
+    twin.__qualname__ = f"{method.__qualname__}_sync"
+    twin.__doc__ = f"`{method.__name__}()` for synchronous code (not on helix's event loop)."
+    twin.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature follows it
+    return twin

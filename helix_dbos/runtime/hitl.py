@@ -183,7 +183,7 @@ def needs_gate_step(agent: Agent, calls: list[ToolCall]) -> bool:
 
 
 async def _suspend(
-    session: repo.Executor,
+    session: repo.SQLConnection,
     workflow_id: str,
     head: StepCommit,
     pending: list[PendingToolCall],
@@ -245,7 +245,9 @@ async def _suspend(
     return deadlines
 
 
-async def _resume(session: repo.Executor, head: StepCommit, resolutions: list[Resolution]) -> None:
+async def _resume(
+    session: repo.SQLConnection, head: StepCommit, resolutions: list[Resolution]
+) -> None:
     """Close the wait's calls and, if the run works again, say so in a `run_resumed` chunk
     that names the agent and the step that waited, like every chunk."""
     session_id, run_id = head.session_id, head.run_id

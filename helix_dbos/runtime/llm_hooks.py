@@ -18,7 +18,6 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import (
     AgentHooks,
     HookContext,
@@ -27,6 +26,7 @@ from helix_dbos.definitions.hooks import (
     RunEvent,
     fire_safely,
 )
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.orchestration.types import LLMRequest, Message, StepResult
 
 # State after the first attempt's opening hooks, for the step's later attempts.

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +44,7 @@ from helix_dbos.definitions.subagent import SubAgentTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.log_events import SUBAGENT_DISPATCH_FAILED, log_event
 from helix_dbos.orchestration.messages import create_tool_result_message, to_json_text
-from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
@@ -57,6 +56,7 @@ from helix_dbos.runtime.hitl import (
 )
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.results import TERMINAL_STATUSES
+from helix_dbos.runtime.run_opening import OpenRunRequest, child_ids, open_run, workflow_id
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.runtime.tool_step import outside_result_hooks
 from helix_dbos.store import repository as repo
@@ -67,7 +67,6 @@ from helix_dbos.streaming.notifier import run_end_key
 AgentWorkflow = Callable[[str, str, str, RunOptions], Coroutine[Any, Any, Any]]
 
 AWAITING_CHILDREN = "awaiting_children"
-_NAMESPACE = uuid.UUID("5b7d8a52-6f0e-4d55-9d0c-2f1c3c9d4a10")
 # How often a waiting parent re-reads its child's run when no notification came.
 CHILD_POLL_SECONDS = 5.0
 
@@ -86,10 +85,8 @@ class ChildRun:
 
     @classmethod
     def of(cls, parent: StepCommit, call: ToolCall, agent_name: str, text: str) -> ChildRun:
-        key = f"{parent.run_id}:{parent.step}:{call.id}"
-        run_id = f"run_{uuid.uuid5(_NAMESPACE, key).hex}"
-        session_id = f"ses_{uuid.uuid5(_NAMESPACE, 'session:' + key).hex}"
-        return cls(call.id, call.name, agent_name, session_id, run_id, f"helix-{run_id}", text)
+        session_id, run_id = child_ids(parent.run_id, parent.step, call.id)
+        return cls(call.id, call.name, agent_name, session_id, run_id, workflow_id(run_id), text)
 
 
 def child_step_options(child: ChildRun) -> StepOptions:
@@ -340,7 +337,7 @@ async def fire_children_hook(
 
 
 async def open_children(
-    session: repo.Executor,
+    session: repo.SQLConnection,
     parent: StepCommit,
     children: list[ChildRun],
     calls: list[ToolCall],
@@ -386,35 +383,20 @@ async def open_children(
 
 
 async def _open_child(
-    session: repo.Executor, parent: StepCommit, child: ChildRun, agent: Agent, root: str
+    session: repo.SQLConnection, parent: StepCommit, child: ChildRun, agent: Agent, root: str
 ) -> None:
     """The child's session, run, input and `run_started` chunk."""
-    await repo.insert_session(
-        session,
-        child.session_id,
-        child.agent_name,
-        agent.initial_state(None),
-        parent_session_id=parent.session_id,
-        root_session_id=root,
-    )
-    await repo.insert_run(
-        session,
-        run_id=child.run_id,
+    request = OpenRunRequest.child(
+        agent,
         session_id=child.session_id,
-        workflow_id=child.workflow_id,
-        agent_name=child.agent_name,
-        turn=1,
-        max_steps=agent.max_steps,
-        options={"parent_run_id": parent.run_id, "tool_call_id": child.call_id},
+        run_id=child.run_id,
+        text=child.input,
+        parent_session_id=parent.session_id,
+        parent_run_id=parent.run_id,
+        root_session_id=root,
+        call_id=child.call_id,
     )
-    await repo.append_messages(
-        session, child.session_id, child.run_id, [Message(role="user", content=child.input)]
-    )
-    await repo.update_session(session, child.session_id, status="running", turn_count=1)
-    started = ChunkRecord(f"{child.run_id}:started", "run_started", {"turn": 1})
-    await repo.insert_chunks(
-        session, child.session_id, child.run_id, child.agent_name, 0, [started]
-    )
+    await open_run(session, request)
 
 
 async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -> bool:
@@ -444,7 +426,7 @@ async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -
 
 
 async def close_child(
-    session: repo.Executor, session_id: str, run_id: str, reason: str, fresh: Fresh
+    session: repo.SQLConnection, session_id: str, run_id: str, reason: str, fresh: Fresh
 ) -> None:
     """The body of `helix.close_child`: a child whose workflow could not start fails."""
     fresh.ran = True
@@ -479,7 +461,7 @@ async def unstarted_hooks(
         await fire_safely(hooks.after_tool, event)
 
 
-async def children_waiting(session: repo.Executor, parent: StepCommit) -> None:
+async def children_waiting(session: repo.SQLConnection, parent: StepCommit) -> None:
     """The body of `helix.children_waiting`: a parent still live waits on a child it
     cannot go on without (a blocking companion's turn)."""
     if await repo.update_live_run(
@@ -492,7 +474,7 @@ async def children_waiting(session: repo.Executor, parent: StepCommit) -> None:
         await repo.update_session(session, parent.session_id, status="waiting")
 
 
-async def children_done(session: repo.Executor, parent: StepCommit) -> None:
+async def children_done(session: repo.SQLConnection, parent: StepCommit) -> None:
     """The body of `helix.children_done`: a parent still live works again."""
     if await repo.update_live_run(
         session, parent.run_id, status="running", waiting_for=None, waiting_since=None

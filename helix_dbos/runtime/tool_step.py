@@ -17,7 +17,6 @@ from dbos import DBOS, StepOptions
 from pydantic_core import to_jsonable_python
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.hooks import (
     HookContext,
     MessageEvent,
@@ -26,6 +25,7 @@ from helix_dbos.definitions.hooks import (
     fire_safely,
 )
 from helix_dbos.definitions.tool import Tool
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import ToolArgumentsError, ToolOutputError
 from helix_dbos.orchestration.completion import finish_with_validation_message
 from helix_dbos.orchestration.messages import create_tool_result_message

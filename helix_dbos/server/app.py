@@ -16,13 +16,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server import assets, chat, inbox, reads, routes
 from helix_dbos.server.auth import Authenticate, check_auth_config
 from helix_dbos.server.body import BodyLimits
-from helix_dbos.server.context import ServerContext
 from helix_dbos.server.edge import LOCAL_HOSTS, EdgeGuard, EdgePolicy
 from helix_dbos.server.errors import install_error_handlers
+from helix_dbos.server.route_context import ServerContext
 from helix_dbos.server.streams import StreamSlots
 
 # Room for the JSON around a maximal tool result.

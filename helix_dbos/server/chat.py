@@ -21,16 +21,15 @@ from helix_dbos.orchestration.terminating import generated_messages, response_te
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     AddAIMessageRequest,
     ChatErrorResponse,
     ChatInvokeRequest,
     ChatRequest,
     ChatResponse,
-    PendingToolCall,
     TerminatingConfigModel,
 )
+from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.visibility import require_own_new_session
 
 Who = Annotated[Principal, Depends(current_principal)]
@@ -108,7 +107,7 @@ async def run_turn(
             session_id=handle.session_id,
             run_id=handle.run_id,
             status="waiting",
-            pending_tool_calls=[PendingToolCall.model_validate(p) for p in pending],
+            pending_tool_calls=pending,
         )
         return JSONResponse(body.model_dump(mode="json"), status_code=202)
     messages = result.generated_messages

@@ -13,9 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from helix_dbos.orchestration.completion import DEFAULT_NUDGE_MESSAGE
-from helix_dbos.runtime.results import RunInfo, SessionInfo
 
-ToolCallKind = Literal["approval", "client", "human_input"]
+# The API's own models, re-exported here with the rest of the HTTP bodies.
+from helix_dbos.runtime.results import PendingToolCall as PendingToolCall
+from helix_dbos.runtime.results import RunInfo, SessionInfo, UsageSummary
+from helix_dbos.store.repository import ToolCallKind as ToolCallKind
+
 AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
 
 
@@ -58,25 +61,6 @@ class RunStarted(BaseModel):
     session_id: str
     run_id: str
     workflow_id: str = Field(description="DBOS workflow id: the destination of DBOS.send answers")
-
-
-class PendingToolCall(BaseModel):
-    tool_call_id: str
-    tool_name: str
-    kind: ToolCallKind
-    input: Any = None
-    run_id: str
-    deadline_at: datetime | None = None
-    answered: bool = Field(False, description="An answer was sent; the run has not applied it yet")
-    session_id: str | None = Field(
-        None, description="The session whose run waits: a sub-agent's when `depth` > 0"
-    )
-    agent_name: str | None = Field(None, description="That session's agent")
-    depth: int = Field(
-        0,
-        description="How far below the session asked about (a run list: below its root) "
-        "the waiting session is: 0 itself, 1 a sub-agent or companion, 2 theirs, ...",
-    )
 
 
 class StatusResponse(BaseModel):
@@ -225,7 +209,7 @@ class UsageRow(BaseModel):
 class UsageResponse(BaseModel):
     session_id: str
     include_children: bool = False  # the sessions below it are counted too
-    totals: dict[str, int]
+    totals: UsageSummary
     by_model: list[UsageRow]
 
 

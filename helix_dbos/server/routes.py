@@ -1,4 +1,4 @@
-"""Executor routes (seed 002's Agent Server): start, resume, stream, status, control, answers."""
+"""SQLConnection routes (seed 002's Agent Server): start, resume, stream, status, control, answers."""
 
 from __future__ import annotations
 
@@ -8,16 +8,14 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
 from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.runtime.results import RunInfo
 from helix_dbos.server import queries
 from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.models import (
     ControlRequest,
     ControlResponse,
     ErrorResponse,
-    PendingToolCall,
     ResumeRequest,
     RunStarted,
     StartRequest,
@@ -25,6 +23,7 @@ from helix_dbos.server.models import (
     SubmitToolResultRequest,
     SubmitToolResultResponse,
 )
+from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.sse import event_stream, parse_last_event_id
 from helix_dbos.server.streams import SlotStreamingResponse
 from helix_dbos.server.visibility import require_own_new_session, require_visible
@@ -142,7 +141,7 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
             session=session,
             current_run=await helix.get_current_run(session_id),
             last_run=runs[-1] if runs else None,
-            pending_tool_calls=[PendingToolCall.model_validate(p) for p in pending],
+            pending_tool_calls=pending,
         )
 
 

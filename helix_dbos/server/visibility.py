@@ -11,7 +11,7 @@ from fastapi import HTTPException
 
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.server.auth import Principal
-from helix_dbos.server.context import ServerContext
+from helix_dbos.server.route_context import ServerContext
 
 MAX_PARENT_HOPS = 64
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import TextClause, text
 
 from helix_dbos.store import repository as repo
-from helix_dbos.store.repository import Executor, RunRow
+from helix_dbos.store.repository import RunRow, SQLConnection
 from helix_dbos.store.storable import dumps
 
 _ENDED = "('completed', 'failed', 'interrupted', 'aborted')"
@@ -46,7 +46,9 @@ class ChildEnd:
     error: str | None
 
 
-async def find(conn: Executor, parent_session_id: str, name: str | None) -> CompanionRef | None:
+async def find(
+    conn: SQLConnection, parent_session_id: str, name: str | None
+) -> CompanionRef | None:
     row = (
         await conn.execute(
             _sql(
@@ -60,7 +62,7 @@ async def find(conn: Executor, parent_session_id: str, name: str | None) -> Comp
 
 
 async def find_or_create(
-    conn: Executor,
+    conn: SQLConnection,
     parent_session_id: str,
     agent_type: str | None,
     name: str | None,
@@ -128,7 +130,7 @@ _AUTO_NAME_ATTEMPTS = 100
 
 
 async def _create_auto_named(
-    conn: Executor,
+    conn: SQLConnection,
     parent_session_id: str,
     agent_type: str,
     mode: str,
@@ -157,7 +159,7 @@ _STATUS = (
 
 
 async def children_status(
-    conn: Executor, parent_session_id: str, name: str | None
+    conn: SQLConnection, parent_session_id: str, name: str | None
 ) -> dict[str, Any] | list[dict[str, Any]] | str:
     """Every child (`name` None: listChildren) or one child with its output or error."""
     if name is None:
@@ -183,7 +185,9 @@ async def children_status(
     return status
 
 
-async def live_child(conn: Executor, parent_session_id: str, name: str | None) -> LiveChild | str:
+async def live_child(
+    conn: SQLConnection, parent_session_id: str, name: str | None
+) -> LiveChild | str:
     ref = await find(conn, parent_session_id, name)
     if ref is None:
         return f"No child named '{name}'"
@@ -195,7 +199,7 @@ async def live_child(conn: Executor, parent_session_id: str, name: str | None) -
 
 
 async def live_children(
-    conn: Executor, parent_session_id: str, parent_run_id: str, agent_names: list[str]
+    conn: SQLConnection, parent_session_id: str, parent_run_id: str, agent_names: list[str]
 ) -> list[LiveChild]:
     """The parent's children of these agents whose live run that parent run opened."""
     rows = await conn.execute(
@@ -214,12 +218,12 @@ async def live_children(
     ]
 
 
-async def latest_run(conn: Executor, session_id: str) -> RunRow | None:
+async def latest_run(conn: SQLConnection, session_id: str) -> RunRow | None:
     runs = await repo.list_runs(conn, session_id)
     return runs[-1] if runs else None
 
 
-async def unannounced_ends(conn: Executor, parent_session_id: str) -> list[ChildEnd]:
+async def unannounced_ends(conn: SQLConnection, parent_session_id: str) -> list[ChildEnd]:
     """Non-blocking children whose latest turn ended since the parent was last told,
     marked told in the same statement."""
     rows = await conn.execute(

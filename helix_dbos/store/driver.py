@@ -2,7 +2,7 @@
 
 SQLAlchemy's `AsyncConnection.execute` spends about 80 µs of Python on each statement
 (a greenlet hop, bind processing, a result wrapper): as much as the round trip of a
-short query. `DriverExecutor` runs the same `text()` clauses, compiled once to psycopg's
+short query. `DriverConnection` runs the same `text()` clauses, compiled once to psycopg's
 placeholders, on a psycopg connection of `store.statement_pool`, and raises the errors
 SQLAlchemy would, so callers tell a lost connection from a refused statement the same way.
 """
@@ -69,8 +69,8 @@ class DriverResult:
         return self.one()[0]
 
 
-class DriverExecutor:
-    """`repository.Executor` over a psycopg connection (autocommit: each statement
+class DriverConnection:
+    """`repository.SQLConnection` over a psycopg connection (autocommit: each statement
     commits alone). A lost connection is flagged `connection_invalidated`; its pool
     replaces it when it comes back."""
 

@@ -21,8 +21,16 @@ from helix_dbos.orchestration.types import LLMUsage, Message
 from helix_dbos.store.storable import dumps, storable_text
 
 
-class Executor(Protocol):
+class SQLConnection(Protocol):
+    """What every function here runs its statements on: a SQLAlchemy connection or
+    session (transactions), or a `driver.DriverConnection` (autocommit statements)."""
+
     async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+
+# The name before `SQLConnection` (the word "executor" also names the facade and DBOS's
+# executor id); kept so code written against it still imports. New code: SQLConnection.
+Executor = SQLConnection
 
 
 @functools.lru_cache(maxsize=512)
@@ -95,7 +103,7 @@ _RUN_COLUMNS = (
 
 
 async def get_session(
-    conn: Executor, session_id: str, *, for_update: bool = False
+    conn: SQLConnection, session_id: str, *, for_update: bool = False
 ) -> SessionRow | None:
     lock = " FOR UPDATE" if for_update else ""
     row = (
@@ -108,7 +116,7 @@ async def get_session(
 
 
 async def insert_session(
-    conn: Executor,
+    conn: SQLConnection,
     session_id: str,
     agent_name: str,
     state: dict[str, Any],
@@ -133,7 +141,7 @@ async def insert_session(
     return bool(result.rowcount)
 
 
-async def session_root(conn: Executor, session_id: str) -> str:
+async def session_root(conn: SQLConnection, session_id: str) -> str:
     """The root of the session's tree (the session itself when it has no parent)."""
     row = await conn.execute(
         _sql(
@@ -145,7 +153,7 @@ async def session_root(conn: Executor, session_id: str) -> str:
     return str(row.scalar_one())
 
 
-async def live_child_runs(conn: Executor, session_id: str) -> list[RunRow]:
+async def live_child_runs(conn: SQLConnection, session_id: str) -> list[RunRow]:
     """The live runs of the session's direct sub-agents."""
     rows = await conn.execute(
         _sql(
@@ -159,7 +167,7 @@ async def live_child_runs(conn: Executor, session_id: str) -> list[RunRow]:
     return [RunRow(*r) for r in rows]
 
 
-async def update_session(conn: Executor, session_id: str, **fields: Any) -> None:
+async def update_session(conn: SQLConnection, session_id: str, **fields: Any) -> None:
     sets: list[str] = []
     params: dict[str, Any] = {"sid": session_id}
     for name, value in fields.items():
@@ -178,7 +186,7 @@ async def update_session(conn: Executor, session_id: str, **fields: Any) -> None
 # --- runs -----------------------------------------------------------------
 
 
-async def get_run(conn: Executor, run_id: str) -> RunRow | None:
+async def get_run(conn: SQLConnection, run_id: str) -> RunRow | None:
     row = (
         await conn.execute(
             _sql(f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE run_id = :rid"), {"rid": run_id}
@@ -193,17 +201,17 @@ async def get_run(conn: Executor, run_id: str) -> RunRow | None:
 # stale only if nobody holds its lock (the lock dies with the process's connection).
 
 
-async def lock_run_start(conn: Executor, run_id: str) -> None:
+async def lock_run_start(conn: SQLConnection, run_id: str) -> None:
     await conn.execute(_sql("SELECT pg_advisory_lock(hashtextextended(:rid, 0))"), {"rid": run_id})
 
 
-async def unlock_run_start(conn: Executor, run_id: str) -> None:
+async def unlock_run_start(conn: SQLConnection, run_id: str) -> None:
     await conn.execute(
         _sql("SELECT pg_advisory_unlock(hashtextextended(:rid, 0))"), {"rid": run_id}
     )
 
 
-async def run_start_settled(conn: Executor, run_id: str) -> bool:
+async def run_start_settled(conn: SQLConnection, run_id: str) -> bool:
     """Nobody is starting this run; the check holds until the transaction ends."""
     row = await conn.execute(
         _sql("SELECT pg_try_advisory_xact_lock(hashtextextended(:rid, 0))"), {"rid": run_id}
@@ -211,7 +219,7 @@ async def run_start_settled(conn: Executor, run_id: str) -> bool:
     return bool(row.scalar())
 
 
-async def live_runs_with_ended_workflow(conn: Executor) -> list[str]:
+async def live_runs_with_ended_workflow(conn: SQLConnection) -> list[str]:
     """Live runs whose DBOS workflow does not exist or has ended (DBOS's own table)."""
     rows = await conn.execute(
         _sql(
@@ -229,7 +237,7 @@ async def live_runs_with_ended_workflow(conn: Executor) -> list[str]:
     return [str(run_id) for (run_id,) in rows]
 
 
-async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
+async def get_live_run(conn: SQLConnection, session_id: str) -> RunRow | None:
     row = (
         await conn.execute(
             _sql(
@@ -242,7 +250,7 @@ async def get_live_run(conn: Executor, session_id: str) -> RunRow | None:
     return RunRow(*row) if row else None
 
 
-async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
+async def list_runs(conn: SQLConnection, session_id: str) -> list[RunRow]:
     rows = await conn.execute(
         _sql(
             f"SELECT {_RUN_COLUMNS} FROM helix.runs WHERE session_id = :sid ORDER BY turn, started_at"
@@ -253,7 +261,7 @@ async def list_runs(conn: Executor, session_id: str) -> list[RunRow]:
 
 
 async def insert_run(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     run_id: str,
     session_id: str,
@@ -284,7 +292,7 @@ async def insert_run(
 # --- messages -------------------------------------------------------------
 
 
-async def allocate_message_seqs(conn: Executor, session_id: str, count: int) -> int:
+async def allocate_message_seqs(conn: SQLConnection, session_id: str, count: int) -> int:
     """Reserve `count` sequence numbers at the end of the transcript; returns the first.
 
     The counter lives on the session row, so allocation locks it until commit and two
@@ -318,7 +326,11 @@ def message_record(message: Message) -> dict[str, Any]:
 
 
 async def insert_messages(
-    conn: Executor, session_id: str, run_id: str | None, first_seq: int, messages: Sequence[Message]
+    conn: SQLConnection,
+    session_id: str,
+    run_id: str | None,
+    first_seq: int,
+    messages: Sequence[Message],
 ) -> int:
     """Insert messages at first_seq, first_seq+1, ...; returns the next free seq."""
     if not messages:
@@ -372,7 +384,7 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
 
 
 async def load_messages(
-    conn: Executor, session_id: str, *, after_seq: int = 0
+    conn: SQLConnection, session_id: str, *, after_seq: int = 0
 ) -> list[tuple[int, Message]]:
     rows = await conn.execute(
         _sql(
@@ -424,7 +436,7 @@ _SESSION_TREE = (
 
 
 async def usage_summary(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str | None = None,
     run_id: str | None = None,
@@ -469,7 +481,7 @@ USAGE_SELECT = (
 USAGE_KEYS = ("llm_calls", "tool_calls", *_TOKENS, "subagent_calls")
 
 
-async def run_usage_total(conn: Executor, run_id: str) -> tuple[LLMUsage, float]:
+async def run_usage_total(conn: SQLConnection, run_id: str) -> tuple[LLMUsage, float]:
     """A finished run's tokens, its sub-agents' included (their `subagent` rows), and
     its duration in milliseconds: what its parent's `subagent` usage row records."""
     row = (
@@ -492,7 +504,7 @@ async def run_usage_total(conn: Executor, run_id: str) -> tuple[LLMUsage, float]
 
 
 async def insert_chunks(
-    conn: Executor,
+    conn: SQLConnection,
     session_id: str,
     run_id: str | None,
     agent_name: str | None,
@@ -550,13 +562,13 @@ _INSERT_CHUNKS = (
 )
 
 
-async def notify_run_end(conn: Executor, run_id: str) -> None:
+async def notify_run_end(conn: SQLConnection, run_id: str) -> None:
     """Wake the callers waiting for this run's result, when the transaction commits."""
     await conn.execute(_sql("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
 
 
 async def load_chunks(
-    conn: Executor,
+    conn: SQLConnection,
     session_id: str,
     *,
     after_seq: int = 0,
@@ -578,7 +590,7 @@ async def load_chunks(
 
 
 async def append_messages(
-    conn: Executor, session_id: str, run_id: str | None, messages: Sequence[Message]
+    conn: SQLConnection, session_id: str, run_id: str | None, messages: Sequence[Message]
 ) -> int:
     """Append at the end of the transcript, at sequence numbers allocated now.
 
@@ -670,7 +682,7 @@ def _step_params(
 
 
 async def commit_step_rows(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str,
     run_id: str,
@@ -741,7 +753,7 @@ async def commit_step_rows(
 
 
 async def commit_step_head(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str,
     run_id: str,
@@ -797,7 +809,7 @@ _INTERRUPT_PENDING = (
 )
 
 
-async def owns_workflow(conn: Executor, workflow_id: str, owner_xid: str) -> bool:
+async def owns_workflow(conn: SQLConnection, workflow_id: str, owner_xid: str) -> bool:
     """Whether the execution holding `owner_xid` still owns the workflow (see `OWNED`)."""
     row = await conn.execute(
         _sql(
@@ -809,7 +821,7 @@ async def owns_workflow(conn: Executor, workflow_id: str, owner_xid: str) -> boo
     return bool(row.scalar())
 
 
-async def interrupt_pending(conn: Executor, workflow_id: str) -> bool:
+async def interrupt_pending(conn: SQLConnection, workflow_id: str) -> bool:
     row = await conn.execute(_sql(f"SELECT {_INTERRUPT_PENDING}"), {"wid": workflow_id})
     return bool(row.scalar())
 
@@ -831,7 +843,7 @@ class FirstRead:
 
 
 async def first_read(
-    conn: Executor, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
+    conn: SQLConnection, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
 ) -> FirstRead:
     """`FirstRead` in one round trip: a header row at seq 0, which no message has, then
     the messages."""
@@ -858,7 +870,7 @@ async def first_read(
     )
 
 
-async def update_live_run(conn: Executor, run_id: str, **fields: Any) -> bool:
+async def update_live_run(conn: SQLConnection, run_id: str, **fields: Any) -> bool:
     """Update a run only while it is live; False when it already ended (aborted, say)."""
     sets: list[str] = []
     params: dict[str, Any] = {"rid": run_id}
@@ -928,7 +940,11 @@ class DuplicateToolCallIdError(RuntimeError):
 
 
 async def insert_pending_tool_calls(
-    conn: Executor, session_id: str, run_id: str, workflow_id: str, calls: Sequence[PendingToolCall]
+    conn: SQLConnection,
+    session_id: str,
+    run_id: str,
+    workflow_id: str,
+    calls: Sequence[PendingToolCall],
 ) -> dict[str, float]:
     """Record pending calls with their deadlines; returns deadline epochs from the database
     clock. Each id is one call: the row holds exactly the arguments that run if approved."""
@@ -967,7 +983,7 @@ async def insert_pending_tool_calls(
 
 
 async def resolve_tool_call(
-    conn: Executor,
+    conn: SQLConnection,
     run_id: str,
     tool_call_id: str,
     *,
@@ -993,7 +1009,7 @@ async def resolve_tool_call(
 
 
 async def find_tool_call(
-    conn: Executor, session_id: str, tool_call_id: str, *, for_update: bool = False
+    conn: SQLConnection, session_id: str, tool_call_id: str, *, for_update: bool = False
 ) -> ToolCallRow | None:
     """The most recent call with this id in the session, else in one of its sub-agents'
     sessions when it is a root (seed 002: submissions go against the ROOT session and
@@ -1013,7 +1029,7 @@ async def find_tool_call(
     return ToolCallRow(*row) if row else None
 
 
-async def mark_answered(conn: Executor, run_id: str, tool_call_id: str) -> None:
+async def mark_answered(conn: SQLConnection, run_id: str, tool_call_id: str) -> None:
     await conn.execute(
         _sql(
             "UPDATE helix.tool_calls SET answered_at = now() WHERE run_id = :rid AND tool_call_id = :tcid"
@@ -1022,7 +1038,7 @@ async def mark_answered(conn: Executor, run_id: str, tool_call_id: str) -> None:
     )
 
 
-async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRow]:
+async def pending_tool_calls(conn: SQLConnection, session_id: str) -> list[ToolCallRow]:
     rows = await conn.execute(
         _sql(
             f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE session_id = :sid AND status = 'pending' ORDER BY created_at"
@@ -1032,7 +1048,7 @@ async def pending_tool_calls(conn: Executor, session_id: str) -> list[ToolCallRo
     return [ToolCallRow(*r) for r in rows]
 
 
-async def pending_kinds(conn: Executor, run_id: str) -> list[ToolCallKind]:
+async def pending_kinds(conn: SQLConnection, run_id: str) -> list[ToolCallKind]:
     """What a run's pending calls wait for (approval, client, human_input)."""
     rows = await conn.execute(
         _sql(
@@ -1048,7 +1064,7 @@ async def pending_kinds(conn: Executor, run_id: str) -> list[ToolCallKind]:
     return kinds
 
 
-async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> None:
+async def abort_pending_tool_calls(conn: SQLConnection, run_id: str, reason: str) -> None:
     await conn.execute(
         _sql(
             "UPDATE helix.tool_calls SET status = 'aborted', reason = :reason, resolved_at = now() "
@@ -1058,14 +1074,14 @@ async def abort_pending_tool_calls(conn: Executor, run_id: str, reason: str) -> 
     )
 
 
-async def message_seqs_of_run(conn: Executor, run_id: str) -> set[int]:
+async def message_seqs_of_run(conn: SQLConnection, run_id: str) -> set[int]:
     rows = await conn.execute(
         _sql("SELECT seq FROM helix.messages WHERE run_id = :rid"), {"rid": run_id}
     )
     return {r[0] for r in rows}
 
 
-async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]:
+async def unpaired_finish_call_ids(conn: SQLConnection, session_id: str) -> list[str]:
     """`__finish__` calls with no tool result (left by older code as a run's last
     message), found in SQL. Only the last assistant message can hold one: every turn
     opened since heals it. One index probe, so a long session's next turn does not scan
@@ -1084,7 +1100,7 @@ async def unpaired_finish_call_ids(conn: Executor, session_id: str) -> list[str]
 
 
 async def run_waits(
-    conn: Executor, run_id: str
+    conn: SQLConnection, run_id: str
 ) -> list[tuple[str, str, str, str, datetime, datetime | None]]:
     """The calls a run waited on for a human or a client: id, tool, kind, status, when
     the wait began and when it was resolved (a trace's suspend and resume events)."""

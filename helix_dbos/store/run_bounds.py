@@ -23,9 +23,9 @@ from helix_dbos.store.repository import (
     OWNED,
     USAGE_KEYS,
     USAGE_SELECT,
-    Executor,
     Owner,
     RunRow,
+    SQLConnection,
     UsageRecord,
     _chunk_records,
     _json,
@@ -57,7 +57,7 @@ _OPEN_NEW_SESSION_RUN = _sql(
 
 
 async def open_new_session_run(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str,
     run_id: str,
@@ -145,7 +145,7 @@ class EndedRun:
 
 
 async def end_run(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str,
     run_id: str,
@@ -257,7 +257,7 @@ _END_STEP_AND_RUN = {
 
 
 async def end_step_and_run(
-    conn: Executor,
+    conn: SQLConnection,
     *,
     session_id: str,
     run_id: str,
@@ -324,7 +324,7 @@ _RUN_OUTCOME = _sql(
 )
 
 
-async def run_outcome(conn: Executor, run_id: str) -> RunOutcome | None:
+async def run_outcome(conn: SQLConnection, run_id: str) -> RunOutcome | None:
     """The run's row, stop reason, mode and usage in one query; None if no such run."""
     row = (await conn.execute(_RUN_OUTCOME, {"rid": run_id})).first()
     if row is None:

@@ -33,7 +33,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.exc import DBAPIError
 
-from helix_dbos.store.driver import DriverExecutor
+from helix_dbos.store.driver import DriverConnection
 
 logger = logging.getLogger("helix_dbos")
 
@@ -75,7 +75,7 @@ class StatementPool:
         )
 
     @asynccontextmanager
-    async def connection(self, timeout: float | None = None) -> AsyncIterator[DriverExecutor]:
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[DriverConnection]:
         """A connection, waited for up to `timeout` seconds (`PoolTimeout` after; while
         the server refuses new connections, as when its `max_connections` is taken, the
         pool keeps trying meanwhile)."""
@@ -85,7 +85,7 @@ class StatementPool:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
         async with pool.connection(timeout=timeout) as raw:
             try:
-                yield DriverExecutor(raw)
+                yield DriverConnection(raw)
             except DBAPIError as exc:
                 if exc.connection_invalidated and pool is self._pool:
                     self._retire("a statement lost its connection")

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
-from helix_dbos.store.repository import Executor
+from helix_dbos.store.repository import SQLConnection
 
 _LIVE = "('running', 'waiting', 'paused')"
 # `:sid` and every session below it, with its agent and its depth (0: `:sid` itself).
@@ -57,7 +57,7 @@ class TreeRun:
     agent_name: str
 
 
-async def pending_calls(conn: Executor, session_id: str) -> list[TreeCall]:
+async def pending_calls(conn: SQLConnection, session_id: str) -> list[TreeCall]:
     """The tree's pending calls: the session's own first, then by depth, oldest first."""
     rows = await conn.execute(
         _sql(
@@ -71,7 +71,7 @@ async def pending_calls(conn: Executor, session_id: str) -> list[TreeCall]:
     return [TreeCall(*r) for r in rows]
 
 
-async def live_runs(conn: Executor, session_id: str) -> list[TreeRun]:
+async def live_runs(conn: SQLConnection, session_id: str) -> list[TreeRun]:
     """The tree's live runs, top down: the session's own (if any) first."""
     rows = await conn.execute(
         _sql(

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from helix_dbos.runtime.executor import HelixDBOS
+from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server.auth import Authenticate
 from helix_dbos.server.models import ErrorResponse
 from helix_dbos.server.streams import StreamSlots

@@ -1,0 +1,389 @@
+"""`HelixDBOS`: the one object a user holds, a thin facade over modules with one job
+each: `run_starts` (execute, resume, retry), `run_control` (answers, interrupt,
+abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, SQL)
+and `worker_process` (DBOS's configuration, migrations, the lease, shutdown).
+
+A new capability is a module of its own and a few lines here: an async method that
+delegates, and its `_sync` twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Row
+
+from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.definitions.queue import RunQueue
+from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime import worker_process
+from helix_dbos.runtime.dispatch import Dispatch
+from helix_dbos.runtime.event_loop import sync_twin
+from helix_dbos.runtime.handle import RunHandle
+from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
+from helix_dbos.runtime.results import (
+    AgentResult,
+    PendingToolCall,
+    RunInfo,
+    SessionInfo,
+    UsageSummary,
+)
+from helix_dbos.runtime.run_control import RunControl
+from helix_dbos.runtime.run_opening import OpenedRun
+from helix_dbos.runtime.run_starts import RunStarts
+from helix_dbos.runtime.run_waits import RunWaits
+from helix_dbos.runtime.session_reads import SessionReads
+from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
+from helix_dbos.store.database import resolve_database_url
+from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
+from helix_dbos.store.workers import WorkerRow
+from helix_dbos.streaming.chunks import StreamChunk
+
+
+class HelixDBOS:
+    """Durable agents on DBOS: register agents, launch, start runs, answer, read.
+
+    Construct it with every agent before `launch()`: recovered runs find their agent by
+    name. The constructor touches no database (it configures DBOS and builds pools that
+    connect on first use); `launch()` migrates first (or call `migrate()` yourself). With
+    no `database_url` and no HELIX_DATABASE_URL an embedded PostgreSQL starts in
+    `./.helix/pgdata` (its address is only known once it runs).
+
+    Sync twins: every public async method has a `<name>_sync` twin for synchronous
+    code, except `stream()` (an async iterator) and `shutdown_async()` (the async
+    twin of `shutdown()`).
+    """
+
+    def __init__(
+        self,
+        agents: Iterable[Agent] = (),
+        *,
+        database_url: str | None = None,
+        llm: LLMAdapter | None = None,
+        app_name: str = "helix_dbos",
+        application_version: str | None = None,
+        executor_id: str | None = None,
+        data_dir: str | None = None,
+        pool_size: int = 10,
+        approval_timeout_seconds: float = 7 * 24 * 3600,
+        client_tool_timeout_seconds: float = 600,
+        database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        connection_timeout_seconds: float = CHECKOUT_TIMEOUT_SECONDS,
+        reconcile_seconds: float = 60,
+        executes_runs: bool = True,
+        worker_lease_seconds: float | None = None,
+        queues: Sequence[RunQueue] = (),
+        listen_queues: Iterable[str] = (),
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            _add(self.agents, agent)
+        self.dispatch = Dispatch(queues, executes_runs=executes_runs, listen_queues=listen_queues)
+        self.database_url = resolve_database_url(database_url, data_dir=data_dir)
+        self.application_version = application_version or os.environ.get(
+            "HELIX_APP_VERSION", worker_process.DEFAULT_APP_VERSION
+        )
+        worker_process.configure_dbos(
+            app_name, self.database_url, self.application_version, executor_id
+        )
+        self.runtime = worker_process.process_runtime(
+            self.database_url,
+            self.agents,
+            llm,
+            pool_size=pool_size,
+            approval_timeout_seconds=approval_timeout_seconds,
+            client_tool_timeout_seconds=client_tool_timeout_seconds,
+            database_outage_seconds=database_outage_seconds,
+            connection_timeout_seconds=connection_timeout_seconds,
+        )
+        self.reconcile_seconds = reconcile_seconds
+        self.worker_lease_seconds = worker_lease_seconds or float(
+            os.environ.get("HELIX_WORKER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+        )
+        self._reads = SessionReads(self.runtime)
+        self._starts = RunStarts(self.runtime, self._reads, self.dispatch, pool_size)
+        self._control = RunControl(self._reads)
+        self._waits = RunWaits(self._reads, self._starts, self.database_url)
+        self.runtime.notifier = self._waits.notifier
+        self._process = worker_process.WorkerProcess(
+            self.runtime, self.dispatch, self._starts, self._waits, self.database_url
+        )
+
+    # --- set-up and lifecycle ---------------------------------------------------
+
+    @property
+    def executes_runs(self) -> bool:
+        """Whether this process executes runs (a worker) or only enqueues them (a web
+        front); set before `launch()`."""
+        return self.dispatch.executes_runs
+
+    @executes_runs.setter
+    def executes_runs(self, value: bool) -> None:
+        if self.lease is not None:
+            raise RuntimeError("executes_runs is set before launch()")
+        self.dispatch.executes_runs = value
+
+    @property
+    def lease(self) -> WorkerLease | None:
+        """This worker's lease, taken by `launch()`."""
+        return self._process.lease
+
+    def register(self, agent: Agent) -> None:
+        """Add an agent (before `launch()`, so recovered runs find it; after, it is served
+        from then on)."""
+        if _add(self.agents, agent) and self.lease is not None:  # registered after launch
+            self.dispatch.register_agent(agent.name)
+            if self.executes_runs:
+                self.lease.serve(agent.name)
+
+    def migrate(self) -> None:
+        """Create the database if missing and bring helix's and DBOS's tables up to date
+        (idempotent, safe from many processes at once). `launch()` calls it first."""
+        worker_process.migrate(self.database_url)
+
+    def launch(self) -> None:
+        """Migrate, take this worker's lease (refused while another live process holds
+        its executor id), launch DBOS, and start heartbeating: the unfinished runs of
+        this worker's previous life and of any worker that dies go back to the queues,
+        and runs whose start a crash cut short are closed as failed."""
+        self.migrate()
+        self._process.launch(self.worker_lease_seconds, self.reconcile_seconds)
+
+    async def workers(self) -> list[WorkerRow]:
+        """Every worker that ever registered on this database, live first."""
+        return await asyncio.to_thread(worker_process.list_workers, self.database_url)
+
+    def shutdown(self) -> None:
+        """Stop this process's part: helix's connections, DBOS, the worker lease.
+
+        Called on helix's own event loop, the connections close in tasks on that loop,
+        which finish only if the loop keeps running; async code should `await
+        shutdown_async()`, which closes them before it returns."""
+        self._process.shutdown()
+
+    async def shutdown_async(self) -> None:
+        """`shutdown()` for async code (a FastAPI lifespan, the end of `asyncio.run`): it
+        runs in a worker thread, so helix's connections are closed on their loop before it
+        returns, and DBOS's teardown does not block the loop meanwhile."""
+        await asyncio.to_thread(self.shutdown)
+
+    # --- starting runs ----------------------------------------------------------
+
+    async def execute(
+        self,
+        agent: Agent | str,
+        input: str | None = None,
+        *,
+        session_id: str | None = None,
+        state: Any = None,
+        terminating: TerminatingConfig | None = None,
+        priority: int | None = None,
+    ) -> RunHandle:
+        """Start a run: a new session, or a new turn of an existing one.
+
+        `terminating` runs it in seed 004's autonomous mode: the named tools end the
+        run, and the result carries `response` and `generated_messages`. The run
+        executes in this process, or is enqueued for a worker (see `Dispatch`);
+        `priority` (1 first, up to 2**31-1; unset runs before any) enqueues it on its
+        agent's queue."""
+        opened = await self._starts.execute(
+            agent,
+            input,
+            session_id=session_id,
+            state=state,
+            terminating=terminating,
+            priority=priority,
+        )
+        return self._handle(opened)
+
+    async def resume(self, session_id: str, message: str | None = None) -> RunHandle:
+        """Continue an interrupted (or otherwise ended) session in a new run."""
+        return self._handle(await self._starts.resume(session_id, message))
+
+    async def retry(self, session_id: str) -> RunHandle:
+        """Run a failed session again, with a fresh step budget and its history intact."""
+        return self._handle(await self._starts.retry(session_id))
+
+    async def get_handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run, for example after a restart."""
+        run = await self._reads.get_run(run_id)
+        return RunHandle(self, run.session_id, run.run_id, run.workflow_id)
+
+    def _handle(self, opened: OpenedRun) -> RunHandle:
+        return RunHandle(self, opened.session_id, opened.run_id, opened.workflow_id)
+
+    async def reconcile_runs(self) -> list[str]:
+        """Close the live runs whose workflow ended without closing them or never
+        started; returns their ids. `launch()` runs it every `reconcile_seconds`."""
+        return await self._starts.reconcile_runs()
+
+    # --- answers and run control -------------------------------------------------
+
+    async def approve(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        approved: bool = True,
+        *,
+        reason: str | None = None,
+    ) -> None:
+        """Answer an approval request; the tool runs with its original input if approved."""
+        await self._control.approve(session_id, tool_call_id, approved, reason)
+
+    async def deny(self, session_id: str, tool_call_id: str, *, reason: str | None = None) -> None:
+        await self.approve(session_id, tool_call_id, False, reason=reason)
+
+    async def submit_tool_result(
+        self, session_id: str, tool_call_id: str, result: Any = None, *, error: str | None = None
+    ) -> None:
+        """Hand in a client-executed tool's result (or its error)."""
+        await self._control.submit_tool_result(session_id, tool_call_id, result, error)
+
+    async def submit_human_input(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        human_input: str | None = None,
+        *,
+        approved: bool | None = None,
+    ) -> None:
+        """Answer a `__pause_for_human__` question."""
+        await self._control.submit_human_input(session_id, tool_call_id, human_input, approved)
+
+    async def pending_tool_calls(self, session_id: str) -> list[PendingToolCall]:
+        """Calls waiting for a human in the session and in every session below it (its
+        sub-agents' and companions', theirs), the session's own first. Answer any of
+        them through the root session (seed 002)."""
+        return await self._reads.pending_tool_calls(session_id)
+
+    async def interrupt(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        """Stop the live runs of the session's tree (its own, its sub-agents', companions',
+        theirs) at their next step boundary, or at once when waiting for a human; each ends
+        `interrupted` and `resume()` continues it. Returns the run ids reached."""
+        return await self._control.interrupt(session_id, reason)
+
+    async def abort(self, session_id: str, *, reason: str | None = None) -> list[str]:
+        """Cancel the live runs of the session's tree now: running tools are stopped, a
+        wait for a human ends, dangling tool calls get error results, each run ends
+        `aborted`. Returns the run ids reached."""
+        return await self._control.abort(session_id, reason)
+
+    # --- waiting for results and streams -------------------------------------------
+
+    def stream(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        run_id: str | None = None,
+        follow: bool = True,
+        poll_seconds: float = 5.0,
+    ) -> AsyncIterator[StreamChunk]:
+        """Chunks of a session (or of one run) after `after_seq`, then live ones.
+
+        Live readers sleep on LISTEN/NOTIFY; `poll_seconds` is only the safety net. With
+        `follow`, the stream ends after the run's terminal chunk (or, for a whole
+        session, once no run is live and every chunk was delivered)."""
+        return self._waits.stream(
+            session_id, after_seq=after_seq, run_id=run_id, follow=follow, poll_seconds=poll_seconds
+        )
+
+    async def wait_for_run_end(
+        self, session_id: str, run_id: str, *, poll_seconds: float = 5.0
+    ) -> RunInfo:
+        """Wait, on LISTEN/NOTIFY, until the run's row reaches a final status."""
+        return await self._waits.wait_for_run_end(session_id, run_id, poll_seconds)
+
+    async def wait_for_result(
+        self, session_id: str, run_id: str, workflow_id: str, *, poll_seconds: float = 5.0
+    ) -> AgentResult:
+        """The run's result, usage included: a workflow running in this process is
+        awaited directly, any other run's result is read from its row once it ends."""
+        return await self._waits.wait_for_result(session_id, run_id, workflow_id, poll_seconds)
+
+    # --- reading -----------------------------------------------------------------
+
+    async def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
+        """Run your own SQL on helix's database (its tables, views, your own), in a
+        transaction of its own on helix's pool: the rows, by name (`row.run_id`) or by
+        position, or [] for a statement that returns none. Parameters are named,
+        `WHERE agent_name = :agent` with `{"agent": "janitor"}`."""
+        return await self._reads.sql(statement, params)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._reads.get_session(session_id)
+
+    async def get_messages(self, session_id: str) -> list[Message]:
+        return await self._reads.get_messages(session_id)
+
+    async def get_run_messages(self, run_id: str) -> list[Message]:
+        """The messages a run added to its session's transcript."""
+        return await self._reads.get_run_messages(run_id)
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        return await self._reads.get_run(run_id)
+
+    async def get_current_run(self, session_id: str) -> RunInfo | None:
+        """The live run of a session, or None when nothing is running."""
+        return await self._reads.get_current_run(session_id)
+
+    async def list_runs(self, session_id: str) -> list[RunInfo]:
+        return await self._reads.list_runs(session_id)
+
+    async def get_usage(
+        self,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        include_children: bool = False,
+    ) -> UsageSummary:
+        """Calls and tokens of a session or run; `include_children` adds every sub-agent
+        session below the session (their tokens are counted once: a `subagent` row only
+        counts as a call, in `subagent_calls`)."""
+        return await self._reads.get_usage(
+            session_id=session_id, run_id=run_id, include_children=include_children
+        )
+
+    # --- sync twins (see the class docstring) ---------------------------------------
+
+    workers_sync = sync_twin(workers)
+    execute_sync = sync_twin(execute)
+    resume_sync = sync_twin(resume)
+    retry_sync = sync_twin(retry)
+    get_handle_sync = sync_twin(get_handle)
+    reconcile_runs_sync = sync_twin(reconcile_runs)
+    approve_sync = sync_twin(approve)
+    deny_sync = sync_twin(deny)
+    submit_tool_result_sync = sync_twin(submit_tool_result)
+    submit_human_input_sync = sync_twin(submit_human_input)
+    pending_tool_calls_sync = sync_twin(pending_tool_calls)
+    interrupt_sync = sync_twin(interrupt)
+    abort_sync = sync_twin(abort)
+    wait_for_run_end_sync = sync_twin(wait_for_run_end)
+    wait_for_result_sync = sync_twin(wait_for_result)
+    sql_sync = sync_twin(sql)
+    get_session_sync = sync_twin(get_session)
+    get_messages_sync = sync_twin(get_messages)
+    get_run_messages_sync = sync_twin(get_run_messages)
+    get_run_sync = sync_twin(get_run)
+    get_current_run_sync = sync_twin(get_current_run)
+    list_runs_sync = sync_twin(list_runs)
+    get_usage_sync = sync_twin(get_usage)
+
+
+def _add(agents: dict[str, Agent], agent: Agent) -> bool:
+    """Add `agent` by name; False if it is there already, an error if another is."""
+    existing = agents.get(agent.name)
+    if existing is not None and existing is not agent:
+        raise ValueError(f"Another agent named '{agent.name}' is already registered")
+    agents[agent.name] = agent
+    return existing is None
+
+
+__all__ = ["HelixDBOS"]

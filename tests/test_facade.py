@@ -1,0 +1,132 @@
+"""`HelixDBOS` is a thin facade: its constructor touches no database, every public async
+method has a `_sync` twin (the rule its docstring states), and one module owns opening
+a run and the run id -> workflow id mapping."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helix_dbos import HelixDBOS, PendingToolCall, UsageSummary
+from helix_dbos.runtime.run_opening import child_ids, run_id_of, workflow_id
+
+REPO = Path(__file__).resolve().parent.parent
+# Public async methods without a twin, and why: an async iterator has no sync form, and
+# `shutdown_async` is itself the async twin of `shutdown`.
+NO_TWIN = {"stream", "shutdown_async"}
+
+
+def missing_twins(cls: type) -> list[str]:
+    """Public coroutine methods of `cls` without a `<name>_sync` of the same signature."""
+    missing = []
+    for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction):
+        if name.startswith("_") or name in NO_TWIN:
+            continue
+        twin = getattr(cls, f"{name}_sync", None)
+        if twin is None or inspect.signature(twin) != inspect.signature(member):
+            missing.append(name)
+    return missing
+
+
+def test_every_public_async_method_has_a_sync_twin():
+    assert missing_twins(HelixDBOS) == []
+    assert "_sync" in (HelixDBOS.__doc__ or ""), "the class docstring states the rule"
+
+
+def test_the_twin_check_sees_a_missing_twin():
+    class Facade:
+        async def read(self, key: str) -> str:
+            return key
+
+        async def write(self, key: str) -> None: ...
+
+        def read_sync(self, key: str) -> str:
+            return key
+
+        def write_sync(self, other: int) -> None: ...
+
+    assert missing_twins(Facade) == ["write"]
+
+
+def test_typed_answers_of_the_public_methods():
+    hints = {
+        name: inspect.signature(getattr(HelixDBOS, name)).return_annotation
+        for name in ("pending_tool_calls", "get_usage", "pending_tool_calls_sync", "get_usage_sync")
+    }
+    assert hints["pending_tool_calls"] == "list[PendingToolCall]"
+    assert hints["get_usage"] == "UsageSummary"
+    assert UsageSummary().llm_calls == 0 and "depth" in PendingToolCall.model_fields
+
+
+_CONSTRUCT = """
+import sys
+import psycopg
+from helix_dbos import Agent, HelixDBOS
+
+url = sys.argv[1]
+
+def schemas():
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname IN ('helix', 'dbos')"
+        ).fetchall()
+    return sorted(r[0] for r in rows)
+
+helix = HelixDBOS([Agent("quiet")], database_url=url)
+print("after constructor", schemas())
+helix.migrate()
+print("after migrate", schemas())
+with psycopg.connect(url) as conn:
+    tables = conn.execute(
+        "SELECT table_schema || '.' || table_name FROM information_schema.tables "
+        "WHERE table_name IN ('runs', 'workflow_status', 'datasource_outputs') "
+        "ORDER BY 1"
+    ).fetchall()
+print("tables", [t[0] for t in tables])
+HelixDBOS([Agent("unreachable")], database_url="postgresql://x@127.0.0.1:9/none")
+print("constructed on an unreachable server")
+"""
+
+
+def test_the_constructor_touches_no_database_and_migrate_does(empty_database_url: str):
+    """Constructed at module level (an app, the CLI's --app), HelixDBOS creates nothing
+    and connects nowhere: on an empty database no schema appears until `migrate()`
+    (which `launch()` calls first), and a server nobody listens on is no error."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CONSTRUCT, empty_database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "after constructor []"
+    assert lines[1] == "after migrate ['dbos', 'helix']"
+    assert "'helix.runs'" in lines[2] and "'dbos.workflow_status'" in lines[2]
+    assert "'dbos.datasource_outputs'" in lines[2], "the datasource's checkpoint table"
+    assert lines[3] == "constructed on an unreachable server"
+
+
+def test_one_module_maps_run_ids_to_workflow_ids():
+    assert workflow_id("run_1") == "helix-run_1"
+    assert run_id_of(workflow_id("run_1")) == "run_1"
+    assert run_id_of("orders-42") is None
+    # A replay derives the same child; another call or step another one.
+    assert child_ids("run_p", 3, "c1") == child_ids("run_p", 3, "c1")
+    assert child_ids("run_p", 3, "c1") != child_ids("run_p", 4, "c1")
+    session_id, run_id = child_ids("run_p", 3, "c1")
+    assert session_id.startswith("ses_") and run_id.startswith("run_")
+
+
+def test_the_workflow_id_is_spelled_in_one_module():
+    spelled = re.compile(r"""["']helix-\{|["']helix-["']""")
+    places = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "helix_dbos").rglob("*.py"))
+        if spelled.search(path.read_text())
+    ]
+    assert places == ["helix_dbos/runtime/run_opening.py"], "use run_opening.workflow_id()"
