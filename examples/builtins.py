@@ -150,9 +150,7 @@ async def main(helix: HelixDBOS) -> None:
 
     answer = "Use John Smith C-001, the premium customer."
     print(f"\nAnswering as the reviewer: {json.dumps(answer)}")
-    await helix.submit_human_input(
-        handle.session_id, pending["tool_call_id"], answer, approved=True
-    )
+    await helix.submit_human_input(handle.session_id, pending.tool_call_id, answer, approved=True)
 
     result = await handle.result()
     print(f"\nRun {result.run_id}: {result.status}")

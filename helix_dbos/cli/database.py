@@ -12,12 +12,10 @@ from helix_dbos.cli.output import plural, print_json
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
     embedded_data_dir,
-    ensure_database_exists,
     libpq_url,
     redact_url,
 )
 from helix_dbos.store.embedded import embedded_pid, stop_embedded
-from helix_dbos.store.migrations import apply_migrations
 
 db_app = typer.Typer(
     name="db",
@@ -28,13 +26,13 @@ db_app = typer.Typer(
 
 def migrate(json_output: Json = False, database_url: DatabaseUrl = None) -> int:
     """Create the database if needed, apply helix's pending migrations and bring DBOS's
-    system tables up to date (a deployment step before a fleet of workers starts)."""
-    from dbos import DBOS  # noqa: PLC0415 - only this command needs DBOS
+    tables up to date (a deployment step before a fleet of workers starts)."""
+    # Only this command needs DBOS: `HelixDBOS.migrate()`'s own steps.
+    from helix_dbos.runtime.worker_process import migrate as migrate_all  # noqa: PLC0415
 
     url = resolve_url(database_url)
-    created = ensure_database_exists(url)
-    applied = apply_migrations(url)
-    DBOS.migrate(libpq_url(url))
+    done = migrate_all(url)
+    created, applied = done.created, done.applied
     where = redact_url(url)
     if json_output:
         print_json({"database": where, "created": created, "applied": applied})

@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig
@@ -146,12 +147,18 @@ def provider_adapter(agent: Agent) -> LLMAdapter:
     return resolve_adapter(agent.llm.model, **kwargs)
 
 
-def migrate(database_url: str) -> None:
+@dataclass(frozen=True)
+class Migrated:
+    created: bool  # the database did not exist
+    applied: list[str]  # helix's migrations applied now
+
+
+def migrate(database_url: str) -> Migrated:
     """Create the database if missing, then bring helix's tables, DBOS's system tables
     and the datasource's checkpoint table up to date; each under its own lock, and one
-    query each once current."""
-    ensure_database_exists(database_url)
-    apply_migrations(database_url)
+    query each once current (`HelixDBOS.migrate`, `helix-dbos migrate`)."""
+    created = ensure_database_exists(database_url)
+    applied = apply_migrations(database_url)
     if not dbos_internals.is_launched():
         # DBOS's tables up to date before anything here reads them (the lease's first
         # claim, at launch): on an empty database, workers started together would
@@ -162,6 +169,7 @@ def migrate(database_url: str) -> None:
             sqlalchemy_url(database_url), schema=DATASOURCE_SCHEMA
         )
         pool.submit(asyncio.run, migration).result()
+    return Migrated(created, applied)
 
 
 def list_workers(database_url: str) -> list[WorkerRow]:
