@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         run_workflow_tool,
         store_memory_tool,
     )
+    from helix_dbos.client import AsyncHelixClient, HelixClient
     from helix_dbos.definitions.agent import (
         Agent,
         LLMConfig,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from helix_dbos.definitions.context import ToolContext
     from helix_dbos.definitions.hooks import AgentHooks
     from helix_dbos.definitions.queue import RateLimit, RunQueue
+    from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool, remote_sub_agent_tool
     from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
     from helix_dbos.definitions.tool import Tool, tool
     from helix_dbos.errors import (
@@ -108,6 +110,10 @@ _EXPORTS: dict[str, str] = {
     "AgentHooks": "helix_dbos.definitions.hooks",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
+    **dict.fromkeys(
+        ["RemoteSubAgentTool", "remote_sub_agent_tool"], "helix_dbos.definitions.remote_subagent"
+    ),
+    **dict.fromkeys(["AsyncHelixClient", "HelixClient"], "helix_dbos.client"),
     **dict.fromkeys(["Tool", "tool"], "helix_dbos.definitions.tool"),
     **dict.fromkeys(
         [
@@ -211,6 +217,9 @@ __all__ = [
     "StreamChunk",
     "StructuredOutputStepResult",
     "SubAgentTool",
+    "RemoteSubAgentTool",
+    "HelixClient",
+    "AsyncHelixClient",
     "TerminatingConfig",
     "TextDelta",
     "TextStepResult",
@@ -244,6 +253,7 @@ __all__ = [
     "sqlalchemy_url",
     "store_memory_tool",
     "sub_agent_tool",
+    "remote_sub_agent_tool",
     "tool",
     "uninstrument",
 ]

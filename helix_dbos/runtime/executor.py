@@ -53,6 +53,7 @@ from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.llm_step import run_terminating
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, is_transient_db_error
+from helix_dbos.runtime.remote_children import abort_remote_children
 from helix_dbos.runtime.results import (
     TERMINAL_STATUSES,
     AgentResult,
@@ -821,6 +822,9 @@ class HelixDBOS:
                 await on_target_loop(functools.partial(DBOS.cancel_workflow_async, run.workflow_id))
         for run in runs:
             await self._close_aborted(run, reason)
+        await on_target_loop(
+            lambda: abort_remote_children(self.runtime, session_id, reason)
+        )  # remote children (issue 32)
         return [r.run_id for r in runs]
 
     async def _close_aborted(self, run: TreeRun, reason: str | None) -> None:

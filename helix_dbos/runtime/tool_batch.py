@@ -21,6 +21,7 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.companions import CompanionCalls
@@ -33,6 +34,7 @@ from helix_dbos.runtime.hitl import (
     interrupted_message,
     needs_gate_step,
 )
+from helix_dbos.runtime.remote_children import run_remote_child
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.subagents import (
     AgentWorkflow,
@@ -207,9 +209,13 @@ class ToolBatch:
         return merged
 
     async def _in_workflow_code(self, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
-        outcome = await run_workflow_tool(
-            self.agent, self.session_id, self.run_id, self.step, call, state
-        )
+        tool = self.agent.tool(call.name)
+        if isinstance(tool, RemoteSubAgentTool):  # remote children (issue 32)
+            outcome = await run_remote_child(self.agent, self.commit, call, tool)
+        else:
+            outcome = await run_workflow_tool(
+                self.agent, self.session_id, self.run_id, self.step, call, state
+            )
         self.outcomes[call.id] = outcome
         return outcome.state if outcome.state is not None else state
 
