@@ -4,11 +4,17 @@ seed 002 chat routes and `/workspaces`, and keyed starts (issue 32)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from docs_text import code_blocks, section
 from helpers import sql
 from live_server import serve
 from tcp_proxy import CuttableProxy
@@ -23,6 +29,14 @@ from helix_dbos.client.errors import (
 )
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.server.models import RunStarted, StatusResponse
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def call(call_id: str, name: str, arguments: dict) -> dict:
@@ -314,3 +328,52 @@ def test_the_client_covers_every_route(base_url):
     ]
     made |= {(c.method, c.path.replace("%7B", "{").replace("%7D", "}")) for c in samples}
     assert served - aliases <= made, sorted(served - aliases - made)
+
+
+@pytest.mark.crash
+def test_the_client_page_runs_against_the_example_server(database_url, tmp_path):
+    """docs/client.md's two programs, as pasted, against examples/server.py."""
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
+    }
+    env |= {"HELIX_DATABASE_URL": database_url, "PORT": str(port)}
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "server.py")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with HelixClient(url, max_retries=0, timeout=2) as probe:
+            for _ in range(600):
+                try:
+                    probe.workspaces()
+                    break
+                except Exception:
+                    assert server.poll() is None, "examples/server.py exited"
+                    time.sleep(0.2)
+        sync_program, async_program = code_blocks(section("Python client"), "python")[:2]
+        outputs = []
+        for name, program in (("sync.py", sync_program), ("async.py", async_program)):
+            script = tmp_path / name
+            script.write_text(program)
+            done = subprocess.run(
+                [sys.executable, str(script)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**env, "HELIX_URL": url},
+            )
+            assert done.returncode == 0, done.stderr
+            outputs.append(done.stdout.splitlines())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert outputs[0] == ["completed The clean-up is done."]
+    printed = outputs[1]
+    assert printed[0] == "run_started" and printed[-1] == "run_completed", printed
+    assert printed.index("tool_approval_request") < printed.index("tool_end")
+    assert "run_resumed" in printed
+    assert "prints `completed The clean-up is done.`" in section("Python client")
