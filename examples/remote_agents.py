@@ -19,17 +19,21 @@ import subprocess
 import sys
 import time
 
+import uvicorn
+
 from helix_dbos import (
     Agent,
     HelixClient,
     HelixDBOS,
     LLMRequest,
     MockLLM,
+    bearer_token,
+    create_app,
     remote_sub_agent_tool,
     resolve_database_url,
     tool,
+    with_database,
 )
-from helix_dbos.store.database import database_name, with_database
 
 TOKEN = os.environ.get("HELIX_SERVER_TOKEN", "example-token")
 
@@ -59,10 +63,6 @@ def lead_model(request: LLMRequest) -> dict:
 
 def serve(role: str, database_url: str, port: int, research_url: str) -> None:
     """One server: `research` (the remote agent) or `front` (the parent)."""
-    import uvicorn
-
-    from helix_dbos import bearer_token, create_app
-
     if role == "research":
         agents, model = [Agent("researcher", tools=[lookup])], researcher_model
     else:
@@ -94,7 +94,9 @@ def wait_until_up(url: str, server: subprocess.Popen[bytes]) -> None:
 
 def main() -> None:
     front_db = resolve_database_url(None)  # HELIX_DATABASE_URL, or the embedded PostgreSQL
-    research_db = with_database(front_db, f"{database_name(front_db)}_research")
+    research_db = os.environ.get("RESEARCH_DATABASE_URL") or with_database(
+        front_db, "helix_research"
+    )
     ports = {"research": free_port(), "front": free_port()}
     research_url = f"http://127.0.0.1:{ports['research']}"
     front_url = f"http://127.0.0.1:{ports['front']}"

@@ -77,7 +77,12 @@ if TYPE_CHECKING:
     from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
-    from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
+    from helix_dbos.store.database import (
+        libpq_url,
+        resolve_database_url,
+        sqlalchemy_url,
+        with_database,
+    )
     from helix_dbos.streaming.chunks import (
         HumanRequest,
         StatePatch,
@@ -165,7 +170,8 @@ _EXPORTS: dict[str, str] = {
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
-        ["libpq_url", "resolve_database_url", "sqlalchemy_url"], "helix_dbos.store.database"
+        ["libpq_url", "resolve_database_url", "sqlalchemy_url", "with_database"],
+        "helix_dbos.store.database",
     ),
     **dict.fromkeys(
         ["HumanRequest", "StatePatch", "StreamChunk", "TextDelta", "ToolEnd", "ToolStart"],
@@ -251,6 +257,7 @@ __all__ = [
     "retrieve_memory_tool",
     "run_workflow_tool",
     "sqlalchemy_url",
+    "with_database",
     "store_memory_tool",
     "sub_agent_tool",
     "remote_sub_agent_tool",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import _new_database
+from docs_text import code_blocks, section
 from helpers import sql
 
 from helix_dbos import HelixClient
@@ -195,12 +196,18 @@ def test_delegation_streams_through_and_rolls_up_usage(database_url, child_datab
     assert rows == [("subagent__worker", child_in, child_out, True)]
     assert (inp, outp) == (child_in, child_out)
     assert usage.totals["subagent_calls"] == 1
+    # The page's SQL, as pasted, finds the call.
+    [query] = code_blocks(section("Remote sub-agents"), "sql")
+    [found] = sql(database_url, query.replace("'ses_…'", "%s"), run.session_id)
+    assert found == ("r1", child.url, "worker", child_session, "completed", child_in)
 
 
 def test_kill_the_parent_mid_delegation_reattaches(database_url, child_database_url, tmp_path):
-    with two_servers(database_url, child_database_url, tmp_path) as (parent, child):
-        with HelixClient(parent.url, token=TOKEN) as client:
-            run = client.start("lead", "owls")
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        run = client.start("lead", "owls")
         wait_for(lambda: (tmp_path / "slow_owls.log").exists())
         parent.kill()
         release(tmp_path, "owls")  # the child finishes while its parent is down
@@ -227,9 +234,11 @@ def test_kill_the_parent_mid_delegation_reattaches(database_url, child_database_
 def test_kill_the_remote_server_mid_run_its_recovery_finishes(
     database_url, child_database_url, tmp_path
 ):
-    with two_servers(database_url, child_database_url, tmp_path) as (parent, child):
-        with HelixClient(parent.url, token=TOKEN) as client:
-            run = client.start("lead", "bats")
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        run = client.start("lead", "bats")
         wait_for(lambda: (tmp_path / "slow_bats.log").exists())
         child.kill()
         time.sleep(1.0)  # the parent's stream drops and retries meanwhile
@@ -247,49 +256,53 @@ def test_kill_the_remote_server_mid_run_its_recovery_finishes(
 def test_interrupt_and_abort_of_the_parent_reach_the_remote_child(
     database_url, child_database_url, tmp_path
 ):
-    with two_servers(database_url, child_database_url, tmp_path) as (parent, child):
-        with HelixClient(parent.url, token=TOKEN) as client:
-            run = client.start("lead", "cats")
-            wait_for(lambda: (tmp_path / "slow_cats.log").exists())
-            reached = client.interrupt(run.session_id, reason="stop")
-            assert reached.run_id == run.run_id
-            child_session = remote_session_id(run.session_id, "r1")
-            # The child stops at its next step boundary: after its tool returns.
-            wait_for(
-                lambda: (
-                    sql(
-                        child_database_url,
-                        "SELECT count(*) FROM dbos.notifications n JOIN helix.runs r "
-                        "ON r.workflow_id = n.destination_uuid WHERE r.session_id = %s "
-                        "AND n.topic = 'helix.interrupt'",
-                        child_session,
-                    )[0][0]
-                    == 1
-                )
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        run = client.start("lead", "cats")
+        wait_for(lambda: (tmp_path / "slow_cats.log").exists())
+        reached = client.interrupt(run.session_id, reason="stop")
+        assert reached.run_id == run.run_id
+        child_session = remote_session_id(run.session_id, "r1")
+        # The child stops at its next step boundary: after its tool returns.
+        wait_for(
+            lambda: (
+                sql(
+                    child_database_url,
+                    "SELECT count(*) FROM dbos.notifications n JOIN helix.runs r "
+                    "ON r.workflow_id = n.destination_uuid WHERE r.session_id = %s "
+                    "AND n.topic = 'helix.interrupt'",
+                    child_session,
+                )[0][0]
+                == 1
             )
-            release(tmp_path, "cats")
-            final = client.wait(run.session_id, run.run_id)
-            assert final.status == "interrupted"
-            assert child_runs(child_database_url, child_session)[0][1] == "interrupted"
-            assert remote_row(database_url, run.session_id)[4] == "interrupted"
+        )
+        release(tmp_path, "cats")
+        final = client.wait(run.session_id, run.run_id)
+        assert final.status == "interrupted"
+        assert child_runs(child_database_url, child_session)[0][1] == "interrupted"
+        assert remote_row(database_url, run.session_id)[4] == "interrupted"
 
-            second = client.start("lead", "rats")
-            wait_for(lambda: (tmp_path / "slow_rats.log").exists())
-            client.abort(second.session_id, reason="enough")
-            rats = remote_session_id(second.session_id, "r1")
-            wait_for(lambda: child_runs(child_database_url, rats)[0][1] == "aborted", 30)
-            assert client.status(second.session_id).last_run.status == "aborted"
+        second = client.start("lead", "rats")
+        wait_for(lambda: (tmp_path / "slow_rats.log").exists())
+        client.abort(second.session_id, reason="enough")
+        rats = remote_session_id(second.session_id, "r1")
+        wait_for(lambda: child_runs(child_database_url, rats)[0][1] == "aborted", 30)
+        assert client.status(second.session_id).last_run.status == "aborted"
 
 
 def test_auth_failure_unknown_agent_and_a_down_server_are_tool_errors(
     database_url, child_database_url, tmp_path
 ):
-    with two_servers(database_url, child_database_url, tmp_path) as (parent, child):
-        with HelixClient(parent.url, token=TOKEN) as client:
-            outputs = {}
-            for agent in ("lead_badauth", "lead_ghost", "lead_down"):
-                run = client.start(agent, "fast-mice")
-                outputs[agent] = (client.wait(run.session_id, run.run_id), run.session_id)
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        outputs = {}
+        for agent in ("lead_badauth", "lead_ghost", "lead_down"):
+            run = client.start(agent, "fast-mice")
+            outputs[agent] = (client.wait(run.session_id, run.run_id), run.session_id)
     bad, ghost, down = (outputs[a][0] for a in ("lead_badauth", "lead_ghost", "lead_down"))
     assert bad.status == "completed" and "HTTP 401" in bad.output, bad.output
     assert ghost.status == "completed" and "HTTP 404" in ghost.output and "ghost" in ghost.output
@@ -312,7 +325,7 @@ def test_the_two_server_example_runs(database_url):
             capture_output=True,
             text=True,
             timeout=240,
-            env={**env, "HELIX_DATABASE_URL": database_url},
+            env={**env, "HELIX_DATABASE_URL": database_url, "RESEARCH_DATABASE_URL": research_db},
         )
         assert done.returncode == 0, done.stderr
         printed = done.stdout.splitlines()
