@@ -72,9 +72,14 @@ def respond(request: LLMRequest) -> dict:
     return {"type": "text", "content": f"lead got: {results[0].content}"}
 
 
-def lead(name: str, url: str, token: str, agent_name: str = "worker") -> Agent:
+def lead(name: str, url: str, token: str, agent_name: str = "worker", attempts: int = 3) -> Agent:
     remote = remote_sub_agent_tool(
-        url, agent_name, auth=token, name="worker", max_attempts=3, retry_interval_seconds=0.2
+        url,
+        agent_name,
+        auth=token,
+        name="worker",
+        max_attempts=attempts,
+        retry_interval_seconds=0.2,
     )
     return Agent(name, tools=[remote])
 
@@ -87,6 +92,7 @@ else:
         lead("lead_badauth", child_url, "not-the-token"),
         lead("lead_ghost", child_url, TOKEN, agent_name="ghost"),
         lead("lead_down", "http://127.0.0.1:9", TOKEN),
+        lead("lead_patient", child_url, TOKEN, attempts=12),
     ]
 helix = HelixDBOS(
     agents,

@@ -253,6 +253,35 @@ def test_kill_the_remote_server_mid_run_its_recovery_finishes(
     assert len(lines(tmp_path, "llm_lead.log")) == 2
 
 
+def test_a_remote_server_that_is_down_is_retried_until_it_is_back(
+    database_url, child_database_url, tmp_path
+):
+    """The start step fails while the child's server is down and DBOS retries it with
+    backoff; once the server is back, the call goes through as if nothing happened."""
+    with two_servers(database_url, child_database_url, tmp_path) as (parent, child):
+        child.stop()
+        with HelixClient(parent.url, token=TOKEN) as client:
+            run = client.start("lead_patient", "fast-eels")
+            time.sleep(2.0)  # a few attempts fail meanwhile
+            assert client.status(run.session_id).current_run is not None
+            child.start()
+            final = client.wait(run.session_id, run.run_id)
+    assert (final.status, final.output) == (
+        "completed",
+        "lead got: fast-eels: read about fast-eels",
+    )
+    child_session = remote_session_id(run.session_id, "r1")
+    assert [r[1] for r in child_runs(child_database_url, child_session)] == ["completed"]
+    [(attempts,)] = sql(
+        database_url,
+        "SELECT count(*) FROM dbos.operation_outputs o JOIN helix.runs r "
+        "ON r.workflow_id = o.workflow_uuid WHERE r.run_id = %s "
+        "AND o.function_name = 'helix.remote_start:worker'",
+        run.run_id,
+    )
+    assert attempts == 1, "one checkpointed start step, however many attempts it took"
+
+
 def test_interrupt_and_abort_of_the_parent_reach_the_remote_child(
     database_url, child_database_url, tmp_path
 ):
