@@ -67,9 +67,15 @@ def respond(request: LLMRequest) -> dict:
             "content": f"{topic}: {results[-1].content}",
             "usage": {"input_tokens": 7, "output_tokens": 3},
         }
+    if request.agent_name == "lead_fanout" and not results:
+        calls = [
+            {"id": f"r{i}", "name": "subagent__worker", "arguments": {"message": f"{topic}-{i}"}}
+            for i in (1, 2)
+        ]
+        return {"type": "tool_calls", "tool_calls": calls}
     if not results:
         return call("r1", "subagent__worker", {"message": topic})
-    return {"type": "text", "content": f"lead got: {results[0].content}"}
+    return {"type": "text", "content": "lead got: " + " | ".join(str(m.content) for m in results)}
 
 
 def lead(name: str, url: str, token: str, agent_name: str = "worker", attempts: int = 3) -> Agent:
@@ -93,6 +99,7 @@ else:
         lead("lead_ghost", child_url, TOKEN, agent_name="ghost"),
         lead("lead_down", "http://127.0.0.1:9", TOKEN),
         lead("lead_patient", child_url, TOKEN, attempts=12),
+        lead("lead_fanout", child_url, TOKEN),
     ]
 helix = HelixDBOS(
     agents,

@@ -146,6 +146,13 @@ def test_delegation_streams_through_and_rolls_up_usage(database_url, child_datab
         chunks = list(client.stream(run.session_id, run_id=run.run_id))
         final = client.wait(run.session_id, run.run_id)
         usage = client.get_usage(run.session_id)
+        # Two calls in one step run at once: both children are in their tool together.
+        fanout = client.start("lead_fanout", "moles")
+        wait_for(lambda: all((tmp_path / f"slow_moles-{i}.log").exists() for i in (1, 2)))
+        release(tmp_path, "moles-1")
+        release(tmp_path, "moles-2")
+        both = client.wait(fanout.session_id, fanout.run_id)
+    assert both.output == "lead got: moles-1: read about moles-1 | moles-2: read about moles-2"
     assert (final.status, final.output) == (
         "completed",
         "lead got: fast-owls: read about fast-owls",

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from dbos import DBOS, StepOptions
+from dbos import DBOS, StepOptions, StepReservation
 
 from helix_dbos.client import AsyncHelixClient
 from helix_dbos.client.errors import (
@@ -121,20 +121,41 @@ def step_options(kind: str, tool: RemoteSubAgentTool) -> StepOptions:
     }
 
 
-async def run_remote_child(
-    agent: Agent, commit: StepCommit, call: ToolCall, tool: RemoteSubAgentTool
+async def run_remote_children(
+    agent: Agent, commit: StepCommit, calls: list[ToolCall]
+) -> dict[str, ToolOutcome]:
+    """The outcomes of one step's remote sub-agent calls, all at once (in the parent's
+    workflow code), each with its hooks fired once. Each call's three steps (start, wait,
+    hooks) are reserved in call order first, so a replay finds the same step ids."""
+    if not calls:
+        return {}
+    workflow_id = DBOS.workflow_id
+    assert workflow_id is not None
+    plans = [(call, [DBOS.reserve_step() for _ in range(3)]) for call in calls]
+    outcomes = await asyncio.gather(
+        *(_run_one(agent, commit, call, workflow_id, steps) for call, steps in plans)
+    )
+    return {call.id: outcome for call, outcome in zip(calls, outcomes, strict=True)}
+
+
+async def _run_one(
+    agent: Agent,
+    commit: StepCommit,
+    call: ToolCall,
+    workflow_id: str,
+    steps: list[StepReservation],
 ) -> ToolOutcome:
-    """The call's outcome (in the parent's workflow code), with its hooks fired once."""
+    tool = agent.tool(call.name)
+    assert isinstance(tool, RemoteSubAgentTool)
+    start, wait, hooks = steps
     try:
         arguments = tool.validate_arguments(call.arguments)
     except ToolArgumentsError as exc:  # the model's mistake: an argument error
         outcome = ToolOutcome.not_executed(str(exc))
     else:
-        workflow_id = DBOS.workflow_id
-        assert workflow_id is not None
         ref = remote_ref(commit, call, tool, tool.child_input(arguments), workflow_id)
-        outcome = await _delegate(ref, tool)
-    await DBOS.run_step_async(
+        outcome = await _delegate(ref, tool, start, wait)
+    await hooks.run_async(
         {"name": f"helix.tool_hooks:{call.name}"},
         outside_result_hooks,
         commit.session_id,
@@ -147,12 +168,12 @@ async def run_remote_child(
     return outcome
 
 
-async def _delegate(ref: RemoteRef, tool: RemoteSubAgentTool) -> ToolOutcome:
+async def _delegate(
+    ref: RemoteRef, tool: RemoteSubAgentTool, start: StepReservation, wait: StepReservation
+) -> ToolOutcome:
     where = f"Remote sub-agent '{ref.agent_name}' at {ref.url}"
     try:
-        started: RemoteStart = await DBOS.run_step_async(
-            step_options("start", tool), start_remote, ref
-        )
+        started: RemoteStart = await start.run_async(step_options("start", tool), start_remote, ref)
     except Exception as exc:  # its retries are spent: the model hears of it
         return _failed(f"{where} could not be started: {exc}", 0.0)
     if started.interrupted:
@@ -160,7 +181,7 @@ async def _delegate(ref: RemoteRef, tool: RemoteSubAgentTool) -> ToolOutcome:
     if started.run_id is None:
         return _failed(started.error or f"{where} could not be started", 0.0)
     try:
-        outcome: ToolOutcome = await DBOS.run_step_async(
+        outcome: ToolOutcome = await wait.run_async(
             step_options("wait", tool), follow_remote, ref, started.run_id
         )
     except Exception as exc:
