@@ -3,7 +3,8 @@
 Seed 002: remote sub-agents have "stream proxying, SubSessionRef tracking with remote
 metadata, deterministic session IDs, crash recovery via transport.getStatus(), and
 interrupt propagation via transport.interrupt()". A call of a `RemoteSubAgentTool`
-runs in the parent's workflow code as two DBOS steps:
+runs in the parent's workflow code as two DBOS steps (and one for its hooks), the calls
+of one model step at once, at step ids reserved in call order:
 
 1. `helix.remote_start:<agent>` records the call's row in `helix.remote_children` and
    starts the child with `POST /start`, in a session and under an idempotency key both
