@@ -28,6 +28,10 @@ class ClientOptions:
     # a read that waits longer than this takes the connection for dead and resumes.
     stream_read_timeout: float
     max_reconnects: int
+    turn_timeout: float  # a chat call waits for a whole turn of the agent
+
+    def timeout_of(self, call: Call[Any]) -> float:
+        return self.turn_timeout if call.runs_a_turn else self.timeout
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}

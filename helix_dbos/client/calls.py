@@ -45,6 +45,7 @@ class Call(Generic[T]):
     parse: Callable[[Any], T]
     params: dict[str, Any] = field(default_factory=dict)
     body: BaseModel | None = None
+    runs_a_turn: bool = False  # the answer comes when a whole turn ended (the chat routes)
 
     def json(self) -> Any:
         """The body as the server reads it: only the fields the caller set."""
@@ -114,17 +115,18 @@ def workspaces() -> Call[list[Workspace]]:
 
 
 def chat(**values: Any) -> Call[ChatResponse]:
-    return Call("POST", "/chat", _model(ChatResponse), body=ChatRequest(**_fields(**values)))
+    body = ChatRequest(**_fields(**values))
+    return Call("POST", "/chat", _model(ChatResponse), body=body, runs_a_turn=True)
 
 
 def chat_invoke(**values: Any) -> Call[ChatResponse]:
     body = ChatInvokeRequest(**_fields(**values))
-    return Call("POST", "/chat/invoke", _model(ChatResponse), body=body)
+    return Call("POST", "/chat/invoke", _model(ChatResponse), body=body, runs_a_turn=True)
 
 
 def add_ai_message(**values: Any) -> Call[ChatResponse]:
     body = AddAIMessageRequest(**_fields(**values))
-    return Call("POST", "/chat/add-ai-message", _model(ChatResponse), body=body)
+    return Call("POST", "/chat/add-ai-message", _model(ChatResponse), body=body, runs_a_turn=True)
 
 
 def stream_params(session_id: str, run_id: str | None, after_seq: int) -> dict[str, Any]:

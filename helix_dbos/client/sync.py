@@ -68,6 +68,7 @@ class HelixClient:
         retry_delay: float = 0.5,
         stream_read_timeout: float = 60.0,
         max_reconnects: int = 10,
+        turn_timeout: float = 600.0,
         http_client: httpx.Client | None = None,
     ) -> None:
         self.options = ClientOptions(
@@ -78,6 +79,7 @@ class HelixClient:
             retry_delay,
             stream_read_timeout,
             max_reconnects,
+            turn_timeout,
         )
         self._own_http = http_client is None
         self._http = http_client or httpx.Client(
@@ -106,7 +108,11 @@ class HelixClient:
         for attempt in range(attempts):
             try:
                 response = self._http.request(
-                    call.method, call.path, params=call.params or None, json=call.json()
+                    call.method,
+                    call.path,
+                    params=call.params or None,
+                    json=call.json(),
+                    timeout=self.options.timeout_of(call),
                 )
             except httpx.TransportError as exc:
                 if attempt + 1 >= attempts:
