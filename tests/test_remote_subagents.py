@@ -179,6 +179,12 @@ def test_delegation_streams_through_and_rolls_up_usage(database_url, child_datab
     assert {c.type for c in proxied} >= {"run_started", "tool_end", "run_completed"}
     assert all(c.via_run_id == run.run_id and c.run_id == child_run for c in proxied)
     assert chunks[-1].type == "run_completed" and chunks[-1].run_id == run.run_id
+    # The parent's own tool_start for the call comes first, once.
+    starts = [
+        i for i, c in enumerate(chunks) if c.type == "tool_start" and c.session_id == run.session_id
+    ]
+    assert len(starts) == 1 and chunks[starts[0]].payload["tool_call_id"] == "r1"
+    assert starts[0] < chunks.index(proxied[0])
     # Every chunk of the child's session came through, once; the row says how far.
     [(remote_chunks, remote_last)] = sql(
         child_database_url,

@@ -51,8 +51,9 @@ from helix_dbos.orchestration.types import LLMUsage, ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.hitl import interrupted_message
+from helix_dbos.runtime.live_chunks import tool_start_chunk, write_chunks
 from helix_dbos.runtime.results import TERMINAL_STATUSES
-from helix_dbos.runtime.step_types import ToolOutcome
+from helix_dbos.runtime.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.tool_step import outside_result_hooks
 from helix_dbos.store import remote_children as store
 from helix_dbos.store import repository as repo
@@ -155,7 +156,8 @@ async def _run_one(
         outcome = ToolOutcome.not_executed(str(exc))
     else:
         ref = remote_ref(commit, call, tool, tool.child_input(arguments), workflow_id)
-        outcome = await _delegate(ref, tool, start, wait)
+        shown = tool_start_chunk(commit.run_id, commit.step, call)
+        outcome = await _delegate(ref, tool, shown, start, wait)
     await hooks.run_async(
         {"name": f"helix.tool_hooks:{call.name}"},
         outside_result_hooks,
@@ -170,11 +172,17 @@ async def _run_one(
 
 
 async def _delegate(
-    ref: RemoteRef, tool: RemoteSubAgentTool, start: StepReservation, wait: StepReservation
+    ref: RemoteRef,
+    tool: RemoteSubAgentTool,
+    shown: ChunkRecord,
+    start: StepReservation,
+    wait: StepReservation,
 ) -> ToolOutcome:
     where = f"Remote sub-agent '{ref.agent_name}' at {ref.url}"
     try:
-        started: RemoteStart = await start.run_async(step_options("start", tool), start_remote, ref)
+        started: RemoteStart = await start.run_async(
+            step_options("start", tool), start_remote, ref, shown
+        )
     except Exception as exc:  # its retries are spent: the model hears of it
         return _failed(f"{where} could not be started: {exc}", 0.0)
     if started.interrupted:
@@ -207,18 +215,22 @@ def _tool(rt: Runtime, ref: RemoteRef) -> RemoteSubAgentTool:
     return tool
 
 
-def _client(tool: RemoteSubAgentTool) -> AsyncHelixClient:
+def _client(tool: RemoteSubAgentTool, timeout: float = 30.0) -> AsyncHelixClient:
     # The steps retry on their own terms: the client tries each request once.
-    return AsyncHelixClient(tool.url, token=tool.token(), max_retries=0)
+    return AsyncHelixClient(tool.url, token=tool.token(), max_retries=0, timeout=timeout)
 
 
-async def start_remote(ref: RemoteRef) -> RemoteStart:
-    """The body of `helix.remote_start:<agent>`."""
+async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
+    """The body of `helix.remote_start:<agent>`; the parent's stream shows the call
+    start first (the same keyed `tool_start` its step writes later)."""
     rt = current_runtime()
     tool = _tool(rt, ref)
     if await rt.read(repo.interrupt_pending, ref.parent_workflow_id):
         return RemoteStart(error=interrupted_message(None), interrupted=True)
     await rt.on_connection("a remote child's row", lambda conn: store.open_ref(conn, ref))
+    await write_chunks(
+        rt, ref.parent_session_id, ref.parent_run_id, ref.parent_agent_name, ref.step, [shown]
+    )
     async with _client(tool) as client:
         try:
             run = await client.start(
@@ -353,7 +365,7 @@ async def abort_remote_children(
         if not isinstance(tool, RemoteSubAgentTool):
             continue
         with contextlib.suppress(HelixClientError):
-            async with _client(tool) as client:
+            async with _client(tool, timeout=5.0) as client:  # an abort does not wait long
                 await client.abort(
                     child.remote_session_id, reason=reason or "its parent was aborted"
                 )
