@@ -24,9 +24,13 @@ from helix_dbos.client import calls
 from helix_dbos.client.errors import (
     AuthenticationError,
     ConflictError,
+    InternalServerError,
     NotFoundError,
+    RateLimitError,
     UnprocessableEntityError,
+    status_error,
 )
+from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.server.models import RunStarted, StatusResponse
 
@@ -377,3 +381,19 @@ def test_the_client_page_runs_against_the_example_server(database_url, tmp_path)
     assert printed.index("tool_approval_request") < printed.index("tool_end")
     assert "run_resumed" in printed
     assert "prints `completed The clean-up is done.`" in section("Python client")
+
+
+def test_the_sse_decoder_follows_the_event_stream_rules():
+    decoder = SSEDecoder()
+    lines = [": keep-alive", "", "id: 7", "event: text_delta", 'data: {"a":', "data:1}", ""]
+    events = [e for e in (decoder.feed(line) for line in lines) if e is not None]
+    assert len(events) == 1
+    assert (events[0].id, events[0].event, events[0].data) == ("7", "text_delta", '{"a":\n1}')
+    assert decoder.feed("data: x") is None and decoder.feed("").event == "message"
+
+
+def test_error_answers_map_to_exceptions_with_the_servers_detail():
+    crashed = status_error(502, None, "<html>bad gateway</html>")
+    assert isinstance(crashed, InternalServerError) and crashed.detail == "<html>bad gateway</html>"
+    limited = status_error(429, {"detail": "slow down"}, "")
+    assert isinstance(limited, RateLimitError) and str(limited) == "HTTP 429: slow down"
