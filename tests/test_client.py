@@ -397,3 +397,30 @@ def test_error_answers_map_to_exceptions_with_the_servers_detail():
     assert isinstance(crashed, InternalServerError) and crashed.detail == "<html>bad gateway</html>"
     limited = status_error(429, {"detail": "slow down"}, "")
     assert isinstance(limited, RateLimitError) and str(limited) == "HTTP 429: slow down"
+
+
+def test_concurrent_keyed_starts_open_one_run(base_url, make_agent, mock_llm, database_url):
+    """Five clients race with one key (a replayed step and its retry, say): one run."""
+    agent = make_agent()
+    mock_llm.add_responses(text("raced"), agent=agent.name)
+    key = f"race-{agent.name}"
+    barrier = threading.Barrier(5)
+    started: list[RunStarted] = []
+
+    def race() -> None:
+        with HelixClient(base_url) as client:
+            barrier.wait()
+            started.append(client.start(agent.name, "go", idempotency_key=key))
+
+    threads = [threading.Thread(target=race) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(started) == 5 and len({s.run_id for s in started}) == 1
+    [(runs,)] = sql(
+        database_url, "SELECT count(*) FROM helix.runs WHERE session_id = %s", started[0].session_id
+    )
+    assert runs == 1
+    with HelixClient(base_url) as client:
+        assert client.wait(started[0].session_id, started[0].run_id).output == "raced"
