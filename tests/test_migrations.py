@@ -40,6 +40,8 @@ HELIX_TABLES = {
     "workers",
     "companions",
     "mcp_tool_lists",
+    "start_keys",
+    "remote_children",
 }
 
 
