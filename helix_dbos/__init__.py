@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         AgentAlreadyRunningError,
         AgentDefinitionError,
         AgentNotRegisteredError,
+        CheckpointNotFoundError,
         DatabaseUnavailableError,
         ExecutorIdInUseError,
         HelixError,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from helix_dbos.runtime.executor import HelixDBOS
     from helix_dbos.runtime.handle import RunHandle
     from helix_dbos.runtime.results import AgentResult, RunInfo, SessionInfo
+    from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
     from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
@@ -114,6 +116,7 @@ _EXPORTS: dict[str, str] = {
             "AgentAlreadyRunningError",
             "AgentDefinitionError",
             "AgentNotRegisteredError",
+            "CheckpointNotFoundError",
             "DatabaseUnavailableError",
             "ExecutorIdInUseError",
             "HelixError",
@@ -156,6 +159,9 @@ _EXPORTS: dict[str, str] = {
     "HelixDBOS": "helix_dbos.runtime.executor",
     "RunHandle": "helix_dbos.runtime.handle",
     **dict.fromkeys(["AgentResult", "RunInfo", "SessionInfo"], "helix_dbos.runtime.results"),
+    **dict.fromkeys(
+        ["Checkpoint", "CheckpointView", "PruneReport"], "helix_dbos.runtime.time_travel"
+    ),
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
@@ -175,6 +181,9 @@ __all__ = [
     "AgentHooks",
     "AgentNotRegisteredError",
     "AgentResult",
+    "Checkpoint",
+    "CheckpointNotFoundError",
+    "CheckpointView",
     "ErrorStepResult",
     "DatabaseUnavailableError",
     "ExecutorIdInUseError",
@@ -192,6 +201,7 @@ __all__ = [
     "MCPHTTP",
     "MCPStdio",
     "MCPToolset",
+    "PruneReport",
     "Message",
     "MockLLM",
     "PersistentAgent",

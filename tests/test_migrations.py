@@ -40,6 +40,7 @@ HELIX_TABLES = {
     "workers",
     "companions",
     "mcp_tool_lists",
+    "checkpoints",
 }
 
 

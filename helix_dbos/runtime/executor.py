@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, WorkflowStatus
@@ -62,6 +63,7 @@ from helix_dbos.runtime.results import (
 )
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import GateKind, RunOptions
+from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport, TimeTravel
 from helix_dbos.runtime.workers import (
     DEFAULT_LEASE_SECONDS,
     Fence,
@@ -1163,6 +1165,22 @@ class HelixDBOS:
 
     def get_usage_sync(self, **kwargs: Any) -> dict[str, int]:
         return run_sync(lambda: self.get_usage(**kwargs))
+
+    # time travel (issue 30): see runtime/time_travel.py
+    def _time_travel(self) -> TimeTravel:
+        return TimeTravel(self.runtime, self.agents)
+
+    async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        return await self._time_travel().get_checkpoints(session_id)
+
+    async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
+        return await self._time_travel().get_checkpoint(session_id, checkpoint_id)
+
+    async def fork(self, session_id: str, at: Checkpoint | str, *, state: Any = None) -> str:
+        return await self._time_travel().fork(session_id, at, state=state)
+
+    async def prune(self, *, older_than: timedelta, keep_last: int = 0) -> PruneReport:
+        return await self._time_travel().prune(older_than=older_than, keep_last=keep_last)
 
 
 # --- transactions -----------------------------------------------------------
