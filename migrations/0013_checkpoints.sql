@@ -1,8 +1,9 @@
 -- Time travel and branching (issue 30): a checkpoint per committed agent step, and sessions
 -- forked from a checkpoint.
 --
--- helix.checkpoints: one row per committed step ('step'), per step head written before a
--- wait ('wait': its last message is the pending tool call), and per fork ('fork': the
+-- helix.checkpoints: one row per committed step ('step'), per step head written ahead of
+-- the step ('head': before a wait for a human, its last message is the pending tool call;
+-- also while a slow tool runs), and per fork ('fork': the
 -- first checkpoint of a forked session). A checkpoint covers the session's messages with
 -- seq <= message_seq. `state` is stored only when it changed; `state_ord` names the
 -- checkpoint (same session) whose `state` is in effect. The usage columns are the
@@ -20,10 +21,10 @@ CREATE SEQUENCE IF NOT EXISTS helix.checkpoint_ord;
 CREATE TABLE IF NOT EXISTS helix.checkpoints (
     session_id          text NOT NULL,
     ord                 bigint NOT NULL DEFAULT nextval('helix.checkpoint_ord'),
-    checkpoint_id       text NOT NULL,   -- '<run_id>:<step>', '<run_id>:<step>:wait', '<session_id>:fork'
+    checkpoint_id       text NOT NULL,   -- '<run_id>:<step>', '<run_id>:<step>:head', '<session_id>:fork'
     run_id              text,            -- NULL for a fork's first checkpoint
     step                integer NOT NULL,
-    kind                text NOT NULL,   -- step | wait | fork
+    kind                text NOT NULL,   -- step | head | fork
     message_seq         integer NOT NULL,
     state               jsonb,           -- NULL: unchanged since checkpoint state_ord
     state_ord           bigint NOT NULL,
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS helix.checkpoints (
     PRIMARY KEY (session_id, ord)
 );
 COMMENT ON TABLE helix.checkpoints IS
-    'One row per committed agent step (and per step head written before a wait, and per fork)';
+    'One row per committed agent step (and per step head written ahead of its step, and per fork)';
 
 ALTER TABLE helix.sessions ADD COLUMN IF NOT EXISTS forked_from_session_id text;
 ALTER TABLE helix.sessions ADD COLUMN IF NOT EXISTS forked_from_checkpoint_id text;
@@ -80,7 +81,7 @@ BEGIN
     SELECT c.llm_calls, c.tool_calls, c.subagent_calls, c.input_tokens, c.output_tokens,
            c.cache_read_tokens, c.cache_write_tokens, c.reasoning_tokens INTO base
         FROM helix.checkpoints c
-        WHERE c.session_id = NEW.session_id AND c.kind <> 'wait' ORDER BY c.ord DESC LIMIT 1;
+        WHERE c.session_id = NEW.session_id AND c.kind <> 'head' ORDER BY c.ord DESC LIMIT 1;
     SELECT count(*) FILTER (WHERE kind = 'llm') AS llm_calls,
            count(*) FILTER (WHERE kind = 'tool') AS tool_calls,
            count(*) FILTER (WHERE kind = 'subagent') AS subagent_calls,
@@ -94,8 +95,8 @@ BEGIN
         message_seq, state, state_ord, llm_calls, tool_calls, subagent_calls, input_tokens,
         output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens)
     VALUES (NEW.session_id, new_ord,
-        NEW.run_id || ':' || at_step || CASE WHEN is_step THEN '' ELSE ':wait' END,
-        NEW.run_id, at_step, CASE WHEN is_step THEN 'step' ELSE 'wait' END, ses.message_seq,
+        NEW.run_id || ':' || at_step || CASE WHEN is_step THEN '' ELSE ':head' END,
+        NEW.run_id, at_step, CASE WHEN is_step THEN 'step' ELSE 'head' END, ses.message_seq,
         CASE WHEN changed THEN ses.state END,
         CASE WHEN changed THEN new_ord ELSE prev.state_ord END,
         COALESCE(base.llm_calls, 0) + u.llm_calls,

@@ -124,9 +124,9 @@ async def test_a_wait_has_a_checkpoint_whose_last_message_is_the_pending_call(
     handle = await helix.execute(agent, "go")
     await wait_until_waiting(helix, handle.session_id)
     cps = await helix.get_checkpoints(handle.session_id)
-    assert [(c.kind, c.step) for c in cps] == [("wait", 1)]
+    assert [(c.kind, c.step) for c in cps] == [("head", 1)]
     view = await helix.get_checkpoint(handle.session_id, cps[0].checkpoint_id)
-    assert cps[0].checkpoint_id == f"{handle.run_id}:1:wait"
+    assert cps[0].checkpoint_id == f"{handle.run_id}:1:head"
     assert view.messages[-1].role == "assistant"
     assert [c.id for c in view.messages[-1].tool_calls or []] == ["r1"]
     assert cps[0].usage["llm_calls"] == 1
@@ -134,7 +134,7 @@ async def test_a_wait_has_a_checkpoint_whose_last_message_is_the_pending_call(
     await helix.approve(handle.session_id, "r1")
     assert (await handle.result()).status == "completed"
     cps = await helix.get_checkpoints(handle.session_id)
-    assert [(c.kind, c.step) for c in cps] == [("wait", 1), ("step", 1), ("step", 2)]
+    assert [(c.kind, c.step) for c in cps] == [("head", 1), ("step", 1), ("step", 2)]
     assert [c.usage["llm_calls"] for c in cps] == [1, 1, 2], "a head is not counted twice"
 
 
@@ -344,7 +344,8 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     )
     live = await helix.execute(live_agent, "stay")
     for _ in range(200):
-        if any(c.kind == "step" for c in await helix.get_checkpoints(live.session_id)):
+        kinds = [c.kind for c in await helix.get_checkpoints(live.session_id)]
+        if kinds == ["step", "head"]:  # step 1, and step 2's head (its tool holds)
             break
         await asyncio.sleep(0.05)
     sql(

@@ -26,9 +26,10 @@ from helix_dbos.store.storable import check_storable
 
 
 class Checkpoint(BaseModel):
-    """A session as it stood after one committed step (`kind="step"`), at a step's head
-    written before a wait for a human (`"wait"`: its last message is the pending call),
-    or at the start of a fork (`"fork"`). `message_seq` is the last message it covers;
+    """A session as it stood after one committed step (`kind="step"`), after a step's
+    head written ahead of the step (`"head"`: before a wait for a human, or while a slow
+    tool runs; its last message is the model's, with the pending calls), or at the start
+    of a fork (`"fork"`). `message_seq` is the last message it covers;
     `usage` is the session's usage so far."""
 
     checkpoint_id: str
