@@ -1176,8 +1176,17 @@ class HelixDBOS:
     async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
         return await self._time_travel().get_checkpoint(session_id, checkpoint_id)
 
-    async def fork(self, session_id: str, at: Checkpoint | str, *, state: Any = None) -> str:
-        return await self._time_travel().fork(session_id, at, state=state)
+    async def fork(
+        self,
+        session_id: str,
+        at: Checkpoint | str,
+        *,
+        state: Any = None,
+        new_session_id: str | None = None,
+    ) -> str:
+        return await self._time_travel().fork(
+            session_id, at, state=state, new_session_id=new_session_id
+        )
 
     async def prune(self, *, older_than: timedelta, keep_last: int = 0) -> PruneReport:
         return await self._time_travel().prune(older_than=older_than, keep_last=keep_last)

@@ -108,42 +108,53 @@ class TimeTravel:
         return CheckpointView(checkpoint=checkpoint, messages=messages)
 
     async def fork(
-        self, session_id: str, at: Checkpoint | str, *, state: Any = None
+        self,
+        session_id: str,
+        at: Checkpoint | str,
+        *,
+        state: Any = None,
+        new_session_id: str | None = None,
     ) -> str:
+        """A new session with the checkpoint's history and state (or `state`), named
+        `new_session_id` or a new id; the source is only read."""
         checkpoint_id = at.checkpoint_id if isinstance(at, Checkpoint) else at
         if not isinstance(checkpoint_id, str):
             raise InvalidInputError("at must be a Checkpoint or a checkpoint id")
-        check_storable(session_id=session_id, checkpoint_id=checkpoint_id, state=state)
+        check_storable(
+            session_id=session_id, checkpoint_id=checkpoint_id, new_session_id=new_session_id
+        )
         source = await self._session(session_id)
         new_state: dict[str, Any] | None = None
         if state is not None:
             agent = self._agents.get(source.agent_name)
             new_state = agent.initial_state(state) if agent else _plain_state(state)
             check_storable(state=new_state)
-        new_session_id = f"ses_{uuid.uuid4().hex}"
-        paired = await on_target_loop(
+        new_id = new_session_id or f"ses_{uuid.uuid4().hex}"
+        forked = await on_target_loop(
             lambda: self._runtime.on_connection(
                 "a fork",
                 lambda conn: sql.fork_session(
                     conn,
                     source_session_id=session_id,
                     checkpoint_id=checkpoint_id,
-                    new_session_id=new_session_id,
+                    new_session_id=new_id,
                     state=new_state,
                 ),
                 wait=False,
             )
         )
-        if paired is None:
+        if not forked.found:
             raise CheckpointNotFoundError(session_id, checkpoint_id)
+        if not forked.created:
+            raise InvalidInputError(f"Session '{new_id}' exists already; fork into a new id")
         logger.info(
             "Forked session %s from %s at %s (%d unanswered call(s) paired)",
-            new_session_id,
+            new_id,
             session_id,
             checkpoint_id,
-            paired,
+            forked.paired,
         )
-        return new_session_id
+        return new_id
 
     async def prune(
         self,

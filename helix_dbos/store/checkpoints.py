@@ -125,7 +125,7 @@ _FORK = _sql(
     "s AS (INSERT INTO helix.sessions (session_id, agent_name, state, status, turn_count, "
     "message_seq, chunk_seq, forked_from_session_id, forked_from_checkpoint_id) "
     "SELECT :new, ses.agent_name, n.state, 'idle', 0, n.last, 0, :src, :cid "
-    "FROM ses, n RETURNING 1), "
+    "FROM ses, n ON CONFLICT (session_id) DO NOTHING RETURNING 1), "
     "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
     "tool_call_id, tool_name, thinking, is_error, created_at) SELECT :new, seq, NULL, role, "
     "content, tool_calls, tool_call_id, tool_name, thinking, is_error, created_at "
@@ -136,10 +136,17 @@ _FORK = _sql(
     "cp AS (INSERT INTO helix.checkpoints (session_id, ord, checkpoint_id, run_id, step, kind, "
     "message_seq, state, state_ord) SELECT :new, n.ord, :root_id, NULL, 0, 'fork', "
     "n.last, n.state, n.ord FROM n WHERE EXISTS (TABLE s) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM pair)"
+    "SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM s), (SELECT count(*) FROM pair)"
 )
 
 UNANSWERED = "Not answered in this branch: the session was forked while this call waited"
+
+
+@dataclass(frozen=True)
+class Forked:
+    found: bool  # the checkpoint exists in the source session
+    created: bool  # False: a session with the new id exists already
+    paired: int  # tool calls paired with an "unanswered" result
 
 
 async def fork_session(
@@ -149,9 +156,8 @@ async def fork_session(
     checkpoint_id: str,
     new_session_id: str,
     state: dict[str, Any] | None,
-) -> int | None:
-    """Create `new_session_id` from the checkpoint; the number of calls it paired, or None
-    when the checkpoint does not exist in the source session."""
+) -> Forked:
+    """Create `new_session_id` from the checkpoint, in one statement."""
     row = (
         await conn.execute(
             _FORK,
@@ -165,7 +171,7 @@ async def fork_session(
             },
         )
     ).one()
-    return int(row[1]) if row[0] else None
+    return Forked(found=bool(row[0]), created=bool(row[1]), paired=int(row[2]))
 
 
 async def forked_from(conn: Executor, session_id: str) -> tuple[str | None, str | None]:
