@@ -1168,13 +1168,15 @@ class HelixDBOS:
 
     # time travel (issue 30): see runtime/time_travel.py
     def _time_travel(self) -> TimeTravel:
-        return TimeTravel(self.runtime, self.agents)
+        return TimeTravel(self.runtime.statements, DBOS.delete_workflows_async, self.agents)
 
     async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
-        return await self._time_travel().get_checkpoints(session_id)
+        return await on_target_loop(lambda: self._time_travel().get_checkpoints(session_id))
 
     async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
-        return await self._time_travel().get_checkpoint(session_id, checkpoint_id)
+        return await on_target_loop(
+            lambda: self._time_travel().get_checkpoint(session_id, checkpoint_id)
+        )
 
     async def fork(
         self,
@@ -1184,12 +1186,16 @@ class HelixDBOS:
         state: Any = None,
         new_session_id: str | None = None,
     ) -> str:
-        return await self._time_travel().fork(
-            session_id, at, state=state, new_session_id=new_session_id
+        return await on_target_loop(
+            lambda: self._time_travel().fork(
+                session_id, at, state=state, new_session_id=new_session_id
+            )
         )
 
     async def prune(self, *, older_than: timedelta, keep_last: int = 0) -> PruneReport:
-        return await self._time_travel().prune(older_than=older_than, keep_last=keep_last)
+        return await on_target_loop(
+            lambda: self._time_travel().prune(older_than=older_than, keep_last=keep_last)
+        )
 
 
 # --- transactions -----------------------------------------------------------

@@ -9,17 +9,17 @@ opens a run.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from dbos import DBOS
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
 from helix_dbos.orchestration.types import Message
-from helix_dbos.runtime.context import Runtime, logger
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.context import logger
 from helix_dbos.store import checkpoints as sql
 from helix_dbos.store import repository as repo
 from helix_dbos.store.storable import check_storable
@@ -62,50 +62,49 @@ class PruneReport(BaseModel):
     stream_chunks: int = 0
     workflows: int = 0
     batches: int = 0
-    workflow_ids: list[str] = Field(default_factory=list, exclude=True)
 
 
 def _checkpoint(row: sql.CheckpointRow) -> Checkpoint:
     return Checkpoint(**row.__dict__)
 
 
-class TimeTravel:
-    """The reads, the fork and the pruning, on the executor's runtime."""
+Connect = Callable[[], AbstractAsyncContextManager[repo.Executor]]
+DeleteWorkflows = Callable[[list[str]], Awaitable[None]]
 
-    def __init__(self, runtime: Runtime, agents: dict[str, Agent]) -> None:
-        self._runtime = runtime
+
+class TimeTravel:
+    """The reads, the fork and the pruning, on connections from `connect` (each statement
+    commits alone). The executor passes its statement pool and DBOS's workflow deletion;
+    the CLI a plain connection and a `DBOSClient`'s."""
+
+    def __init__(
+        self, connect: Connect, delete_workflows: DeleteWorkflows, agents: dict[str, Agent]
+    ) -> None:
+        self._connect = connect
+        self._delete_workflows = delete_workflows
         self._agents = agents
 
-    async def _session(self, session_id: str) -> repo.SessionRow:
+    async def _session(self, conn: repo.Executor, session_id: str) -> repo.SessionRow:
         check_storable(session_id=session_id)
-        row = await on_target_loop(lambda: self._runtime.read(repo.get_session, session_id))
+        row = await repo.get_session(conn, session_id)
         if row is None:
             raise SessionNotFoundError(session_id)
         return row
 
     async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
-        await self._session(session_id)
-        rows = await on_target_loop(
-            lambda: self._runtime.read(sql.list_checkpoints, session_id)
-        )
-        return [_checkpoint(r) for r in rows]
-
-    async def _find(self, session_id: str, checkpoint_id: str) -> Checkpoint:
-        check_storable(checkpoint_id=checkpoint_id)
-        await self._session(session_id)
-        row = await on_target_loop(
-            lambda: self._runtime.read(sql.get_checkpoint, session_id, checkpoint_id)
-        )
-        if row is None:
-            raise CheckpointNotFoundError(session_id, checkpoint_id)
-        return _checkpoint(row)
+        async with self._connect() as conn:
+            await self._session(conn, session_id)
+            return [_checkpoint(r) for r in await sql.list_checkpoints(conn, session_id)]
 
     async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
-        checkpoint = await self._find(session_id, checkpoint_id)
-        messages = await on_target_loop(
-            lambda: self._runtime.read(sql.messages_until, session_id, checkpoint.message_seq)
-        )
-        return CheckpointView(checkpoint=checkpoint, messages=messages)
+        check_storable(session_id=session_id, checkpoint_id=checkpoint_id)
+        async with self._connect() as conn:
+            await self._session(conn, session_id)
+            row = await sql.get_checkpoint(conn, session_id, checkpoint_id)
+            if row is None:
+                raise CheckpointNotFoundError(session_id, checkpoint_id)
+            messages = await sql.messages_until(conn, session_id, row.message_seq)
+        return CheckpointView(checkpoint=_checkpoint(row), messages=messages)
 
     async def fork(
         self,
@@ -123,26 +122,21 @@ class TimeTravel:
         check_storable(
             session_id=session_id, checkpoint_id=checkpoint_id, new_session_id=new_session_id
         )
-        source = await self._session(session_id)
-        new_state: dict[str, Any] | None = None
-        if state is not None:
-            agent = self._agents.get(source.agent_name)
-            new_state = agent.initial_state(state) if agent else _plain_state(state)
-            check_storable(state=new_state)
         new_id = new_session_id or f"ses_{uuid.uuid4().hex}"
-        forked = await on_target_loop(
-            lambda: self._runtime.on_connection(
-                "a fork",
-                lambda conn: sql.fork_session(
-                    conn,
-                    source_session_id=session_id,
-                    checkpoint_id=checkpoint_id,
-                    new_session_id=new_id,
-                    state=new_state,
-                ),
-                wait=False,
+        async with self._connect() as conn:
+            source = await self._session(conn, session_id)
+            new_state: dict[str, Any] | None = None
+            if state is not None:
+                agent = self._agents.get(source.agent_name)
+                new_state = agent.initial_state(state) if agent else _plain_state(state)
+                check_storable(state=new_state)
+            forked = await sql.fork_session(
+                conn,
+                source_session_id=session_id,
+                checkpoint_id=checkpoint_id,
+                new_session_id=new_id,
+                state=new_state,
             )
-        )
         if not forked.found:
             raise CheckpointNotFoundError(session_id, checkpoint_id)
         if not forked.created:
@@ -174,28 +168,29 @@ class TimeTravel:
             )
         cutoff = (now or datetime.now(timezone.utc)) - older_than
         report = PruneReport(cutoff=cutoff)
-        while True:
-            n = await self._batch(
-                sql.prune_checkpoints, cutoff=cutoff, keep=keep_last, batch=batch_size
-            )
-            report.checkpoints += n
-            report.batches += 1
-            if n < batch_size:
-                break
-        while True:
-            n = await self._batch(sql.prune_chunks, cutoff=cutoff, batch=batch_size)
-            report.stream_chunks += n
-            report.batches += 1
-            if n < batch_size:
-                break
-        while True:
-            ids = await self._batch(sql.ended_workflows, cutoff=cutoff, batch=batch_size)
-            if ids:
-                await on_target_loop(lambda: DBOS.delete_workflows_async(ids))
-                report.workflows += len(ids)
-            report.batches += 1
-            if len(ids) < batch_size:
-                break
+        async with self._connect() as conn:
+            while True:
+                n = await sql.prune_checkpoints(
+                    conn, cutoff=cutoff, keep=keep_last, batch=batch_size
+                )
+                report.checkpoints += n
+                report.batches += 1
+                if n < batch_size:
+                    break
+            while True:
+                n = await sql.prune_chunks(conn, cutoff=cutoff, batch=batch_size)
+                report.stream_chunks += n
+                report.batches += 1
+                if n < batch_size:
+                    break
+            while True:
+                ids = await sql.ended_workflows(conn, cutoff=cutoff, batch=batch_size)
+                if ids:
+                    await self._delete_workflows(ids)
+                    report.workflows += len(ids)
+                report.batches += 1
+                if len(ids) < batch_size:
+                    break
         logger.info(
             "Pruned %d checkpoint(s), %d stream chunk(s), %d workflow record(s) older than %s",
             report.checkpoints,
@@ -204,13 +199,6 @@ class TimeTravel:
             cutoff.isoformat(),
         )
         return report
-
-    async def _batch(self, func: Any, **kwargs: Any) -> Any:
-        return await on_target_loop(
-            lambda: self._runtime.on_connection(
-                "a prune batch", lambda conn: func(conn, **kwargs), wait=False
-            )
-        )
 
 
 def _plain_state(state: Any) -> dict[str, Any]:
