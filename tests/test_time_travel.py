@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from helpers import sql
 from pydantic import BaseModel
+from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
@@ -100,9 +101,7 @@ async def test_a_checkpoint_per_committed_step_with_state_only_when_it_changed(
     assert view.messages[-1].content == "saw sky" and view.state["count"] == 2
 
 
-async def test_a_second_turn_adds_checkpoints_with_usage_counted_on(
-    helix, make_agent, mock_llm
-):
+async def test_a_second_turn_adds_checkpoints_with_usage_counted_on(helix, make_agent, mock_llm):
     agent, first = await three_step_session(helix, make_agent, mock_llm)
     mock_llm.add_responses({"type": "text", "content": "again"}, agent=agent.name)
     second = await (await helix.execute(agent, "more", session_id=first.session_id)).result()
@@ -163,7 +162,8 @@ async def test_fork_copies_history_and_state_and_leaves_the_source_alone(
 
     # resume: the model is asked again with the history as of the checkpoint
     mock_llm.add_responses(
-        calls(("b9", "bump", {"by": 10})), {"type": "text", "content": "forked"},
+        calls(("b9", "bump", {"by": 10})),
+        {"type": "text", "content": "forked"},
         agent=agent.name,
     )
     resumed = await (await helix.resume(fork)).result()
@@ -204,9 +204,10 @@ async def test_a_fork_of_a_fork(helix, make_agent, mock_llm):
     # from the fork's root, and from its own step
     at_root = await helix.fork(first, at=first_cps[0])
     at_step = await helix.fork(first, at=first_cps[1].checkpoint_id)
-    assert await helix.get_messages(at_root) == (
-        await helix.get_checkpoint(result.session_id, cps[2].checkpoint_id)
-    ).messages
+    assert (
+        await helix.get_messages(at_root)
+        == (await helix.get_checkpoint(result.session_id, cps[2].checkpoint_id)).messages
+    )
     assert [m.content for m in await helix.get_messages(at_step)][-1] == "branch one"
     mock_llm.add_responses({"type": "text", "content": "branch two"}, agent=agent.name)
     again = await (await helix.resume(at_step)).result()
@@ -362,30 +363,37 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
         live.session_id,
     )
     messages = await helix.get_messages(old.session_id)
+    await workflow_done(database_url, f"helix-{old.run_id}")
 
     report = await helix.prune(older_than=timedelta(days=1), keep_last=1)
 
-    assert report.checkpoints >= 2 and report.stream_chunks > 0 and report.workflows >= 1
+    assert report.checkpoints >= 3 and report.stream_chunks > 0 and report.workflows >= 1
     kept = await helix.get_checkpoints(old.session_id)
-    # the last one stays, and step 3, whose state (unchanged since) step 4 points at
-    assert [c.step for c in kept] == [3, 4] and kept[-1].state["count"] == 5
+    assert [c.step for c in kept] == [4] and kept[0].state["count"] == 5, (
+        "the last checkpoint stays, with the state it pointed at (copied in)"
+    )
     assert sql(
-        database_url, "SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s",
+        database_url,
+        "SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s",
         old.session_id,
     ) == [(0,)]
     assert sql(
-        database_url, "SELECT count(*) FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        database_url,
+        "SELECT count(*) FROM dbos.workflow_status WHERE workflow_uuid = %s",
         f"helix-{old.run_id}",
     ) == [(0,)]
     assert await helix.get_messages(old.session_id) == messages, "the transcript stays"
     assert (await helix.get_run(old.run_id)).status == "completed"
-    assert sql(
-        database_url,
-        "SELECT (SELECT count(*) FROM helix.checkpoints WHERE session_id = %s), "
-        "(SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s)",
-        live.session_id,
-        live.session_id,
-    ) == live_before, "a session with a live run is not touched"
+    assert (
+        sql(
+            database_url,
+            "SELECT (SELECT count(*) FROM helix.checkpoints WHERE session_id = %s), "
+            "(SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s)",
+            live.session_id,
+            live.session_id,
+        )
+        == live_before
+    ), "a session with a live run is not touched"
     gate.set()
     assert (await live.result()).output == "live done"
     with pytest.raises(InvalidInputError):

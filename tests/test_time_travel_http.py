@@ -55,7 +55,13 @@ async def test_checkpoints_a_checkpoint_and_a_fork(helix, client, make_agent, mo
     body = listed.json()
     assert [c["step"] for c in body] == [1, 2] and body[0]["run_id"] == result.run_id
     assert set(body[0]) >= {
-        "checkpoint_id", "run_id", "step", "message_seq", "state", "usage", "created_at"
+        "checkpoint_id",
+        "run_id",
+        "step",
+        "message_seq",
+        "state",
+        "usage",
+        "created_at",
     }
 
     first = body[0]["checkpoint_id"]

@@ -191,28 +191,31 @@ async def forked_from(conn: Executor, session_id: str) -> tuple[str | None, str 
 
 # Sessions with no live run: prune never touches any other (checked again by each batch's
 # statement, in its own snapshot, so a run that started since is left alone too).
-_QUIET = f"NOT EXISTS (SELECT 1 FROM helix.runs lr WHERE lr.session_id = {{s}} AND lr.status IN {_LIVE})"
+_QUIET = (
+    f"NOT EXISTS (SELECT 1 FROM helix.runs lr WHERE lr.session_id = {{s}} AND lr.status IN {_LIVE})"
+)
 
 # One batch of checkpoints older than the cutoff, of ended runs (or a fork's root), at or
-# below each session's (K+1)-th newest (`edge`: the last K stay), except the state the
-# kept ones point at (a checkpoint holding state goes only when a later one at or below
-# the edge holds state too). Rows are taken with SKIP LOCKED, so a batch never waits on
-# (or blocks) a row someone holds.
+# below each session's (K+1)-th newest (`edge`: the last K stay). A checkpoint that stays
+# and points at the state of one that goes gets a copy of that state first, in the same
+# statement. Rows are taken with SKIP LOCKED, so a batch never waits on (or blocks) a row
+# someone holds.
 _PRUNE_CHECKPOINTS = _sql(
-    "WITH victim AS (SELECT c.session_id, c.ord FROM helix.checkpoints c, LATERAL "
+    "WITH victim AS (SELECT c.session_id, c.ord, c.state FROM helix.checkpoints c, LATERAL "
     "(SELECT k.ord AS edge FROM helix.checkpoints k WHERE k.session_id = c.session_id "
     "ORDER BY k.ord DESC OFFSET :keep LIMIT 1) e "
     "WHERE c.created_at < :cutoff AND c.ord <= e.edge "
     f"AND {_QUIET.format(s='c.session_id')} "
     "AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.run_id = c.run_id "
     f"AND r.status NOT IN {_LIVE})) "
-    "AND (c.state IS NULL OR EXISTS (SELECT 1 FROM helix.checkpoints k "
-    "WHERE k.session_id = c.session_id AND k.ord > c.ord AND k.ord <= e.edge "
-    "AND k.state IS NOT NULL)) "
     "LIMIT :batch FOR UPDATE OF c SKIP LOCKED), "
+    "keep AS (UPDATE helix.checkpoints k SET state = v.state, state_ord = k.ord "
+    "FROM victim v WHERE k.session_id = v.session_id AND k.state_ord = v.ord "
+    "AND k.ord <> v.ord AND NOT EXISTS (SELECT 1 FROM victim w "
+    "WHERE w.session_id = k.session_id AND w.ord = k.ord) RETURNING 1), "
     "gone AS (DELETE FROM helix.checkpoints c USING victim v "
     "WHERE c.session_id = v.session_id AND c.ord = v.ord RETURNING 1) "
-    "SELECT count(*) FROM gone"
+    "SELECT count(*) FROM gone, (SELECT count(*) FROM keep) AS kept"
 )
 
 # One batch of stream chunks of ended runs that finished before the cutoff.
