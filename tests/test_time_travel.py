@@ -4,16 +4,36 @@ as it was, forking from a checkpoint, and pruning, on the real runtime."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from helpers import sql
 from pydantic import BaseModel
+from test_crash import sigkill, wait_for
 from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
 from helix_dbos.store.checkpoints import UNANSWERED
+
+FORK_APP = Path(__file__).with_name("fork_crash_app.py")
+
+
+def spawn_app(app: Path, mode: str, database_url: str, *args: object) -> subprocess.Popen:
+    markers = Path(str(args[1]))
+    stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, str(app), mode, database_url, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
 
 
 def calls(*items: tuple[str, str, dict]) -> dict:
@@ -398,3 +418,48 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     assert (await live.result()).output == "live done"
     with pytest.raises(InvalidInputError):
         await helix.prune(older_than=timedelta(days=-1))
+
+
+@pytest.mark.crash
+def test_sigkill_during_a_forks_first_run_recovers_and_completes_once(database_url, tmp_path):
+    """The fork's first run (opened by `resume`, like any run) is killed in a tool call;
+    the relaunched process recovers it and completes it once."""
+    executor = f"fork-crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn_app(FORK_APP, "start", database_url, executor, tmp_path)
+    assert proc.stdout is not None
+    started = json.loads(proc.stdout.readline())
+    wait_for(lambda: (tmp_path / "in_slow").exists())
+    sigkill(proc)
+    assert started["output"] == "main done after 1 steps"
+
+    again = spawn_app(FORK_APP, "recover", database_url, executor, tmp_path, started["run_id"])
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out
+    outcome = json.loads(out.strip().splitlines()[-1])
+
+    assert outcome == {"status": "completed", "output": "fork done after 2 steps", "error": None}
+    marks = (tmp_path / "record.log").read_text().splitlines()
+    assert marks == ["one"], "the fork does not run the source's tool again"
+    assert (tmp_path / "slow.log").read_text().splitlines() == ["two", "two"]
+    llm = (tmp_path / "llm.log").read_text().splitlines()
+    assert [line.split()[0] for line in llm] == ["main", "main", "fork", "fork"], (
+        "each model call once: the fork's second call comes after the recovery"
+    )
+    fork_rows = sql(
+        database_url,
+        "SELECT seq, role, tool_call_id FROM helix.messages WHERE session_id = %s ORDER BY seq",
+        started["fork"],
+    )
+    assert [r[1] for r in fork_rows] == [
+        "user", "assistant", "tool", "assistant", "tool", "assistant"
+    ]  # fmt: skip
+    assert [r[0] for r in fork_rows] == list(range(1, 7))
+    assert sql(
+        database_url,
+        "SELECT count(*), count(DISTINCT step) FROM helix.checkpoints WHERE run_id = %s "
+        "AND kind = 'step'",
+        started["run_id"],
+    ) == [(2, 2)], "one checkpoint per step of the recovered run"
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.messages WHERE session_id = %s", started["source"]
+    ) == [(4,)], "the source is untouched"

@@ -19,10 +19,10 @@ from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Session, resolve_
 from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import Column, print_json, print_table
 from helix_dbos.store.database import connect, libpq_url
-from helix_dbos.store.driver import DriverExecutor
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # SQLAlchemy and DBOS load when a command runs, not for --help
     from helix_dbos.runtime.time_travel import TimeTravel
+    from helix_dbos.store.driver import DriverExecutor
 
 T = TypeVar("T")
 
@@ -51,6 +51,7 @@ CHECKPOINT_COLUMNS = [
 def _run(url: str, body: Callable[[TimeTravel], Coroutine[Any, Any, T]]) -> T:
     """`body` on a `TimeTravel` over one autocommit connection to `url`."""
     from helix_dbos.runtime.time_travel import TimeTravel  # noqa: PLC0415
+    from helix_dbos.store.driver import DriverExecutor  # noqa: PLC0415
 
     @asynccontextmanager
     async def connection() -> AsyncIterator[DriverExecutor]:
