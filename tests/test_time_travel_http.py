@@ -120,3 +120,20 @@ async def test_checkpoint_routes_are_guarded(helix, make_agent, mock_llm):
             assert (await c.get(path)).status_code == 401
             ok = await c.get(path, headers={"Authorization": "Bearer tok"})
             assert ok.status_code == 200 and len(ok.json()) == 2
+
+
+async def test_openapi_documents_the_time_travel_routes(client):
+    doc = (await client.get("/openapi.json")).json()
+    fork = doc["paths"]["/sessions/{session_id}/fork"]["post"]
+    ref = fork["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.endswith("/ForkRequest")
+    assert {"404", "409", "422"} <= set(fork["responses"])
+    for path in (
+        "/sessions/{session_id}/checkpoints",
+        "/sessions/{session_id}/checkpoints/{checkpoint_id}",
+    ):
+        schema = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
+            "schema"
+        ]
+        assert schema.get("$ref") or schema.get("items", {}).get("$ref"), path
+    assert {"Checkpoint", "CheckpointView", "Forked"} <= set(doc["components"]["schemas"])
