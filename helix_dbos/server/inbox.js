@@ -140,8 +140,7 @@
         el("span", { class: "agent", title: run.agent_name }, run.agent_name),
         el("span", { class: "ids" },
           el("span", { class: "label" }, "session"), idChip(run.session_id),
-          el("span", { class: "label" }, "run"), idChip(run.run_id), below,
-          el("a", { class: "timeline-link", href: "timeline?session_id=" + encodeURIComponent(run.session_id) }, "timeline")),
+          el("span", { class: "label" }, "run"), idChip(run.run_id), below),
         stamp("since", "waiting since ", run.waiting_since),
         runControls(run),
         status),
@@ -152,7 +151,8 @@
         el("details", { class: "conversation" },
           el("summary", {}, el("span", { class: "summary-count" }, "Conversation"), el("span", { class: "preview" })),
           el("ol", { class: "transcript" })),
-        el("div", { class: "last-event" })));
+        el("div", { class: "last-event" }),
+        el("a", { class: "timeline-link", href: "timeline?session_id=" + encodeURIComponent(run.session_id) }, "timeline")));
     card.dataset.agent = run.agent_name;
     const entry = { el: card, run, resolved: false };
     cards.set(run.run_id, entry);
