@@ -7,7 +7,9 @@
 -- first checkpoint of a forked session). A checkpoint covers the session's messages with
 -- seq <= message_seq. `state` is stored only when it changed; `state_ord` names the
 -- checkpoint (same session) whose `state` is in effect. The usage columns are the
--- session's usage so far. `ord` orders checkpoints (oldest first).
+-- session's usage so far. `ord` orders checkpoints (oldest first). Its id is not stored
+-- (a step writes as few bytes as it can): helix.session_checkpoints shows it, with the
+-- state in effect.
 --
 -- Rows are written by a trigger on the runs row: every step write (the step's rows, its
 -- head, the run's last step with its end) advances runs.committed_step or committed_head,
@@ -21,7 +23,6 @@ CREATE SEQUENCE IF NOT EXISTS helix.checkpoint_ord;
 CREATE TABLE IF NOT EXISTS helix.checkpoints (
     session_id          text NOT NULL,
     ord                 bigint NOT NULL DEFAULT nextval('helix.checkpoint_ord'),
-    checkpoint_id       text NOT NULL,   -- '<run_id>:<step>', '<run_id>:<step>:head', '<session_id>:fork'
     run_id              text,            -- NULL for a fork's first checkpoint
     step                integer NOT NULL,
     kind                text NOT NULL,   -- step | head | fork
@@ -91,12 +92,10 @@ BEGIN
            COALESCE(sum(cache_write_tokens) FILTER (WHERE kind <> 'subagent'), 0) AS cache_write_tokens,
            COALESCE(sum(reasoning_tokens) FILTER (WHERE kind <> 'subagent'), 0) AS reasoning_tokens
         INTO u FROM helix.usage WHERE run_id = NEW.run_id AND step = at_step;
-    INSERT INTO helix.checkpoints (session_id, ord, checkpoint_id, run_id, step, kind,
+    INSERT INTO helix.checkpoints (session_id, ord, run_id, step, kind,
         message_seq, state, state_ord, llm_calls, tool_calls, subagent_calls, input_tokens,
         output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens)
-    VALUES (NEW.session_id, new_ord,
-        NEW.run_id || ':' || at_step || CASE WHEN is_step THEN '' ELSE ':head' END,
-        NEW.run_id, at_step, CASE WHEN is_step THEN 'step' ELSE 'head' END, ses.message_seq,
+    VALUES (NEW.session_id, new_ord, NEW.run_id, at_step, CASE WHEN is_step THEN 'step' ELSE 'head' END, ses.message_seq,
         CASE WHEN changed THEN ses.state END,
         CASE WHEN changed THEN new_ord ELSE prev.state_ord END,
         COALESCE(base.llm_calls, 0) + u.llm_calls,
@@ -109,6 +108,20 @@ BEGIN
         COALESCE(base.reasoning_tokens, 0) + u.reasoning_tokens);
     RETURN NULL;
 END $$;
+
+-- Each checkpoint with its id ('<run_id>:<step>', '<run_id>:<step>:head' or
+-- '<session_id>:fork') and the state in effect.
+CREATE OR REPLACE VIEW helix.session_checkpoints AS
+SELECT c.session_id, c.ord,
+       CASE c.kind WHEN 'fork' THEN c.session_id || ':fork'
+                   WHEN 'head' THEN c.run_id || ':' || c.step || ':head'
+                   ELSE c.run_id || ':' || c.step END AS checkpoint_id,
+       c.run_id, c.step, c.kind, c.message_seq,
+       COALESCE(c.state, (SELECT x.state FROM helix.checkpoints x
+                          WHERE x.session_id = c.session_id AND x.ord = c.state_ord)) AS state,
+       c.llm_calls, c.tool_calls, c.input_tokens, c.output_tokens, c.cache_read_tokens,
+       c.cache_write_tokens, c.reasoning_tokens, c.subagent_calls, c.created_at
+FROM helix.checkpoints c;
 
 DROP TRIGGER IF EXISTS runs_checkpoint ON helix.runs;
 CREATE TRIGGER runs_checkpoint

@@ -42,13 +42,12 @@ class CheckpointRow:
     created_at: datetime
 
 
-# The checkpoint with its state resolved (its own, or the one `state_ord` names).
+# The checkpoint with its id and its state resolved (the view of migration 0013).
 _SELECT = (
     "SELECT c.checkpoint_id, c.session_id, c.run_id, c.step, c.kind, c.message_seq, "
-    "COALESCE(c.state, (SELECT x.state FROM helix.checkpoints x "
-    "WHERE x.session_id = c.session_id AND x.ord = c.state_ord), '{}'::jsonb), "
+    "COALESCE(c.state, '{}'::jsonb), "
     + ", ".join(f"c.{col}" for col in USAGE_COLUMNS)
-    + ", c.created_at FROM helix.checkpoints c "
+    + ", c.created_at FROM helix.session_checkpoints c "
 )
 
 
@@ -106,9 +105,8 @@ async def messages_until(conn: Executor, session_id: str, message_seq: int) -> l
 # the run waited) is paired with an error result, so the invariant holds in the fork.
 # The fork's own first checkpoint ('fork') lets a fork of the fork start at its root.
 _FORK = _sql(
-    "WITH src AS (SELECT c.message_seq, COALESCE(c.state, (SELECT x.state FROM "
-    "helix.checkpoints x WHERE x.session_id = c.session_id AND x.ord = c.state_ord)) "
-    "AS state FROM helix.checkpoints c WHERE c.session_id = :src AND c.checkpoint_id = :cid), "
+    "WITH src AS (SELECT c.message_seq, c.state FROM helix.session_checkpoints c "
+    "WHERE c.session_id = :src AND c.checkpoint_id = :cid), "
     "ses AS (SELECT agent_name FROM helix.sessions WHERE session_id = :src), "
     "copied AS (SELECT m.* FROM helix.messages m, src WHERE m.session_id = :src "
     "AND m.seq <= src.message_seq), "
@@ -133,8 +131,8 @@ _FORK = _sql(
     "pair AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, "
     "tool_call_id, tool_name, is_error) SELECT :new, top.top + d.ord, NULL, 'tool', "
     ":unanswered, d.id, d.name, true FROM top, d WHERE EXISTS (TABLE s) RETURNING 1), "
-    "cp AS (INSERT INTO helix.checkpoints (session_id, ord, checkpoint_id, run_id, step, kind, "
-    "message_seq, state, state_ord) SELECT :new, n.ord, :root_id, NULL, 0, 'fork', "
+    "cp AS (INSERT INTO helix.checkpoints (session_id, ord, run_id, step, kind, "
+    "message_seq, state, state_ord) SELECT :new, n.ord, NULL, 0, 'fork', "
     "n.last, n.state, n.ord FROM n WHERE EXISTS (TABLE s) RETURNING 1) "
     "SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM s), (SELECT count(*) FROM pair)"
 )
@@ -165,7 +163,6 @@ async def fork_session(
                 "src": source_session_id,
                 "cid": checkpoint_id,
                 "new": new_session_id,
-                "root_id": f"{new_session_id}:fork",
                 "state": _json(state),
                 "unanswered": storable_text(UNANSWERED),
             },
