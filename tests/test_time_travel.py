@@ -204,7 +204,10 @@ async def test_fork_copies_history_and_state_and_leaves_the_source_alone(
 
 async def test_fork_with_edited_state_is_validated(helix, make_agent, mock_llm):
     _, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await helix.get_checkpoints(result.session_id)
+    cps = await asyncio.to_thread(helix.get_checkpoints_sync, result.session_id)
+    assert cps == await helix.get_checkpoints(result.session_id)
+    synced = await asyncio.to_thread(helix.fork_sync, result.session_id, cps[3])
+    assert (await helix.get_session(synced)).state["count"] == 5
     fork = await helix.fork(result.session_id, at=cps[0].checkpoint_id, state={"count": 99})
     assert (await helix.get_session(fork)).state == {"count": 99, "notes": []}
     assert (await helix.get_checkpoints(fork))[0].state["count"] == 99
@@ -404,6 +407,10 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     ) == [(0,)]
     assert await helix.get_messages(old.session_id) == messages, "the transcript stays"
     assert (await helix.get_run(old.run_id)).status == "completed"
+    again = await (await helix.get_handle(old.run_id)).result()
+    assert (again.status, again.output) == ("completed", "done"), (
+        "a pruned run's result still reads from its row"
+    )
     assert (
         sql(
             database_url,

@@ -1192,10 +1192,23 @@ class HelixDBOS:
             )
         )
 
-    async def prune(self, *, older_than: timedelta, keep_last: int = 0) -> PruneReport:
+    async def prune(
+        self, *, older_than: timedelta, keep_last: int = 0, batch_size: int = 500
+    ) -> PruneReport:
         return await on_target_loop(
-            lambda: self._time_travel().prune(older_than=older_than, keep_last=keep_last)
+            lambda: self._time_travel().prune(
+                older_than=older_than, keep_last=keep_last, batch_size=batch_size
+            )
         )
+
+    def get_checkpoints_sync(self, session_id: str) -> list[Checkpoint]:
+        return run_sync(lambda: self.get_checkpoints(session_id))
+
+    def fork_sync(self, session_id: str, at: Checkpoint | str, **kwargs: Any) -> str:
+        return run_sync(lambda: self.fork(session_id, at, **kwargs))
+
+    def prune_sync(self, **kwargs: Any) -> PruneReport:
+        return run_sync(lambda: self.prune(**kwargs))
 
 
 # --- transactions -----------------------------------------------------------
