@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         AgentAlreadyRunningError,
         AgentDefinitionError,
         AgentNotRegisteredError,
+        CheckpointNotFoundError,
         DatabaseUnavailableError,
         ExecutorIdInUseError,
         HelixError,
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
         SessionInfo,
         UsageSummary,
     )
+    from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
     from helix_dbos.store.database import (
@@ -131,6 +133,7 @@ _EXPORTS: dict[str, str] = {
             "AgentAlreadyRunningError",
             "AgentDefinitionError",
             "AgentNotRegisteredError",
+            "CheckpointNotFoundError",
             "DatabaseUnavailableError",
             "ExecutorIdInUseError",
             "HelixError",
@@ -176,6 +179,9 @@ _EXPORTS: dict[str, str] = {
         ["AgentResult", "PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"],
         "helix_dbos.runtime.results",
     ),
+    **dict.fromkeys(
+        ["Checkpoint", "CheckpointView", "PruneReport"], "helix_dbos.runtime.time_travel"
+    ),
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
@@ -196,6 +202,9 @@ __all__ = [
     "AgentHooks",
     "AgentNotRegisteredError",
     "AgentResult",
+    "Checkpoint",
+    "CheckpointNotFoundError",
+    "CheckpointView",
     "ErrorStepResult",
     "DatabaseUnavailableError",
     "ExecutorIdInUseError",
@@ -213,6 +222,7 @@ __all__ = [
     "MCPHTTP",
     "MCPStdio",
     "MCPToolset",
+    "PruneReport",
     "Message",
     "MockLLM",
     "PendingToolCall",

@@ -42,6 +42,7 @@ HELIX_TABLES = {
     "mcp_tool_lists",
     "start_keys",
     "remote_children",
+    "checkpoints",
 }
 
 
