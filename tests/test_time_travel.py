@@ -20,6 +20,7 @@ from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
+from helix_dbos.runtime import agent_loop
 from helix_dbos.store.checkpoints import UNANSWERED
 
 FORK_APP = Path(__file__).with_name("fork_crash_app.py")
@@ -70,11 +71,19 @@ def launch_rocket(target: str) -> str:
 async def wait_until_waiting(helix, session_id: str) -> None:
     for _ in range(400):
         run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p["answered"]]
+        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
         if run is not None and run.status == "waiting" and pending:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("run never started waiting")
+
+
+@pytest.fixture(autouse=True)
+def no_slow_tool_heads(monkeypatch):
+    """A step whose tools run past `LIVE_TOOL_START_SECONDS` (0.1 s: any tool on a loaded
+    box) has its head written early, and that head is a checkpoint too. These tests count
+    checkpoints, so here no tool is ever that slow."""
+    monkeypatch.setattr(agent_loop, "LIVE_TOOL_START_SECONDS", 60.0)
 
 
 async def three_step_session(helix, make_agent, mock_llm):

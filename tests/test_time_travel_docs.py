@@ -7,7 +7,10 @@ import subprocess
 import sys
 
 from test_readme import env_for
-from test_time_travel import three_step_session
+from test_time_travel import (
+    no_slow_tool_heads,  # noqa: F401 - autouse fixture
+    three_step_session,
+)
 
 from tests.docs_text import PAGES, code_blocks
 

@@ -10,7 +10,12 @@ import pytest
 from helpers import skip_or_fail_in_ci
 from live_server import serve
 from test_inbox_browser import CHROMIUM, CHROMIUM_ARGS
-from test_time_travel import launch_rocket, three_step_session, wait_until_waiting
+from test_time_travel import (
+    launch_rocket,
+    no_slow_tool_heads,  # noqa: F401 - autouse fixture
+    three_step_session,
+    wait_until_waiting,
+)
 
 from helix_dbos.server import create_app
 
