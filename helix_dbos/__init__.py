@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         run_workflow_tool,
         store_memory_tool,
     )
+    from helix_dbos.client import AsyncHelixClient, HelixClient
     from helix_dbos.definitions.agent import (
         Agent,
         LLMConfig,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
     from helix_dbos.definitions.hooks import AgentHooks
     from helix_dbos.definitions.queue import RateLimit, RunQueue
+    from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool, remote_sub_agent_tool
     from helix_dbos.definitions.subagent import SubAgentTool, sub_agent_tool
     from helix_dbos.definitions.tool import Tool, tool
     from helix_dbos.definitions.tool_context import ToolContext
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         AgentAlreadyRunningError,
         AgentDefinitionError,
         AgentNotRegisteredError,
+        CheckpointNotFoundError,
         DatabaseUnavailableError,
         ExecutorIdInUseError,
         HelixError,
@@ -79,9 +82,15 @@ if TYPE_CHECKING:
         SessionInfo,
         UsageSummary,
     )
+    from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
-    from helix_dbos.store.database import libpq_url, resolve_database_url, sqlalchemy_url
+    from helix_dbos.store.database import (
+        libpq_url,
+        resolve_database_url,
+        sqlalchemy_url,
+        with_database,
+    )
     from helix_dbos.streaming.chunks import (
         HumanRequest,
         StatePatch,
@@ -114,12 +123,17 @@ _EXPORTS: dict[str, str] = {
     "AgentHooks": "helix_dbos.definitions.hooks",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
+    **dict.fromkeys(
+        ["RemoteSubAgentTool", "remote_sub_agent_tool"], "helix_dbos.definitions.remote_subagent"
+    ),
+    **dict.fromkeys(["AsyncHelixClient", "HelixClient"], "helix_dbos.client"),
     **dict.fromkeys(["Tool", "tool"], "helix_dbos.definitions.tool"),
     **dict.fromkeys(
         [
             "AgentAlreadyRunningError",
             "AgentDefinitionError",
             "AgentNotRegisteredError",
+            "CheckpointNotFoundError",
             "DatabaseUnavailableError",
             "ExecutorIdInUseError",
             "HelixError",
@@ -165,10 +179,14 @@ _EXPORTS: dict[str, str] = {
         ["AgentResult", "PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"],
         "helix_dbos.runtime.results",
     ),
+    **dict.fromkeys(
+        ["Checkpoint", "CheckpointView", "PruneReport"], "helix_dbos.runtime.time_travel"
+    ),
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
-        ["libpq_url", "resolve_database_url", "sqlalchemy_url"], "helix_dbos.store.database"
+        ["libpq_url", "resolve_database_url", "sqlalchemy_url", "with_database"],
+        "helix_dbos.store.database",
     ),
     **dict.fromkeys(
         ["HumanRequest", "StatePatch", "StreamChunk", "TextDelta", "ToolEnd", "ToolStart"],
@@ -184,6 +202,9 @@ __all__ = [
     "AgentHooks",
     "AgentNotRegisteredError",
     "AgentResult",
+    "Checkpoint",
+    "CheckpointNotFoundError",
+    "CheckpointView",
     "ErrorStepResult",
     "DatabaseUnavailableError",
     "ExecutorIdInUseError",
@@ -201,6 +222,7 @@ __all__ = [
     "MCPHTTP",
     "MCPStdio",
     "MCPToolset",
+    "PruneReport",
     "Message",
     "MockLLM",
     "PendingToolCall",
@@ -221,6 +243,9 @@ __all__ = [
     "StreamChunk",
     "StructuredOutputStepResult",
     "SubAgentTool",
+    "RemoteSubAgentTool",
+    "HelixClient",
+    "AsyncHelixClient",
     "TerminatingConfig",
     "TextDelta",
     "TextStepResult",
@@ -253,8 +278,10 @@ __all__ = [
     "retrieve_memory_tool",
     "run_workflow_tool",
     "sqlalchemy_url",
+    "with_database",
     "store_memory_tool",
     "sub_agent_tool",
+    "remote_sub_agent_tool",
     "tool",
     "uninstrument",
 ]

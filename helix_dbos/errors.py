@@ -41,6 +41,22 @@ class RunNotFoundError(HelixError, LookupError):
         return (type(self), (self.run_id,))
 
 
+class CheckpointNotFoundError(HelixError, LookupError):
+    """No checkpoint with this id in this session (a typo, another session's id, or one
+    removed by `prune`)."""
+
+    def __init__(self, session_id: str, checkpoint_id: str) -> None:
+        super().__init__(
+            f"Checkpoint '{checkpoint_id}' does not exist in session '{session_id}' "
+            "(list them with get_checkpoints / `helix-dbos checkpoints SESSION`)"
+        )
+        self.session_id = session_id
+        self.checkpoint_id = checkpoint_id
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.session_id, self.checkpoint_id))
+
+
 class AgentNotRegisteredError(HelixError, LookupError):
     def __init__(self, name: str, known: list[str]) -> None:
         listed = ", ".join(sorted(known)) or "none"

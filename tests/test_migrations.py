@@ -40,6 +40,9 @@ HELIX_TABLES = {
     "workers",
     "companions",
     "mcp_tool_lists",
+    "start_keys",
+    "remote_children",
+    "checkpoints",
 }
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import typer
 
-from helix_dbos.cli import answers, database, doctor, fleet, reads, running
+from helix_dbos.cli import answers, checkpoints, database, doctor, fleet, reads, running
 from helix_dbos.cli.common import EXIT_ERROR
 
 app = typer.Typer(
@@ -27,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for group in (database, running, fleet, reads, answers, doctor):
+for group in (database, running, fleet, reads, checkpoints, answers, doctor):
     group.register(app)
 
 # The order `helix-dbos --help` lists the commands in, with the line it shows for each:
@@ -37,6 +37,9 @@ COMMANDS: dict[str, str] = {
     "runs": "List runs; --status waiting shows what each waits on.",
     "transcript": "Print a session's messages in order.",
     "usage": "Calls, tokens and cost by model, session, agent or root.",
+    "checkpoints": "List a session's checkpoints, one per committed step.",
+    "fork": "Create a new session from a checkpoint.",
+    "prune": "Remove old checkpoints, chunks and workflow records.",
     "resume": "Continue a session in a new run and wait for it.",
     "approve": "Approve a tool call that waits for approval.",
     "deny": "Deny a tool call that waits for approval.",

@@ -156,12 +156,24 @@ def print_transcript(messages: list[dict[str, Any]], *, width: int = 100) -> Non
 
 
 def transcript(
-    session: Session, json_output: Json = False, database_url: DatabaseUrl = None
+    session: Session,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", metavar="CHECKPOINT", help="As it was at this checkpoint."),
+    ] = None,
+    json_output: Json = False,
+    database_url: DatabaseUrl = None,
 ) -> int:
-    """Print a session's messages in order (helix.messages)."""
-    with read_connection(database_url) as conn:
-        session = require_session(conn, session)
-        messages = queries.fetch_sync(conn, queries.transcript(session))
+    """Print a session's messages in order (helix.messages), or as they were at a
+    checkpoint (--at)."""
+    if at is not None:
+        from helix_dbos.cli.checkpoints import transcript_at  # noqa: PLC0415
+
+        messages = transcript_at(session, at, database_url)
+    else:
+        with read_connection(database_url) as conn:
+            session = require_session(conn, session)
+            messages = queries.fetch_sync(conn, queries.transcript(session))
     if json_output:
         print_json(messages)
     else:

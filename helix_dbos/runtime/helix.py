@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
+from dbos import DBOS
 from sqlalchemy import Row
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
@@ -22,7 +24,7 @@ from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.dispatch import Dispatch
-from helix_dbos.runtime.event_loop import sync_twin
+from helix_dbos.runtime.event_loop import on_target_loop, sync_twin
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
 from helix_dbos.runtime.results import (
@@ -37,6 +39,7 @@ from helix_dbos.runtime.run_opening import OpenedRun
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
 from helix_dbos.runtime.session_reads import SessionReads
+from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport, TimeTravel
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
@@ -350,6 +353,50 @@ class HelixDBOS:
             session_id=session_id, run_id=run_id, include_children=include_children
         )
 
+    # --- time travel: checkpoints, forks, retention (runtime/time_travel.py) --------
+
+    def _time_travel(self) -> TimeTravel:
+        return TimeTravel(self.runtime.statements, DBOS.delete_workflows_async, self.agents)
+
+    async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        """The session's checkpoints, oldest first: one per committed step, one per
+        step head written before a wait, one where a fork began."""
+        return await on_target_loop(lambda: self._time_travel().get_checkpoints(session_id))
+
+    async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
+        """The transcript and state as they were at the checkpoint."""
+        return await on_target_loop(
+            lambda: self._time_travel().get_checkpoint(session_id, checkpoint_id)
+        )
+
+    async def fork(
+        self,
+        session_id: str,
+        at: Checkpoint | str,
+        *,
+        state: Any = None,
+        new_session_id: str | None = None,
+    ) -> str:
+        """A new session whose history and state are the checkpoint's (or `state`);
+        the source is untouched. Continue it with `execute(..., session_id=fork)` or
+        `resume(fork)`."""
+        return await on_target_loop(
+            lambda: self._time_travel().fork(
+                session_id, at, state=state, new_session_id=new_session_id
+            )
+        )
+
+    async def prune(
+        self, *, older_than: timedelta, keep_last: int = 0, batch_size: int = 500
+    ) -> PruneReport:
+        """Remove checkpoints, stream chunks and DBOS workflow records of ended runs
+        older than the cutoff; transcripts stay and live sessions are never touched."""
+        return await on_target_loop(
+            lambda: self._time_travel().prune(
+                older_than=older_than, keep_last=keep_last, batch_size=batch_size
+            )
+        )
+
     # --- sync twins (see the class docstring) ---------------------------------------
 
     workers_sync = sync_twin(workers)
@@ -375,6 +422,10 @@ class HelixDBOS:
     get_current_run_sync = sync_twin(get_current_run)
     list_runs_sync = sync_twin(list_runs)
     get_usage_sync = sync_twin(get_usage)
+    get_checkpoints_sync = sync_twin(get_checkpoints)
+    get_checkpoint_sync = sync_twin(get_checkpoint)
+    fork_sync = sync_twin(fork)
+    prune_sync = sync_twin(prune)
 
 
 def _add(agents: dict[str, Agent], agent: Agent) -> bool:

@@ -28,6 +28,7 @@ from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.remote_children import abort_remote_children
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import GateKind
@@ -198,6 +199,9 @@ class RunControl:
                 await on_target_loop(functools.partial(DBOS.cancel_workflow_async, run.workflow_id))
         for run in runs:
             await self._close_aborted(run, reason)
+        await on_target_loop(
+            lambda: abort_remote_children(self.runtime, session_id, reason)
+        )  # remote children (issue 32)
         return [r.run_id for r in runs]
 
     async def _close_aborted(self, run: TreeRun, reason: str | None) -> None:

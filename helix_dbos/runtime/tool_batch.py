@@ -21,6 +21,7 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.companions import CompanionCalls
@@ -33,6 +34,7 @@ from helix_dbos.runtime.hitl import (
     interrupted_message,
     needs_gate_step,
 )
+from helix_dbos.runtime.remote_children import run_remote_children
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.subagents import (
     AgentWorkflow,
@@ -125,8 +127,10 @@ class ToolBatch:
         self.interrupt = self.interrupt or self.children.interrupt
         state = await self._parallel(plain, state, started)
         await self.children.settle(started)
+        remote = [c for c in calls if self._is_remote(c)]  # remote children (issue 32), at once
+        self.outcomes.update(await run_remote_children(self.agent, self.commit, remote))
         for call in calls:
-            if self._in_workflow(call):
+            if self._in_workflow(call) and not self._is_remote(call):
                 state = await self._in_workflow_code(call, state)
         for call in calls:  # seed 002: "Companion tools have their own phase"
             if self.companions.is_companion(call):
@@ -207,9 +211,12 @@ class ToolBatch:
         return merged
 
     async def _in_workflow_code(self, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
-        outcome = await run_workflow_tool(
-            self.agent, self.session_id, self.run_id, self.step, call, state
-        )
+        if self._is_remote(call):  # remote children (issue 32)
+            outcome = (await run_remote_children(self.agent, self.commit, [call]))[call.id]
+        else:
+            outcome = await run_workflow_tool(
+                self.agent, self.session_id, self.run_id, self.step, call, state
+            )
         self.outcomes[call.id] = outcome
         return outcome.state if outcome.state is not None else state
 
@@ -309,6 +316,9 @@ class ToolBatch:
     def _is_finisher(self, call: ToolCall) -> bool:
         tool = self.agent.tool(call.name)
         return tool is not None and tool.finish_with
+
+    def _is_remote(self, call: ToolCall) -> bool:
+        return isinstance(self.agent.tool(call.name), RemoteSubAgentTool)
 
     def _in_workflow(self, call: ToolCall) -> bool:
         tool = self.agent.tool(call.name)

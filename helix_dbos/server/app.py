@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.server import assets, chat, inbox, reads, routes
+from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, timeline
 from helix_dbos.server.auth import Authenticate, check_auth_config
 from helix_dbos.server.body import BodyLimits
 from helix_dbos.server.edge import LOCAL_HOSTS, EdgeGuard, EdgePolicy
@@ -123,7 +123,9 @@ def create_app(
     app.include_router(routes.build_router(ctx))
     app.include_router(chat.build_router(ctx))
     app.include_router(reads.build_router(ctx))
+    app.include_router(checkpoints.build_router(ctx))
     app.include_router(inbox.build_router(ctx))
+    app.include_router(timeline.build_router())
     app.include_router(assets.build_router(title, api_docs=api_docs))
     app.add_middleware(EdgeGuard, policy=policy)
     return app

@@ -17,6 +17,8 @@ from fastapi.responses import HTMLResponse, Response
 ASSETS: dict[str, tuple[str, str, str]] = {
     "inbox.js": ("helix_dbos.server", "inbox.js", "text/javascript"),
     "inbox.css": ("helix_dbos.server", "inbox.css", "text/css"),
+    "timeline.js": ("helix_dbos.server", "timeline.js", "text/javascript"),
+    "timeline.css": ("helix_dbos.server", "timeline.css", "text/css"),
     "sign_in.js": ("helix_dbos.server", "sign_in.js", "text/javascript"),
     "sign_in.css": ("helix_dbos.server", "sign_in.css", "text/css"),
     "swagger-init.js": ("helix_dbos.server", "swagger_init.js", "text/javascript"),

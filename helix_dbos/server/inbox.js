@@ -151,7 +151,8 @@
         el("details", { class: "conversation" },
           el("summary", {}, el("span", { class: "summary-count" }, "Conversation"), el("span", { class: "preview" })),
           el("ol", { class: "transcript" })),
-        el("div", { class: "last-event" })));
+        el("div", { class: "last-event" }),
+        el("a", { class: "timeline-link", href: "timeline?session_id=" + encodeURIComponent(run.session_id) }, "timeline")));
     card.dataset.agent = run.agent_name;
     const entry = { el: card, run, resolved: false };
     cards.set(run.run_id, entry);

@@ -50,6 +50,12 @@ class StartRequest(_Request):
         le=2**31 - 1,
         description="Enqueue the run on its agent's queue with this priority (1 runs first)",
     )
+    idempotency_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Start at most once: a repeated start with the same key answers the "
+        "run the first one started (a remote parent's replayed step, a client's retry)",
+    )
 
 
 class ResumeRequest(_Request):
@@ -75,6 +81,12 @@ class ControlRequest(_Request):
     reason: str | None = None
 
 
+class ChatControlRequest(_Request):
+    """`/chat/{session_id}/interrupt` and `/abort`: the session is in the path."""
+
+    reason: str | None = None
+
+
 class ControlResponse(BaseModel):
     session_id: str
     run_id: str | None = Field(
@@ -91,15 +103,16 @@ class ControlResponse(BaseModel):
     )
 
 
-class SubmitToolResultRequest(_Request):
+class ChatSubmitToolResultRequest(_Request):
     """One answer to a pending tool call; `kind` says which fields apply.
 
     - client-tool-result: `result` or `error` (exactly one)
     - approval-response: `approved`, optional `reason`
     - human-input: `human_input`, optional `approved`
+
+    `/chat/{session_id}/submit-tool-result` takes this body (the session is in the path).
     """
 
-    session_id: str
     tool_call_id: str
     kind: AnswerKind
     result: Any = None
@@ -110,7 +123,7 @@ class SubmitToolResultRequest(_Request):
     answered_by: str | None = None  # who answers, shown in the inbox (default: "HTTP API")
 
     @model_validator(mode="after")
-    def _fields_match_kind(self) -> SubmitToolResultRequest:
+    def _fields_match_kind(self) -> ChatSubmitToolResultRequest:
         allowed = {
             "client-tool-result": {"result", "error"},
             "approval-response": {"approved", "reason"},
@@ -130,11 +143,24 @@ class SubmitToolResultRequest(_Request):
         return self
 
 
+class SubmitToolResultRequest(ChatSubmitToolResultRequest):
+    """`/submit-tool-result`: the answer and the session it is for."""
+
+    session_id: str
+
+
 class SubmitToolResultResponse(BaseModel):
     session_id: str
     tool_call_id: str
     kind: AnswerKind
     accepted: bool = Field(True, description="The answer was recorded and sent to the run")
+
+
+class Workspace(BaseModel):
+    """Seed 002's workspaces: the DBOS runtime has none, so `GET /workspaces` is empty."""
+
+    id: str
+    name: str | None = None
 
 
 # --- reads for the inbox ------------------------------------------------------

@@ -10,8 +10,9 @@ from fastapi.responses import StreamingResponse
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.runtime.results import RunInfo
-from helix_dbos.server import queries
+from helix_dbos.server import queries, session_routes
 from helix_dbos.server.auth import Principal, current_principal
+from helix_dbos.server.keyed_start import start_once
 from helix_dbos.server.models import (
     ControlRequest,
     ControlResponse,
@@ -24,6 +25,12 @@ from helix_dbos.server.models import (
     SubmitToolResultResponse,
 )
 from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.session_routes import (
+    ControlHandler,
+    SessionHandlers,
+    StreamHandler,
+    SubmitHandler,
+)
 from helix_dbos.server.sse import event_stream, parse_last_event_id
 from helix_dbos.server.streams import SlotStreamingResponse
 from helix_dbos.server.visibility import require_own_new_session, require_visible
@@ -43,8 +50,15 @@ def build_router(ctx: ServerContext) -> APIRouter:
 
     @router.post("/start", response_model=RunStarted, tags=["runs"], summary="Start a run")
     async def start(body: StartRequest, principal: Who) -> RunStarted:
-        ctx.check_ids(agent=body.agent, session_id=body.session_id)
+        ctx.check_ids(
+            agent=body.agent, session_id=body.session_id, idempotency_key=body.idempotency_key
+        )
         require_own_new_session(principal, body.session_id)
+        if body.idempotency_key is not None:
+            return await start_once(helix, body, open_run)
+        return await open_run(body)
+
+    async def open_run(body: StartRequest) -> RunStarted:
         handle = await helix.execute(
             body.agent,
             body.input,
@@ -70,12 +84,14 @@ def build_router(ctx: ServerContext) -> APIRouter:
             session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
         )
 
-    _add_stream_routes(router, ctx)
-    _add_control_routes(router, ctx)
+    stream = _add_stream_routes(router, ctx)
+    handlers = _add_control_routes(router, ctx)
+    # Seed 002's chat routes and /workspaces: the same handlers under the chat paths.
+    session_routes.add(router, SessionHandlers(stream, *handlers))
     return router
 
 
-def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
+def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:
     """Following a session: its chunks live over SSE, and its state."""
     helix = ctx.helix
 
@@ -128,6 +144,8 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    stream: StreamHandler = sse
+
     @router.get(
         "/status", response_model=StatusResponse, tags=["runs"], summary="A session's state"
     )
@@ -144,6 +162,8 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> None:
             pending_tool_calls=pending,
         )
 
+    return stream
+
 
 async def record_answerer(helix: HelixDBOS, session_id: str, call_id: str, who: str) -> None:
     """Who answered, for the inbox's "answered by" (display only: after the answer)."""
@@ -156,7 +176,9 @@ async def record_answerer(helix: HelixDBOS, session_id: str, call_id: str, who: 
     await on_target_loop(update)
 
 
-def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
+def _add_control_routes(
+    router: APIRouter, ctx: ServerContext
+) -> tuple[ControlHandler, ControlHandler, SubmitHandler]:
     """Interrupt, abort and answers: what a client sends to a run that is under way."""
     helix = ctx.helix
 
@@ -229,3 +251,5 @@ def _add_control_routes(router: APIRouter, ctx: ServerContext) -> None:
             await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
         await record_answerer(helix, sid, tcid, who)
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
+
+    return interrupt, abort, submit_tool_result

@@ -1,0 +1,49 @@
+"""`HelixClient` and `AsyncHelixClient`: a helix server's HTTP API from Python.
+
+```python
+from helix_dbos.client import AsyncHelixClient
+
+async with AsyncHelixClient("http://127.0.0.1:8000", token="...") as helix:
+    run = await helix.start("assistant", "Hello")
+    async for chunk in helix.stream(run.session_id, run_id=run.run_id):
+        ...
+```
+"""
+
+from __future__ import annotations
+
+from helix_dbos.client.aio import AsyncHelixClient
+from helix_dbos.client.errors import (
+    APIConnectionError,
+    APIStatusError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    HelixClientError,
+    InternalServerError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    StreamError,
+    UnprocessableEntityError,
+)
+from helix_dbos.client.sync import HelixClient
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "AsyncHelixClient",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "HelixClient",
+    "HelixClientError",
+    "InternalServerError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "StreamError",
+    "UnprocessableEntityError",
+]

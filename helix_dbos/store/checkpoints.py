@@ -1,0 +1,253 @@
+"""Checkpoints (issue 30): reading them, forking a session from one, pruning old ones.
+
+The rows themselves are written by the `helix.runs` trigger of migration 0013, in the
+statement that commits a step's rows (no round trip of their own). A checkpoint covers
+its session's messages up to `message_seq`; its state is stored only when it changed,
+`state_ord` names the checkpoint whose state is in effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from helix_dbos.orchestration.types import Message
+from helix_dbos.store.repository import SQLConnection, _json, _message_from_row, _sql
+from helix_dbos.store.storable import storable_text
+
+USAGE_COLUMNS = (
+    "llm_calls",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "subagent_calls",
+)
+_LIVE = "('running', 'waiting', 'paused')"
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    checkpoint_id: str
+    session_id: str
+    run_id: str | None
+    step: int
+    kind: str
+    message_seq: int
+    state: dict[str, Any]
+    usage: dict[str, int]
+    created_at: datetime
+
+
+# The checkpoint with its id and its state resolved (the view of migration 0013).
+_SELECT = (
+    "SELECT c.checkpoint_id, c.session_id, c.run_id, c.step, c.kind, c.message_seq, "
+    "COALESCE(c.state, '{}'::jsonb), "
+    + ", ".join(f"c.{col}" for col in USAGE_COLUMNS)
+    + ", c.created_at FROM helix.session_checkpoints c "
+)
+
+
+def _row(row: Any) -> CheckpointRow:
+    n = len(USAGE_COLUMNS)
+    usage = {k: int(v) for k, v in zip(USAGE_COLUMNS, row[7 : 7 + n], strict=True)}
+    return CheckpointRow(
+        checkpoint_id=row[0],
+        session_id=row[1],
+        run_id=row[2],
+        step=int(row[3]),
+        kind=row[4],
+        message_seq=int(row[5]),
+        state=dict(row[6] or {}),
+        usage=usage,
+        created_at=row[7 + n],
+    )
+
+
+async def list_checkpoints(conn: SQLConnection, session_id: str) -> list[CheckpointRow]:
+    """The session's checkpoints, oldest first."""
+    rows = await conn.execute(
+        _sql(_SELECT + "WHERE c.session_id = :sid ORDER BY c.ord"), {"sid": session_id}
+    )
+    return [_row(r) for r in rows]
+
+
+async def get_checkpoint(
+    conn: SQLConnection, session_id: str, checkpoint_id: str
+) -> CheckpointRow | None:
+    row = (
+        await conn.execute(
+            _sql(_SELECT + "WHERE c.session_id = :sid AND c.checkpoint_id = :cid"),
+            {"sid": session_id, "cid": checkpoint_id},
+        )
+    ).first()
+    return _row(row) if row else None
+
+
+async def messages_until(conn: SQLConnection, session_id: str, message_seq: int) -> list[Message]:
+    """The transcript as a checkpoint saw it: the messages with seq <= `message_seq`."""
+    rows = await conn.execute(
+        _sql(
+            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
+            "FROM helix.messages WHERE session_id = :sid AND seq <= :top ORDER BY seq"
+        ),
+        {"sid": session_id, "top": message_seq},
+    )
+    return [_message_from_row(r)[1] for r in rows]
+
+
+# A new session with the checkpoint's history and state, in one statement that reads the
+# source with a plain snapshot (no lock on its rows, so a run of the source goes on
+# undisturbed). A tool call without its result in that history (a checkpoint taken while
+# the run waited) is paired with an error result, so the invariant holds in the fork.
+# The fork's own first checkpoint ('fork') lets a fork of the fork start at its root.
+_FORK = _sql(
+    "WITH src AS (SELECT c.message_seq, c.state FROM helix.session_checkpoints c "
+    "WHERE c.session_id = :src AND c.checkpoint_id = :cid), "
+    "ses AS (SELECT agent_name FROM helix.sessions WHERE session_id = :src), "
+    "copied AS (SELECT m.* FROM helix.messages m, src WHERE m.session_id = :src "
+    "AND m.seq <= src.message_seq), "
+    "top AS (SELECT COALESCE(max(seq), 0) AS top FROM copied), "
+    "d AS (SELECT c.call ->> 'id' AS id, c.call ->> 'name' AS name, "
+    "row_number() OVER (ORDER BY m.seq, c.ord) AS ord FROM copied m, "
+    "jsonb_array_elements(m.tool_calls) WITH ORDINALITY AS c(call, ord) "
+    "WHERE m.role = 'assistant' AND jsonb_typeof(m.tool_calls) = 'array' "
+    "AND NOT EXISTS (SELECT 1 FROM copied t WHERE t.role = 'tool' "
+    "AND t.tool_call_id = c.call ->> 'id')), "
+    "n AS (SELECT top.top + (SELECT count(*) FROM d) AS last, "
+    "COALESCE(CAST(:state AS jsonb), src.state, '{}'::jsonb) AS state, "
+    "nextval('helix.checkpoint_ord') AS ord FROM top, src), "
+    "s AS (INSERT INTO helix.sessions (session_id, agent_name, state, status, turn_count, "
+    "message_seq, chunk_seq, forked_from_session_id, forked_from_checkpoint_id) "
+    "SELECT :new, ses.agent_name, n.state, 'idle', 0, n.last, 0, :src, :cid "
+    "FROM ses, n ON CONFLICT (session_id) DO NOTHING RETURNING 1), "
+    "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
+    "tool_call_id, tool_name, thinking, is_error, created_at) SELECT :new, seq, NULL, role, "
+    "content, tool_calls, tool_call_id, tool_name, thinking, is_error, created_at "
+    "FROM copied WHERE EXISTS (TABLE s) RETURNING 1), "
+    "pair AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, "
+    "tool_call_id, tool_name, is_error) SELECT :new, top.top + d.ord, NULL, 'tool', "
+    ":unanswered, d.id, d.name, true FROM top, d WHERE EXISTS (TABLE s) RETURNING 1), "
+    "cp AS (INSERT INTO helix.checkpoints (session_id, ord, run_id, step, kind, "
+    "message_seq, state, state_ord) SELECT :new, n.ord, NULL, 0, 'fork', "
+    "n.last, n.state, n.ord FROM n WHERE EXISTS (TABLE s) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM s), (SELECT count(*) FROM pair)"
+)
+
+UNANSWERED = "Not answered in this branch: the session was forked while this call waited"
+
+
+@dataclass(frozen=True)
+class Forked:
+    found: bool  # the checkpoint exists in the source session
+    created: bool  # False: a session with the new id exists already
+    paired: int  # tool calls paired with an "unanswered" result
+
+
+async def fork_session(
+    conn: SQLConnection,
+    *,
+    source_session_id: str,
+    checkpoint_id: str,
+    new_session_id: str,
+    state: dict[str, Any] | None,
+) -> Forked:
+    """Create `new_session_id` from the checkpoint, in one statement."""
+    row = (
+        await conn.execute(
+            _FORK,
+            {
+                "src": source_session_id,
+                "cid": checkpoint_id,
+                "new": new_session_id,
+                "state": _json(state),
+                "unanswered": storable_text(UNANSWERED),
+            },
+        )
+    ).one()
+    return Forked(found=bool(row[0]), created=bool(row[1]), paired=int(row[2]))
+
+
+async def forked_from(conn: SQLConnection, session_id: str) -> tuple[str | None, str | None]:
+    row = (
+        await conn.execute(
+            _sql(
+                "SELECT forked_from_session_id, forked_from_checkpoint_id "
+                "FROM helix.sessions WHERE session_id = :sid"
+            ),
+            {"sid": session_id},
+        )
+    ).first()
+    return (row[0], row[1]) if row else (None, None)
+
+
+# --- retention ------------------------------------------------------------------
+
+# Sessions with no live run: prune never touches any other (checked again by each batch's
+# statement, in its own snapshot, so a run that started since is left alone too).
+_QUIET = (
+    f"NOT EXISTS (SELECT 1 FROM helix.runs lr WHERE lr.session_id = {{s}} AND lr.status IN {_LIVE})"
+)
+
+# One batch of checkpoints older than the cutoff, of ended runs (or a fork's root), at or
+# below each session's (K+1)-th newest (`edge`: the last K stay). A checkpoint that stays
+# and points at the state of one that goes gets a copy of that state first, in the same
+# statement. Rows are taken with SKIP LOCKED, so a batch never waits on (or blocks) a row
+# someone holds.
+_PRUNE_CHECKPOINTS = _sql(
+    "WITH victim AS (SELECT c.session_id, c.ord, c.state FROM helix.checkpoints c, LATERAL "
+    "(SELECT k.ord AS edge FROM helix.checkpoints k WHERE k.session_id = c.session_id "
+    "ORDER BY k.ord DESC OFFSET :keep LIMIT 1) e "
+    "WHERE c.created_at < :cutoff AND c.ord <= e.edge "
+    f"AND {_QUIET.format(s='c.session_id')} "
+    "AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.run_id = c.run_id "
+    f"AND r.status NOT IN {_LIVE})) "
+    "LIMIT :batch FOR UPDATE OF c SKIP LOCKED), "
+    "keep AS (UPDATE helix.checkpoints k SET state = v.state, state_ord = k.ord "
+    "FROM victim v WHERE k.session_id = v.session_id AND k.state_ord = v.ord "
+    "AND k.ord <> v.ord AND NOT EXISTS (SELECT 1 FROM victim w "
+    "WHERE w.session_id = k.session_id AND w.ord = k.ord) RETURNING 1), "
+    "gone AS (DELETE FROM helix.checkpoints c USING victim v "
+    "WHERE c.session_id = v.session_id AND c.ord = v.ord RETURNING 1) "
+    "SELECT count(*) FROM gone, (SELECT count(*) FROM keep) AS kept"
+)
+
+# One batch of stream chunks of ended runs that finished before the cutoff.
+_PRUNE_CHUNKS = _sql(
+    "WITH victim AS (SELECT ch.session_id, ch.seq FROM helix.stream_chunks ch "
+    "JOIN helix.runs r ON r.run_id = ch.run_id "
+    f"WHERE r.status NOT IN {_LIVE} AND r.finished_at < :cutoff "
+    f"AND {_QUIET.format(s='ch.session_id')} "
+    "LIMIT :batch FOR UPDATE OF ch SKIP LOCKED), "
+    "gone AS (DELETE FROM helix.stream_chunks ch USING victim v "
+    "WHERE ch.session_id = v.session_id AND ch.seq = v.seq RETURNING 1) "
+    "SELECT count(*) FROM gone"
+)
+
+# Workflow ids of ended runs finished before the cutoff whose DBOS records still exist.
+_ENDED_WORKFLOWS = _sql(
+    "SELECT r.workflow_id FROM helix.runs r "
+    f"WHERE r.status NOT IN {_LIVE} AND r.finished_at < :cutoff "
+    f"AND {_QUIET.format(s='r.session_id')} "
+    "AND EXISTS (SELECT 1 FROM dbos.workflow_status ws WHERE ws.workflow_uuid = r.workflow_id "
+    "AND ws.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
+    "ORDER BY r.workflow_id LIMIT :batch"
+)
+
+
+async def prune_checkpoints(conn: SQLConnection, *, cutoff: datetime, keep: int, batch: int) -> int:
+    params = {"cutoff": cutoff, "keep": keep, "batch": batch}
+    return int((await conn.execute(_PRUNE_CHECKPOINTS, params)).one()[0])
+
+
+async def prune_chunks(conn: SQLConnection, *, cutoff: datetime, batch: int) -> int:
+    params = {"cutoff": cutoff, "batch": batch}
+    return int((await conn.execute(_PRUNE_CHUNKS, params)).one()[0])
+
+
+async def ended_workflows(conn: SQLConnection, *, cutoff: datetime, batch: int) -> list[str]:
+    rows = await conn.execute(_ENDED_WORKFLOWS, {"cutoff": cutoff, "batch": batch})
+    return [str(r[0]) for r in rows]

@@ -1,0 +1,426 @@
+"""`HelixClient` and `AsyncHelixClient` over a real uvicorn serving create_app(helix), the
+seed 002 chat routes and `/workspaces`, and keyed starts (issue 32)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from docs_text import code_blocks, section
+from helpers import sql
+from live_server import serve
+from tcp_proxy import CuttableProxy
+
+from helix_dbos import AsyncHelixClient, HelixClient, tool
+from helix_dbos.client import calls
+from helix_dbos.client.errors import (
+    AuthenticationError,
+    ConflictError,
+    InternalServerError,
+    NotFoundError,
+    RateLimitError,
+    UnprocessableEntityError,
+    status_error,
+)
+from helix_dbos.client.sse import SSEDecoder
+from helix_dbos.server import bearer_token, create_app
+from helix_dbos.server.models import RunStarted, StatusResponse
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def call(call_id: str, name: str, arguments: dict) -> dict:
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+    }
+
+
+def text(content: str) -> dict:
+    return {"type": "text", "content": content}
+
+
+@pytest.fixture(scope="module")
+def base_url(helix):
+    with serve(create_app(helix, allow_unauthenticated=True, keepalive_seconds=0.3)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def secured_url(helix):
+    with serve(create_app(helix, authenticate=bearer_token("s3cret-token"))) as url:
+        yield url
+
+
+def approval_agent(make_agent, mock_llm, ran: list[str]):
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    agent = make_agent(tools=[delete_file])
+    mock_llm.add_responses(
+        call("d1", "delete_file", {"path": "/tmp/x"}), text("Deleted."), agent=agent.name
+    )
+    return agent
+
+
+def wait_for_pending(client: HelixClient, session_id: str) -> StatusResponse:
+    for _ in range(400):
+        status = client.status(session_id)
+        if status.current_run and status.current_run.status == "waiting":
+            return status
+        time.sleep(0.05)
+    raise AssertionError("the run never waited")
+
+
+def test_sync_client_starts_streams_answers_and_reads(base_url, make_agent, mock_llm):
+    ran: list[str] = []
+    agent = approval_agent(make_agent, mock_llm, ran)
+    with HelixClient(base_url) as client:
+        run = client.start(agent.name, "clean up")
+        assert isinstance(run, RunStarted) and run.workflow_id == f"helix-{run.run_id}"
+        status = wait_for_pending(client, run.session_id)
+        [pending] = status.pending_tool_calls
+        assert (pending.tool_call_id, pending.kind) == ("d1", "approval")
+        answer = client.approve(run.session_id, "d1", answered_by="ops")
+        assert answer.accepted and answer.kind == "approval-response"
+        chunks = list(client.stream(run.session_id, run_id=run.run_id))
+        types = [c.type for c in chunks]
+        assert types[0] == "run_started" and types[-1] == "run_completed", types
+        assert "tool_approval_request" in types
+        assert [c.seq for c in chunks] == sorted({c.seq for c in chunks})
+        assert ran == ["/tmp/x"]
+        final = client.wait(run.session_id, run.run_id)
+        assert (final.status, final.output) == ("completed", "Deleted.")
+        messages = client.get_messages(run.session_id)
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        usage = client.get_usage(run.session_id)
+        assert usage.totals.llm_calls == 2
+        runs = client.list_runs(session_id=run.session_id)
+        assert [r.run_id for r in runs] == [run.run_id] and runs[0].status == "completed"
+        assert any(a.tool_call_id == "d1" and a.answered_by == "ops" for a in client.answered(50))
+        assert client.workspaces() == []
+        # A second turn of the same session, then a resume after it.
+        mock_llm.add_response(text("Again."), agent=agent.name)
+        second = client.resume(run.session_id, "once more")
+        assert client.wait(run.session_id, second.run_id).output == "Again."
+
+
+async def test_async_client_chat_and_errors(base_url, make_agent, mock_llm):
+    agent = make_agent()
+    mock_llm.add_responses(text("Hello!"), agent=agent.name)
+    async with AsyncHelixClient(base_url) as client:
+        reply = await client.chat("ctx-" + agent.name, "hi", agent=agent.name)
+        assert (reply.status, reply.response) == ("completed", "Hello!")
+        with pytest.raises(NotFoundError) as missing:
+            await client.status("no-such-session")
+        assert missing.value.status_code == 404 and "no-such-session" in missing.value.detail
+        with pytest.raises(NotFoundError):
+            await client.start("no-such-agent", "hi")
+        with pytest.raises(ConflictError) as idle:
+            await client.interrupt("ctx-" + agent.name)
+        assert idle.value.status_code == 409 and "no run in progress" in idle.value.detail
+        # NUL bytes cannot be stored in PostgreSQL text: a 422 naming the field, nothing run.
+        with pytest.raises(UnprocessableEntityError) as nul:
+            await client.start(agent.name, "bad\x00input")
+        assert "input" in nul.value.detail
+        with pytest.raises(UnprocessableEntityError):
+            await client.status("bad\x00id")
+        chunks = [c async for c in client.stream("ctx-" + agent.name, run_id=reply.run_id)]
+        assert chunks[-1].type == "run_completed"
+
+
+def test_a_token_is_sent_as_bearer_and_a_wrong_one_is_401(secured_url, make_agent, mock_llm):
+    agent = make_agent()
+    mock_llm.add_responses(text("ok"), agent=agent.name)
+    with HelixClient(secured_url) as anonymous, pytest.raises(AuthenticationError) as refused:
+        anonymous.workspaces()
+    assert refused.value.status_code == 401
+    with HelixClient(secured_url, token="wrong") as wrong, pytest.raises(AuthenticationError):
+        wrong.start(agent.name, "hi")
+    with HelixClient(secured_url, token="s3cret-token") as client:
+        run = client.start(agent.name, "hi")
+        assert client.wait(run.session_id, run.run_id).output == "ok"
+
+
+def test_stream_resumes_after_a_dropped_connection(base_url, make_agent, mock_llm):
+    """The connection is cut (and refused for a while) mid-run; the client reconnects
+    with Last-Event-ID and delivers every chunk exactly once, in order."""
+    release = threading.Event()
+
+    @tool
+    async def gate() -> str:
+        """Waits for the test."""
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        return "open"
+
+    agent = make_agent(tools=[gate])
+    mock_llm.add_responses(call("g", "gate", {}), text("after the gate"), agent=agent.name)
+    port = int(base_url.rsplit(":", 1)[1])
+    proxy = CuttableProxy(f"postgresql://u@127.0.0.1:{port}/unused")
+    try:
+        streams: list[str] = []
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{proxy.port}",
+            timeout=30,
+            event_hooks={"request": [lambda r: streams.append(r.headers.get("last-event-id", ""))]},
+        )
+        with (
+            http,
+            HelixClient(http.base_url.__str__(), retry_delay=0.1, http_client=http) as client,
+        ):
+            run = client.start(agent.name, "go")
+            seen = []
+            for chunk in client.stream(run.session_id, run_id=run.run_id):
+                seen.append(chunk)
+                if chunk.type == "tool_start" and not release.is_set():
+                    proxy.cut()  # the open stream drops; reconnections are refused
+                    release.set()
+                    threading.Timer(0.6, proxy.restore).start()
+        with HelixClient(base_url) as direct:
+            everything = list(direct.stream(run.session_id, run_id=run.run_id))
+    finally:
+        proxy.close()
+    assert release.is_set(), "the run never reached its tool"
+    resumed = [h for h in streams[1:] if h]  # streams[0] is the start
+    assert resumed and int(resumed[-1]) in {c.seq for c in seen}, streams
+    assert [c.seq for c in seen] == [c.seq for c in everything]
+    assert seen[-1].type == "run_completed"
+    assert any(c.type == "tool_end" for c in seen), "chunks after the cut arrived"
+
+
+def test_keyed_start_starts_once(base_url, make_agent, mock_llm, database_url):
+    agent = make_agent()
+    other = make_agent()
+    mock_llm.add_responses(text("once"), agent=agent.name)
+    with HelixClient(base_url) as client:
+        first = client.start(
+            agent.name, "hi", session_id=f"keyed-{agent.name}", idempotency_key=agent.name
+        )
+        again = client.start(
+            agent.name, "hi", session_id=f"keyed-{agent.name}", idempotency_key=agent.name
+        )
+        assert again == first
+        assert client.wait(first.session_id, first.run_id).output == "once"
+        after_end = client.start(agent.name, "hi", idempotency_key=agent.name)
+        assert after_end == first, "a key answers its run after the run ended too"
+        with pytest.raises(ConflictError):
+            client.start(other.name, "hi", idempotency_key=agent.name)
+        unkeyed = client.start(agent.name, "hi", idempotency_key=f"{agent.name}-2")
+        assert unkeyed.session_id != first.session_id
+    [(runs,)] = sql(
+        database_url, "SELECT count(*) FROM helix.runs WHERE session_id = %s", first.session_id
+    )
+    assert runs == 1
+
+
+async def test_chat_session_routes_answer_as_the_executor_routes(base_url, make_agent, mock_llm):
+    ran: list[str] = []
+    agent = approval_agent(make_agent, mock_llm, ran)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        run = (await http.post("/start", json={"agent": agent.name, "input": "x"})).json()
+        sid = run["session_id"]
+        for _ in range(400):
+            status = (await http.get("/status", params={"session_id": sid})).json()
+            if status["pending_tool_calls"]:
+                break
+            await asyncio.sleep(0.05)
+        bad = await http.post(
+            f"/chat/{sid}/submit-tool-result",
+            json={"tool_call_id": "d1", "kind": "approval-response"},
+        )
+        assert bad.status_code == 422 and "approved" in bad.json()["detail"]
+        answered = await http.post(
+            f"/chat/{sid}/submit-tool-result",
+            json={"tool_call_id": "d1", "kind": "approval-response", "approved": True},
+        )
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["session_id"] == sid
+        async with http.stream("GET", f"/chat/{sid}/stream", params={"run_id": run["run_id"]}) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            body = "".join([line + "\n" async for line in r.aiter_lines()])
+        sse = (await http.get("/sse", params={"session_id": sid, "run_id": run["run_id"]})).text
+        ids = [line for line in body.splitlines() if line.startswith("id: ")]
+        assert ids and ids == [line for line in sse.splitlines() if line.startswith("id: ")]
+        assert "event: run_completed" in body and "event: end" in body
+        idle = await http.post(f"/chat/{sid}/interrupt")
+        assert idle.status_code == 409, idle.text
+        gone = await http.post("/chat/no-such-session/abort", json={"reason": "x"})
+        assert gone.status_code == 404
+        assert (await http.get("/workspaces")).json() == []
+        paths = (await http.get("/openapi.json")).json()["paths"]
+    for path in ("stream", "submit-tool-result", "interrupt", "abort"):
+        assert f"/chat/{{session_id}}/{path}" in paths
+    assert "/workspaces" in paths
+    assert ran == ["/tmp/x"]
+
+
+async def test_chat_interrupt_and_abort_reach_a_live_run(base_url, make_agent, mock_llm):
+    ran: list[str] = []
+    agent = approval_agent(make_agent, mock_llm, ran)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        run = (await http.post("/start", json={"agent": agent.name, "input": "x"})).json()
+        sid = run["session_id"]
+        for _ in range(400):
+            status = (await http.get("/status", params={"session_id": sid})).json()
+            if status["pending_tool_calls"]:
+                break
+            await asyncio.sleep(0.05)
+        stopped = await http.post(f"/chat/{sid}/abort", json={"reason": "enough"})
+        assert stopped.status_code == 200, stopped.text
+        assert stopped.json()["action"] == "aborted" and stopped.json()["run_id"] == run["run_id"]
+    async with AsyncHelixClient(base_url) as client:
+        last = (await client.status(sid)).last_run
+        assert last is not None and last.status == "aborted"
+    assert ran == []
+
+
+def test_the_client_covers_every_route(base_url):
+    """Every API route of the server has a client call (the chat routes of seed 002 are
+    the executor routes under other paths: the client uses the executor ones)."""
+    with HelixClient(base_url) as client:
+        spec = client._http.get("/openapi.json").json()
+    served = {
+        (method.upper(), path)
+        for path, operations in spec["paths"].items()
+        for method in operations
+        if path not in ("/inbox",)  # the inbox is a page for people, not an API
+    }
+    aliases = {
+        ("GET", "/chat/{session_id}/stream"),
+        ("POST", "/chat/{session_id}/submit-tool-result"),
+        ("POST", "/chat/{session_id}/interrupt"),
+        ("POST", "/chat/{session_id}/abort"),
+    }
+    made = {
+        ("POST", "/start"),
+        ("GET", "/sse"),  # HelixClient.stream
+    }
+    samples = [
+        calls.resume("s", None),
+        calls.status("s"),
+        calls.control("interrupt", "s", None),
+        calls.control("abort", "s", None),
+        calls.submit_tool_result(
+            session_id="s", tool_call_id="t", kind="approval-response", approved=True
+        ),
+        calls.list_runs(None, None, 1),
+        calls.messages("{session_id}"),
+        calls.usage("{session_id}", False),
+        calls.answered(1),
+        calls.workspaces(),
+        calls.chat(context_id="c", message="m"),
+        calls.chat_invoke(context_id="c"),
+        calls.add_ai_message(context_id="c"),
+    ]
+    made |= {(c.method, c.path.replace("%7B", "{").replace("%7D", "}")) for c in samples}
+    assert served - aliases <= made, sorted(served - aliases - made)
+
+
+@pytest.mark.crash
+def test_the_client_page_runs_against_the_example_server(database_url, tmp_path):
+    """docs/client.md's two programs, as pasted, against examples/server.py."""
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
+    }
+    env |= {"HELIX_DATABASE_URL": database_url, "PORT": str(port)}
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "server.py")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with HelixClient(url, max_retries=0, timeout=2) as probe:
+            for _ in range(600):
+                try:
+                    probe.workspaces()
+                    break
+                except Exception:
+                    assert server.poll() is None, "examples/server.py exited"
+                    time.sleep(0.2)
+        sync_program, async_program = code_blocks(section("Python client"), "python")[:2]
+        outputs = []
+        for name, program in (("sync.py", sync_program), ("async.py", async_program)):
+            script = tmp_path / name
+            script.write_text(program)
+            done = subprocess.run(
+                [sys.executable, str(script)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**env, "HELIX_URL": url},
+            )
+            assert done.returncode == 0, done.stderr
+            outputs.append(done.stdout.splitlines())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert outputs[0] == ["completed The clean-up is done."]
+    printed = outputs[1]
+    assert printed[0] == "run_started" and printed[-1] == "run_completed", printed
+    assert printed.index("tool_approval_request") < printed.index("tool_end")
+    assert "run_resumed" in printed
+    assert "prints `completed The clean-up is done.`" in section("Python client")
+
+
+def test_the_sse_decoder_follows_the_event_stream_rules():
+    decoder = SSEDecoder()
+    lines = [": keep-alive", "", "id: 7", "event: text_delta", 'data: {"a":', "data:1}", ""]
+    events = [e for e in (decoder.feed(line) for line in lines) if e is not None]
+    assert len(events) == 1
+    assert (events[0].id, events[0].event, events[0].data) == ("7", "text_delta", '{"a":\n1}')
+    assert decoder.feed("data: x") is None and decoder.feed("").event == "message"
+
+
+def test_error_answers_map_to_exceptions_with_the_servers_detail():
+    crashed = status_error(502, None, "<html>bad gateway</html>")
+    assert isinstance(crashed, InternalServerError) and crashed.detail == "<html>bad gateway</html>"
+    limited = status_error(429, {"detail": "slow down"}, "")
+    assert isinstance(limited, RateLimitError) and str(limited) == "HTTP 429: slow down"
+
+
+def test_concurrent_keyed_starts_open_one_run(base_url, make_agent, mock_llm, database_url):
+    """Five clients race with one key (a replayed step and its retry, say): one run."""
+    agent = make_agent()
+    mock_llm.add_responses(text("raced"), agent=agent.name)
+    key = f"race-{agent.name}"
+    barrier = threading.Barrier(5)
+    started: list[RunStarted] = []
+
+    def race() -> None:
+        with HelixClient(base_url) as client:
+            barrier.wait()
+            started.append(client.start(agent.name, "go", idempotency_key=key))
+
+    threads = [threading.Thread(target=race) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(started) == 5 and len({s.run_id for s in started}) == 1
+    [(runs,)] = sql(
+        database_url, "SELECT count(*) FROM helix.runs WHERE session_id = %s", started[0].session_id
+    )
+    assert runs == 1
+    with HelixClient(base_url) as client:
+        assert client.wait(started[0].session_id, started[0].run_id).output == "raced"
