@@ -122,6 +122,40 @@ def test_sync_client_starts_streams_answers_and_reads(base_url, make_agent, mock
         assert client.wait(run.session_id, second.run_id).output == "Again."
 
 
+async def test_async_client_reads_checkpoints_and_forks(base_url, make_agent, mock_llm):
+    """Time travel over the client: the waiting run's head checkpoint, then a fork from
+    it whose pending call is paired, continued by a resume (docs/time-travel.md)."""
+    ran: list[str] = []
+    agent = approval_agent(make_agent, mock_llm, ran)
+    async with AsyncHelixClient(base_url) as client:
+        run = await client.start(agent.name, "clean up")
+        for _ in range(400):
+            cps = await client.get_checkpoints(run.session_id)
+            if cps:
+                break
+            await asyncio.sleep(0.05)
+        assert [(c.kind, c.step) for c in cps] == [("head", 1)]
+        view = await client.get_checkpoint(run.session_id, cps[0].checkpoint_id)
+        assert [c.id for c in view.messages[-1].tool_calls or []] == ["d1"]
+        forked = await client.fork(run.session_id, cps[0].checkpoint_id)
+        assert forked.forked_from_session_id == run.session_id
+        assert forked.forked_from_checkpoint_id == cps[0].checkpoint_id
+        fork_messages = await client.get_messages(forked.session_id)
+        assert [m.role for m in fork_messages] == ["user", "assistant", "tool"]
+        assert fork_messages[-1].is_error, "the unanswered call is paired in the branch"
+        with pytest.raises(NotFoundError):
+            await client.get_checkpoint(run.session_id, "run_missing:1")
+        with pytest.raises(NotFoundError):
+            await client.fork(run.session_id, "run_missing:1")
+        # The model is asked again with the branch's history (its next scripted reply).
+        again = await client.resume(forked.session_id)
+        assert (await client.wait(forked.session_id, again.run_id)).status == "completed"
+        roles = [m.role for m in await client.get_messages(forked.session_id)]
+        assert roles == ["user", "assistant", "tool", "assistant"]
+        await client.abort(run.session_id)
+    assert ran == []
+
+
 async def test_async_client_chat_and_errors(base_url, make_agent, mock_llm):
     agent = make_agent()
     mock_llm.add_responses(text("Hello!"), agent=agent.name)
@@ -301,7 +335,7 @@ def test_the_client_covers_every_route(base_url):
         (method.upper(), path)
         for path, operations in spec["paths"].items()
         for method in operations
-        if path not in ("/inbox",)  # the inbox is a page for people, not an API
+        if path not in ("/inbox", "/timeline")  # pages for people, not an API
     }
     aliases = {
         ("GET", "/chat/{session_id}/stream"),
@@ -326,6 +360,9 @@ def test_the_client_covers_every_route(base_url):
         calls.usage("{session_id}", False),
         calls.answered(1),
         calls.workspaces(),
+        calls.checkpoints("{session_id}"),
+        calls.checkpoint("{session_id}", "{checkpoint_id}"),
+        calls.fork("{session_id}", at="a"),
         calls.chat(context_id="c", message="m"),
         calls.chat_invoke(context_id="c"),
         calls.add_ai_message(context_id="c"),

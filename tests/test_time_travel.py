@@ -119,8 +119,8 @@ async def test_a_checkpoint_per_committed_step_with_state_only_when_it_changed(
         result.run_id,
     )
     assert stored == [(1, True), (2, False), (3, True), (4, False)], "state only when changed"
-    assert [c.usage["llm_calls"] for c in cps] == [1, 2, 3, 4]
-    assert [c.usage["tool_calls"] for c in cps] == [1, 2, 3, 3]
+    assert [c.usage.llm_calls for c in cps] == [1, 2, 3, 4]
+    assert [c.usage.tool_calls for c in cps] == [1, 2, 3, 3]
     usage = await helix.get_usage(session_id=result.session_id)
     assert cps[-1].usage == usage, "the last checkpoint's usage is the session's"
     assert cps[0].created_at <= cps[-1].created_at
@@ -136,7 +136,7 @@ async def test_a_second_turn_adds_checkpoints_with_usage_counted_on(helix, make_
     second = await (await helix.execute(agent, "more", session_id=first.session_id)).result()
     cps = await helix.get_checkpoints(first.session_id)
     assert [c.run_id for c in cps] == [first.run_id] * 4 + [second.run_id]
-    assert cps[-1].message_seq == 10 and cps[-1].usage["llm_calls"] == 5
+    assert cps[-1].message_seq == 10 and cps[-1].usage.llm_calls == 5
     assert cps[-1].state["count"] == 5
 
 
@@ -157,13 +157,13 @@ async def test_a_wait_has_a_checkpoint_whose_last_message_is_the_pending_call(
     assert cps[0].checkpoint_id == f"{handle.run_id}:1:head"
     assert view.messages[-1].role == "assistant"
     assert [c.id for c in view.messages[-1].tool_calls or []] == ["r1"]
-    assert cps[0].usage["llm_calls"] == 1
+    assert cps[0].usage.llm_calls == 1
 
     await helix.approve(handle.session_id, "r1")
     assert (await handle.result()).status == "completed"
     cps = await helix.get_checkpoints(handle.session_id)
     assert [(c.kind, c.step) for c in cps] == [("head", 1), ("step", 1), ("step", 2)]
-    assert [c.usage["llm_calls"] for c in cps] == [1, 1, 2], "a head is not counted twice"
+    assert [c.usage.llm_calls for c in cps] == [1, 1, 2], "a head is not counted twice"
 
 
 async def test_fork_copies_history_and_state_and_leaves_the_source_alone(

@@ -56,7 +56,12 @@ async def test_timeline_shows_steps_and_forks_from_a_checkpoint(
         await expect(second.locator(".cp-messages")).to_contain_text("saw sky")
         await expect(second.locator(".usage")).to_have_text(
             "1 llm · 1 tool · "
-            + str(sum(cps[1].usage[k] - cps[0].usage[k] for k in ("input_tokens", "output_tokens")))
+            + str(
+                sum(
+                    getattr(cps[1].usage, k) - getattr(cps[0].usage, k)
+                    for k in ("input_tokens", "output_tokens")
+                )
+            )
             + " tokens"
         )
         third = page.locator(f'[data-checkpoint-id="{cps[2].checkpoint_id}"]')

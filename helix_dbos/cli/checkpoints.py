@@ -90,8 +90,8 @@ def checkpoints(
         rows = [
             {
                 **c.model_dump(),
-                "llm_calls": c.usage["llm_calls"],
-                "tokens": c.usage["input_tokens"] + c.usage["output_tokens"],
+                "llm_calls": c.usage.llm_calls,
+                "tokens": c.usage.input_tokens + c.usage.output_tokens,
                 "state": json.dumps(c.state, default=str),
             }
             for c in found

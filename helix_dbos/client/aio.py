@@ -23,10 +23,12 @@ from helix_dbos.client.base import (
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.runtime.results import RunInfo
+from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
 from helix_dbos.server.models import (
     AnsweredCall,
     ChatResponse,
     ControlResponse,
+    Forked,
     RunStarted,
     RunSummary,
     StatusResponse,
@@ -299,6 +301,27 @@ class AsyncHelixClient:
 
     async def get_usage(self, session_id: str, *, include_children: bool = False) -> UsageResponse:
         return await self._send(calls.usage(session_id, include_children))
+
+    # --- time travel (docs/time-travel.md) ---------------------------------------------
+
+    async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        return await self._send(calls.checkpoints(session_id))
+
+    async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
+        return await self._send(calls.checkpoint(session_id, checkpoint_id))
+
+    async def fork(
+        self,
+        session_id: str,
+        at: str,
+        *,
+        state: dict[str, Any] | None = None,
+        new_session_id: str | None = None,
+    ) -> Forked:
+        """A new session from the checkpoint `at`; the answer names it."""
+        return await self._send(
+            calls.fork(session_id, at=at, state=state, new_session_id=new_session_id)
+        )
 
     async def answered(self, limit: int = 20) -> list[AnsweredCall]:
         return await self._send(calls.answered(limit))

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
 
+from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
 from helix_dbos.server.models import (
     AddAIMessageRequest,
     AnsweredCall,
@@ -23,6 +24,8 @@ from helix_dbos.server.models import (
     ChatResponse,
     ControlRequest,
     ControlResponse,
+    Forked,
+    ForkRequest,
     ResumeRequest,
     RunStarted,
     RunSummary,
@@ -104,6 +107,21 @@ def messages(session_id: str) -> Call[list[TranscriptMessage]]:
 def usage(session_id: str, children: bool) -> Call[UsageResponse]:
     path = f"/sessions/{_segment(session_id)}/usage"
     return Call("GET", path, _model(UsageResponse), params={"children": children})
+
+
+def checkpoints(session_id: str) -> Call[list[Checkpoint]]:
+    path = f"/sessions/{_segment(session_id)}/checkpoints"
+    return Call("GET", path, _model(list[Checkpoint]))
+
+
+def checkpoint(session_id: str, checkpoint_id: str) -> Call[CheckpointView]:
+    path = f"/sessions/{_segment(session_id)}/checkpoints/{_segment(checkpoint_id)}"
+    return Call("GET", path, _model(CheckpointView))
+
+
+def fork(session_id: str, **values: Any) -> Call[Forked]:
+    path = f"/sessions/{_segment(session_id)}/fork"
+    return Call("POST", path, _model(Forked), body=ForkRequest(**_fields(**values)))
 
 
 def answered(limit: int) -> Call[list[AnsweredCall]]:

@@ -20,6 +20,7 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.context import logger
+from helix_dbos.runtime.results import UsageSummary
 from helix_dbos.store import checkpoints as sql
 from helix_dbos.store import repository as repo
 from helix_dbos.store.storable import check_storable
@@ -39,7 +40,7 @@ class Checkpoint(BaseModel):
     kind: str
     message_seq: int
     state: dict[str, Any]
-    usage: dict[str, int]
+    usage: UsageSummary
     created_at: datetime
 
 

@@ -3,35 +3,17 @@ transcript as it was, and a fork from one."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
 
 from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
 from helix_dbos.server.auth import Principal, current_principal
+from helix_dbos.server.models import Forked, ForkRequest
 from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.visibility import require_own_new_session, require_visible
 
 Who = Annotated[Principal, Depends(current_principal)]
-
-
-class ForkRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    at: str = Field(description="The checkpoint to fork from (its checkpoint_id)")
-    state: dict[str, Any] | None = Field(
-        None, description="The fork's state instead of the checkpoint's (validated)"
-    )
-    new_session_id: str | None = Field(
-        None, description="The new session's id (a new one when omitted)"
-    )
-
-
-class Forked(BaseModel):
-    session_id: str = Field(description="The new session: resume it, or start a run in it")
-    forked_from_session_id: str
-    forked_from_checkpoint_id: str
 
 
 def build_router(ctx: ServerContext) -> APIRouter:

@@ -293,3 +293,24 @@ class ChatErrorResponse(ErrorResponse):
     run_id: str
     status: str
     generated_messages: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# --- time travel (docs/time-travel.md) ---------------------------------------------
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: str = Field(description="The checkpoint to fork from (its checkpoint_id)")
+    state: dict[str, Any] | None = Field(
+        None, description="The fork's state instead of the checkpoint's (validated)"
+    )
+    new_session_id: str | None = Field(
+        None, description="The new session's id (a new one when omitted)"
+    )
+
+
+class Forked(BaseModel):
+    session_id: str = Field(description="The new session: resume it, or start a run in it")
+    forked_from_session_id: str
+    forked_from_checkpoint_id: str
