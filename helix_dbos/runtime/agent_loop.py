@@ -5,10 +5,12 @@ One agent step, top to bottom in `AgentLoop.run`:
    own bookkeeping for the next step);
 2. the LLM step waits for that write, reads the transcript and asks the model;
    its checkpoint is only the parsed reply (`ModelReply`);
-3. the reply is planned (pure orchestration, seed 001);
+3. the reply is planned once, in the LLM step, which takes a step with no tool
+   to run at once (`StepAhead`);
 4. the tools run, each call in its own DBOS step (`ToolBatch`);
-5. the step's rows are either left for the next step's write-ahead, or, when
-   the run ends, written with its final status by the `helix.commit_final` step.
+5. the step policy decides what comes next (`orchestration/next_step.py`): the
+   step's rows are either left for the next step's write-ahead, or, when the
+   run ends, written with its final status by the final write (`final_write.py`).
 Every row is derived from checkpointed outputs, so a replay rebuilds the same
 rows, and every write is keyed, so none lands twice.
 """
@@ -25,6 +27,7 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.log_events import LLM_FAILED, log_event
 from helix_dbos.orchestration.next_step import (
+    Complete,
     Continue,
     Counters,
     Ending,
@@ -101,8 +104,8 @@ class AgentLoop:
         self.counters = Counters()  # after the steps taken, adopted with each step
         self.steps_taken = 0  # before the current step (an internal error ends the run there)
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
-        self._ahead: WriteAhead | None = None  # the latest write-ahead, which later ones follow
-        self._llm_share: StepAhead | None = None  # the latest LLM step's share of its step
+        self._last_write: WriteAhead | None = None  # the latest write-ahead; later ones follow it
+        self._step_ahead: StepAhead | None = None  # the latest LLM step's share of its step
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
@@ -115,7 +118,7 @@ class AgentLoop:
                 await self._companion_notices(previous)
             # 2. The LLM step: it waits for that write, reads the transcript, asks the model,
             # and plans the reply (taking the step at once if it runs no tool).
-            self._llm_share = ahead = StepAhead(
+            self._step_ahead = ahead = StepAhead(
                 self.agent,
                 self.session_id,
                 self.run_id,
@@ -153,7 +156,7 @@ class AgentLoop:
             match taken.decision.next:
                 case Continue():
                     self._unwritten = taken.commit
-                case _:
+                case Complete() | Fail() | Interrupted():
                     return await self._end(taken.commit)
 
     # --- one step -------------------------------------------------------------------------
@@ -214,26 +217,26 @@ class AgentLoop:
         """Start writing the last step's rows; the LLM step that follows waits for them."""
         if self._unwritten is None:
             return None
-        self._ahead = WriteAhead(self._unwritten, DBOS.workflow_id, self._ahead)
+        self._last_write = WriteAhead(self._unwritten, DBOS.workflow_id, self._last_write)
         self._unwritten = None
-        return self._ahead
+        return self._last_write
 
     async def _end(self, commit: StepCommit) -> AgentResult:
         """The run's last write (any step still unwritten, this one, the final status),
         then the completion or failure hook. The last LLM step may have started that
         write already (`StepAhead`)."""
-        if self._ahead is not None and await self._ahead.settled():
+        if self._last_write is not None and await self._last_write.settled():
             # The last write-ahead failed for good (the LLM step that waited for it failed
             # too): its rows, a step's tool results among them, go with the final write.
             if self._unwritten is None:
-                self._unwritten = self._ahead.commit
+                self._unwritten = self._last_write.commit
             else:
-                await self._ahead.result()
+                await self._last_write.result()
         said = (self._unwritten.unannounced if self._unwritten else []) + commit.unannounced
         assert commit.status is not None
         # With nothing left to do after the last write, its commit wakes the callers.
         notify = ends_quietly(self.agent, commit.status, said)
-        ahead, self._llm_share = self._llm_share, None
+        ahead, self._step_ahead = self._step_ahead, None
         early = ahead.final_write if ahead is not None else None
         if ahead is not None and early is not None and not ahead.wrote_early(commit):
             # Not this step's commit: the LLM step's checkpoint failed, or a bug followed.
