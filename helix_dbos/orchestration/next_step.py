@@ -139,8 +139,9 @@ def decide_next_step(
 ) -> StepDecision:
     """The step's outcome, in this order of precedence: an interrupted wait; a
     finish_with tool's end; the reply's own end; output retries running out; a
-    terminating tool; nudges and the max_tokens correction running out; `stop_when`
-    (only when nothing else ended the run; raising fails it); the step cap."""
+    terminating tool; then `stop_when` (raising fails the run) and the step cap, only
+    when nothing else ended it. Nudges and the max_tokens correction come only with a
+    text reply that has no other end; running out of them fails the run."""
     decided = reply_decision(plan, counters, limits)
     counters = replace(decided.counters, steps=counters.steps + 1)
     ending = None if isinstance(decided.next, Continue) else decided.next
