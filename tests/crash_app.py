@@ -163,9 +163,9 @@ if scenario == "open" and first_life():
     _DBOS.start_workflow_async = crash_before_start  # type: ignore[method-assign]
 
 if scenario == "final" and first_life():
-    from helix_dbos.runtime import agent_loop
+    from helix_dbos.runtime import final_write
 
-    original_final = agent_loop.final_step
+    original_final = final_write.final_step
 
     async def crash_after_final(commit, pending, *more):  # type: ignore[no-untyped-def]
         out = await original_final(commit, pending, *more)
@@ -173,13 +173,13 @@ if scenario == "final" and first_life():
         os.kill(os.getpid(), signal.SIGKILL)
         return out
 
-    agent_loop.final_step = crash_after_final  # type: ignore[assignment]
+    final_write.final_step = crash_after_final  # type: ignore[assignment]
 
 if scenario == "early" and first_life():
     # The run's only LLM step replies with its output; its final write starts before
-    # DBOS checkpoints the step (`AgentLoop._take_early`). The test holds that checkpoint
+    # DBOS checkpoints the step (`StepAhead.take`). The test holds that checkpoint
     # with a trigger; this life dies once the final write has committed.
-    from helix_dbos.runtime import agent_loop as early_loop
+    from helix_dbos.runtime import final_write as early_loop
 
     original_early_final = early_loop.final_step
 

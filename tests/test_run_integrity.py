@@ -18,7 +18,7 @@ from helpers import sql
 from helix_dbos import AgentAlreadyRunningError, AgentHooks, LLMConfig, RunHandle, ToolContext, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import agent_loop
+from helix_dbos.runtime import agent_loop, final_write
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.step_types import RunOptions
 
@@ -243,7 +243,7 @@ async def test_a_run_whose_last_write_is_rejected_ends_failed_and_result_returns
     async def rejected(session, commit, pending=None, **options):
         raise ValueError("the database rejected the final write")
 
-    monkeypatch.setattr(agent_loop, "commit_final", rejected)
+    monkeypatch.setattr(final_write, "commit_final", rejected)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never recorded"}, agent=agent.name)
     handle = await helix.execute(agent, "go")

@@ -21,8 +21,7 @@ from helix_dbos import (
     tool,
 )
 from helix_dbos.errors import SessionAgentMismatchError
-from helix_dbos.runtime import agent_loop
-from helix_dbos.runtime.agent_loop import AgentLoop
+from helix_dbos.runtime import agent_loop, final_write, step_ahead
 from helix_dbos.runtime.context import is_transient_db_error
 from helix_dbos.runtime.event_loop import on_target_loop
 
@@ -302,11 +301,12 @@ async def test_usage_is_queryable_per_model_with_plain_sql(
 async def test_an_internal_error_fails_the_run_instead_of_leaving_it_running(
     helix, make_agent, mock_llm, monkeypatch
 ):
-    def broken(self, step, reply, planned):
+    def broken(*args):
         raise RuntimeError("a bug in the loop")
 
     # both where the LLM step takes a step early and where the workflow takes it
-    monkeypatch.setattr(AgentLoop, "_plan", broken)
+    monkeypatch.setattr(step_ahead, "reply_rows", broken)
+    monkeypatch.setattr(agent_loop, "reply_rows", broken)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "never seen"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)
@@ -326,7 +326,7 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
     )
     assert not is_transient_db_error(ValueError("bad input"))
 
-    real_commit = agent_loop.commit_final
+    real_commit = final_write.commit_final
     failures = []
 
     async def flaky_commit(session, commit, pending=None, **options):
@@ -337,7 +337,7 @@ async def test_a_transient_database_error_in_a_commit_is_retried(
             )
         return await real_commit(session, commit, pending, **options)
 
-    monkeypatch.setattr(agent_loop, "commit_final", flaky_commit)
+    monkeypatch.setattr(final_write, "commit_final", flaky_commit)
     agent = make_agent()
     mock_llm.add_response({"type": "text", "content": "made it"}, agent=agent.name)
     result = await asyncio.wait_for((await helix.execute(agent, "hi")).result(), timeout=30)

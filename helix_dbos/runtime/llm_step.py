@@ -11,8 +11,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_errors
@@ -46,7 +45,7 @@ from helix_dbos.runtime.commit import WriteAhead
 from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
 from helix_dbos.runtime.llm_hooks import LLMStepHooks, announce, attempt_number
-from helix_dbos.runtime.reply_plan import plan_reply
+from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
     InterruptRequested,
@@ -58,6 +57,14 @@ from helix_dbos.runtime.step_types import (
 )
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.storable import storable_model
+
+
+class ReplyTaker(Protocol):
+    """What the LLM step hands its reply to: the workflow's `StepAhead`."""
+
+    def plan(self, result: StepResult) -> PlannedReply: ...
+
+    def take(self, reply: ModelReply) -> None: ...
 
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
@@ -151,14 +158,14 @@ async def llm_step(
     step: int,
     options: RunOptions,
     previous: WriteAhead | None,
-    take: Callable[[ModelReply], None] | None = None,
+    taker: ReplyTaker | None = None,
 ) -> LLMStepOutput:
     """Write the previous step's rows (`previous`, started by the workflow while DBOS
     checks this step), read the transcript, ask the model.
 
     The rows are written first, so the model always sees them, and a step costs no
-    durable operation of its own beyond its LLM and tool steps. `take` gets the reply
-    last, before DBOS checkpoints it (the workflow's `_take_early`).
+    durable operation of its own beyond its LLM and tool steps. `taker` plans the reply
+    (once) and gets it last, before DBOS checkpoints it (the workflow's `StepAhead`).
     """
     rt = current_runtime()
     await rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
@@ -200,15 +207,20 @@ async def llm_step(
     _log_rekeyed(rekeyed, agent_name, run_id, session_id, step)
     _trace_call(agent, request, session_id, run_id, step, started_ns, result=result)
     await hooks.after_call(request, _ms_since(started), result=result)
-    if agent.hooks.on_message is not None:  # the workflow plans the reply again anyway
-        await hooks.message(plan_reply(agent, terminating, mode, result).assistant_message)
+    if agent.hooks.on_message is not None:
+        planned = (
+            taker.plan(result)
+            if taker is not None
+            else plan_reply(agent, terminating, mode, result)
+        )
+        await hooks.message(planned.assistant_message)
     hooks.done()
     await write_chunks(
         rt, session_id, run_id, agent_name, step, _reply_chunks(agent, run_id, step, result)
     )
     reply = ModelReply(result=result, state=hooks.state, state_changed=hooks.changed)
-    if take is not None:  # last: nothing after it can fail and run this step again
-        take(reply)
+    if taker is not None:  # last: nothing after it can fail and run this step again
+        taker.take(reply)
     return reply
 
 

@@ -832,7 +832,7 @@ class FirstRead:
     pending interrupt, the session's state, and the transcript after a sequence number.
 
     A run that has ended already is one whose final write committed before its
-    workflow's last checkpoint (a crash in between, see `AgentLoop._take_early`), or one
+    workflow's last checkpoint (a crash in between, see `StepAhead`), or one
     aborted meanwhile: its next LLM step must not ask the model anything."""
 
     run_exists: bool
