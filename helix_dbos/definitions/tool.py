@@ -201,6 +201,8 @@ def named_tool(name: str) -> Tool:
     known imports them (by name, so the module graph stays acyclic)."""
     if name not in _NAMED_TOOLS:
         importlib.import_module("helix_dbos.builtins")
+    if name not in _NAMED_TOOLS:  # memory (issue 36): __remember__, __recall__
+        importlib.import_module("helix_dbos.memory.tools")
     try:
         return _NAMED_TOOLS[name]()
     except KeyError:

@@ -21,6 +21,9 @@ from sqlalchemy import Row
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.llm.base import LLMAdapter
+from helix_dbos.memory.embedders import Embedder  # memory (issue 36)
+from helix_dbos.memory.executors import EmbeddingExecutor
+from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.dispatch import Dispatch
@@ -35,7 +38,7 @@ from helix_dbos.runtime.results import (
     UsageSummary,
 )
 from helix_dbos.runtime.run_control import RunControl
-from helix_dbos.runtime.run_opening import OpenedRun
+from helix_dbos.runtime.run_opening import OpenedRun, new_id
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
 from helix_dbos.runtime.session_reads import SessionReads
@@ -43,6 +46,7 @@ from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneRepo
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
+from helix_dbos.store.storable import check_storable
 from helix_dbos.store.workers import WorkerRow
 from helix_dbos.streaming.chunks import StreamChunk
 
@@ -158,6 +162,20 @@ class HelixDBOS:
         self.migrate()
         self._process.launch(self.worker_lease_seconds, self.reconcile_seconds)
 
+    # memory (issue 36): long-term memory on this database (helix_dbos/memory).
+    @property
+    def memory(self) -> MemoryManager:
+        """The memory manager agents' `__remember__`/`__recall__` and recall hooks use."""
+        return current_memory()
+
+    def use_memory(
+        self, *, embedder: Embedder | None = None, executor: EmbeddingExecutor | None = None
+    ) -> MemoryManager:
+        """Install a memory manager with this embedder and embedding executor."""
+        return install_memory(
+            MemoryManager(self.runtime.engine, embedder=embedder, executor=executor)
+        )
+
     async def workers(self) -> list[WorkerRow]:
         """Every worker that ever registered on this database, live first."""
         return await asyncio.to_thread(worker_process.list_workers, self.database_url)
@@ -187,6 +205,7 @@ class HelixDBOS:
         state: Any = None,
         terminating: TerminatingConfig | None = None,
         priority: int | None = None,
+        resource_id: str | None = None,
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
@@ -194,7 +213,12 @@ class HelixDBOS:
         run, and the result carries `response` and `generated_messages`. The run
         executes in this process, or is enqueued for a worker (see `Dispatch`);
         `priority` (1 first, up to 2**31-1; unset runs before any) enqueues it on its
-        agent's queue."""
+        agent's queue. `resource_id` (a user, say) owns the session's long-term
+        memories (`helix_dbos.memory`)."""
+        if resource_id is not None:  # memory (issue 36): bound before the run opens
+            check_storable(resource_id=resource_id, session_id=session_id)
+            session_id = session_id or new_id("ses")
+            await self.memory.bind_session(session_id, resource_id)
         opened = await self._starts.execute(
             agent,
             input,
