@@ -1,0 +1,111 @@
+"""A real helix_dbos process for memory crash tests: started, SIGKILLed, relaunched.
+
+usage: memory_app.py MODE DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
+
+- `save`: saves 20 memories with a background executor whose embedder blocks (and
+  marks `embedding` when it starts), prints {"saved": [...ids]}, and waits to be killed.
+- `embed`: `process_unembedded()` with a counting embedder; prints the outcome and every
+  text it embedded.
+- `inject-start`: runs an agent with `recall_hooks` whose model call (MockLLM) records
+  the system prompt and then SIGKILLs this process; `inject-recover`: relaunched, prints
+  the run's end once it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from helix_dbos import Agent, HelixDBOS, MockLLM
+from helix_dbos.memory import BackgroundEmbeddingExecutor, HashingEmbedder, recall_hooks
+from helix_dbos.orchestration.types import LLMRequest
+
+mode, database_url, executor_id, marker_dir = sys.argv[1:5]
+markers = Path(marker_dir)
+RESOURCE = "crash-user"
+
+
+def mark(name: str, line: str) -> None:
+    with open(markers / name, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class BlockingEmbedder(HashingEmbedder):
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        mark("embedding", str(len(texts)))
+        await asyncio.sleep(3600)
+        raise AssertionError("killed before this")
+
+
+class CountingEmbedder(HashingEmbedder):
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        for text in texts:
+            mark("embedded.log", text)
+        return await super().embed(texts)
+
+
+def respond(request: LLMRequest) -> dict[str, str]:
+    mark("prompts.log", json.dumps(request.system))
+    if mode == "inject-start":
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-step: the recall is recorded, no reply
+    return {"type": "text", "content": "done"}
+
+
+agent = Agent("memory_crash_agent", system_prompt="You help.", hooks=recall_hooks(top_k=2))
+helix = HelixDBOS(
+    [agent],
+    database_url=database_url,
+    llm=MockLLM(respond),
+    executor_id=executor_id,
+    application_version="memory-crash-test",
+    worker_lease_seconds=4,
+)
+if mode == "save":
+    helix.use_memory(embedder=BlockingEmbedder(64), executor=BackgroundEmbeddingExecutor(2))
+elif mode == "embed":
+    helix.use_memory(embedder=CountingEmbedder(64))
+else:
+    helix.use_memory(embedder=HashingEmbedder(64))
+helix.launch()
+
+
+async def main() -> None:
+    memory = helix.memory
+    if mode == "save":
+        ids = [
+            (await memory.save(f"crash memory number {i} about tea", resource_id=RESOURCE)).memory_id
+            for i in range(20)
+        ]
+        print(json.dumps({"saved": ids}), flush=True)
+        await asyncio.sleep(3600)
+    elif mode == "embed":
+        outcome = await memory.process_unembedded()
+        print(json.dumps({"embedded": outcome.embedded, "pending": outcome.pending}), flush=True)
+    elif mode == "inject-start":
+        await memory.save("The user drinks oolong tea", resource_id=RESOURCE)
+        await memory.save("The user likes green tea too", resource_id=RESOURCE)
+        handle = await helix.execute(agent, "Which tea does the user drink?", resource_id=RESOURCE)
+        print(json.dumps({"run_id": handle.run_id}), flush=True)
+        await asyncio.sleep(3600)
+    else:
+        run_id = sys.argv[5]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            run = await helix.get_run(run_id)
+            if run.status not in ("running", "waiting"):
+                print(json.dumps({"status": run.status, "output": run.output}), flush=True)
+                return
+            await asyncio.sleep(0.1)
+        print(json.dumps({"status": "timeout"}), flush=True)
+
+
+asyncio.run(main())
+helix.shutdown()

@@ -1,0 +1,122 @@
+"""Memory across SIGKILL (real processes): nothing saved is lost, nothing is embedded
+twice, and prompt recall injects the same memories when a step runs again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import sql
+
+pytestmark = pytest.mark.crash
+APP = Path(__file__).with_name("memory_app.py")
+
+
+def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
+    stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, str(APP), mode, database_url, executor, str(markers), *extra],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        env=dict(os.environ),
+    )
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def lines(markers: Path, name: str) -> list[str]:
+    path = markers / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_sigkill_during_background_embedding_loses_nothing_and_embeds_once(
+    database_url, tmp_path
+):
+    executor = f"mem-crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("save", database_url, executor, tmp_path)
+    assert proc.stdout is not None
+    saved = json.loads(proc.stdout.readline())["saved"]
+    wait_for(lambda: (tmp_path / "embedding").exists())  # a batch is being embedded
+    sigkill(proc)
+    rows = sql(
+        database_url,
+        "SELECT memory_id, embedding_status FROM helix.memories ORDER BY created_at",
+    )
+    assert [r[0] for r in rows] == saved, "every saved memory is there, once"
+    assert {r[1] for r in rows} == {"pending"}
+
+    again = spawn("embed", database_url, f"{executor}-2", tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out
+    assert json.loads(out.strip().splitlines()[-1]) == {"embedded": 20, "pending": 0}
+    embedded = lines(tmp_path, "embedded.log")
+    assert sorted(embedded) == sorted(f"crash memory number {i} about tea" for i in range(20))
+    assert sql(
+        database_url,
+        "SELECT count(*), count(embedding) FROM helix.memories WHERE embedding_status = 'complete'",
+    ) == [(20, 20)]
+
+    third = spawn("embed", database_url, f"{executor}-3", tmp_path)
+    out, _ = third.communicate(timeout=120)
+    assert json.loads(out.strip().splitlines()[-1]) == {"embedded": 0, "pending": 0}
+    assert len(lines(tmp_path, "embedded.log")) == 20, "nothing embedded a second time"
+
+
+def test_prompt_recall_injects_the_same_memories_after_a_crash(database_url, tmp_path):
+    executor = f"mem-inject-{uuid.uuid4().hex[:8]}"
+    proc = spawn("inject-start", database_url, executor, tmp_path)
+    assert proc.stdout is not None
+    run_id = json.loads(proc.stdout.readline())["run_id"]
+    wait_for(lambda: proc.poll() is not None)  # the model call killed it
+    first = lines(tmp_path, "prompts.log")
+    assert len(first) == 1
+    injected = json.loads(first[0])
+    assert "- The user drinks oolong tea" in injected
+
+    # While the process is down, a memory that matches the question better arrives.
+    sql(
+        database_url,
+        "INSERT INTO helix.memories (memory_id, resource_id, text) VALUES "
+        "('mem_late', 'crash-user', 'Which tea does the user drink? The user drinks puerh tea')",
+    )
+    relaunched = spawn("inject-recover", database_url, executor, tmp_path, run_id)
+    out, _ = relaunched.communicate(timeout=180)
+    assert relaunched.returncode == 0, out
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    prompts = lines(tmp_path, "prompts.log")
+    assert len(prompts) == 2, "the step ran again after the crash"
+    assert prompts[1] == prompts[0], "the same memories, with the same text"
+    assert "puerh" not in json.loads(prompts[1])
+    recorded = sql(
+        database_url, "SELECT step, memories FROM helix.memory_recalls WHERE run_id = %s", run_id
+    )
+    assert len(recorded) == 1 and [m["text"] for m in recorded[0][1]] == [
+        line[2:] for line in injected.splitlines() if line.startswith("- ")
+    ]
+    # A fresh search would have picked the late memory: the replay did not search again.
+    found = sql(
+        database_url,
+        "SELECT memory_id FROM helix.memories WHERE resource_id = 'crash-user' "
+        "AND search @@ plainto_tsquery('english', 'puerh')",
+    )
+    assert found == [("mem_late",)]
