@@ -101,6 +101,40 @@ def check_migrations(url: str) -> Check:
     return Check("migrations", "ok", f"all {len(available)} applied")
 
 
+def check_vector_search(url: str) -> Check:
+    """Memory's vector search (issue 36) needs pgvector; without it memories still save
+    and full-text search works."""
+    try:
+        with connect(url, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
+                "EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector'), "
+                "EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'helix' "
+                "AND table_name = 'memories' AND column_name = 'embedding')"
+            ).fetchone()
+    except Exception as exc:
+        return Check("vector search", "warn", redact_secrets(str(exc), url), "fix the database")
+    version, installable, column = row if row else (None, False, False)
+    if version and column:
+        return Check("vector search", "ok", f"pgvector {version}: memory vector search on")
+    if version or installable:
+        return Check(
+            "vector search",
+            "warn",
+            "pgvector is on the server but not set up in this database",
+            "start helix once (it runs CREATE EXTENSION vector; the role needs the right "
+            "to create it)",
+        )
+    return Check(
+        "vector search",
+        "warn",
+        "the server has no pgvector extension 'vector': memories save and full-text "
+        "search works, search(mode='vector') fails",
+        "install pgvector (Debian/Ubuntu: apt install postgresql-<version>-pgvector; "
+        "https://github.com/pgvector/pgvector#installation), then restart helix",
+    )
+
+
 def check_provider_keys() -> Check:
     present = [name for name in PROVIDER_KEYS if os.environ.get(name)]
     if present:
@@ -198,6 +232,7 @@ def run_checks(database_url: str | None, app: str | None) -> list[Check]:
     if database.level == "ok":
         later = [
             lambda: check_migrations(url),
+            lambda: check_vector_search(url),  # memory (issue 36)
             check_provider_keys,
             lambda: check_worker_identity(url),
             lambda: check_held_runs(url),
