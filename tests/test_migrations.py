@@ -43,6 +43,9 @@ HELIX_TABLES = {
     "start_keys",
     "remote_children",
     "checkpoints",
+    "memories",
+    "memory_recalls",
+    "session_resources",
 }
 
 
