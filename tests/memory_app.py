@@ -81,7 +81,9 @@ async def main() -> None:
     memory = helix.memory
     if mode == "save":
         ids = [
-            (await memory.save(f"crash memory number {i} about tea", resource_id=RESOURCE)).memory_id
+            (
+                await memory.save(f"crash memory number {i} about tea", resource_id=RESOURCE)
+            ).memory_id
             for i in range(20)
         ]
         print(json.dumps({"saved": ids}), flush=True)

@@ -141,11 +141,15 @@ def test_doctor_says_what_is_fine_and_what_to_fix(database_url, helix, tmp_path)
         "dbos",
         "database",
         "migrations",
+        "vector search",
         "provider keys",
         "worker identity",
         "held runs",
     ]
     assert checks["held runs"]["level"] == "ok", checks["held runs"]
+    # the embedded PostgreSQL has pgvector, and helix's start set it up (issue 36)
+    assert checks["vector search"]["level"] == "ok", checks["vector search"]
+    assert checks["vector search"]["found"].startswith("pgvector 0.")
     assert checks["database"]["level"] == "ok" and "PostgreSQL" in checks["database"]["found"]
     assert checks["migrations"]["level"] == "ok"
     assert checks["provider keys"]["level"] == "warn"

@@ -49,9 +49,7 @@ def lines(markers: Path, name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_sigkill_during_background_embedding_loses_nothing_and_embeds_once(
-    database_url, tmp_path
-):
+def test_sigkill_during_background_embedding_loses_nothing_and_embeds_once(database_url, tmp_path):
     executor = f"mem-crash-{uuid.uuid4().hex[:8]}"
     proc = spawn("save", database_url, executor, tmp_path)
     assert proc.stdout is not None

@@ -23,7 +23,9 @@ from helix_dbos.store.database import libpq_url, with_database
 
 pytestmark = pytest.mark.database
 APP = Path(__file__).with_name("memory_fallback_app.py")
-SERVER = os.environ.get("HELIX_NO_VECTOR_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+SERVER = os.environ.get(
+    "HELIX_NO_VECTOR_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 
 
 @pytest.fixture
@@ -73,7 +75,15 @@ def test_without_pgvector_memories_save_and_text_search_works(no_vector_url):
     assert columns == [("search",)], "no embedding column without the extension"
 
     doctor = subprocess.run(
-        [sys.executable, "-m", "helix_dbos.cli", "doctor", "--json", "--database-url", no_vector_url],
+        [
+            sys.executable,
+            "-m",
+            "helix_dbos.cli",
+            "doctor",
+            "--json",
+            "--database-url",
+            no_vector_url,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

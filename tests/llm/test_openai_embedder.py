@@ -18,9 +18,7 @@ def embeddings(*vectors: list[float], order: list[int] | None = None) -> dict:
     indexes = order or list(range(len(vectors)))
     return {
         "object": "list",
-        "data": [
-            {"object": "embedding", "index": i, "embedding": vectors[i]} for i in indexes
-        ],
+        "data": [{"object": "embedding", "index": i, "embedding": vectors[i]} for i in indexes],
         "model": "text-embedding-3-small",
         "usage": {"prompt_tokens": 8, "total_tokens": 8},
     }
@@ -52,7 +50,9 @@ async def test_older_models_are_not_sent_dimensions_and_a_wrong_length_is_refuse
     assert e.dimension == 1536
     vectors = await e.embed(["x"])
     assert "dimensions" not in recorder.body
-    with pytest.raises(EmbeddingDimensionError, match="dimension 2, but the memory store uses dimension 1536"):
+    with pytest.raises(
+        EmbeddingDimensionError, match="dimension 2, but the memory store uses dimension 1536"
+    ):
         checked_vectors(e, ["x"], vectors)
 
 
@@ -84,4 +84,7 @@ async def test_an_unreachable_server_is_retryable():
 def test_an_unknown_model_needs_its_dimension():
     with pytest.raises(ValueError, match="give the dimension"):
         OpenAIEmbedder("my-local-model")
-    assert OpenAIEmbedder("my-local-model", dimension=768, base_url="http://localhost:9/v1").dimension == 768
+    assert (
+        OpenAIEmbedder("my-local-model", dimension=768, base_url="http://localhost:9/v1").dimension
+        == 768
+    )
