@@ -61,6 +61,20 @@ if TYPE_CHECKING:
     from helix_dbos.llm.mock import MockLLM
     from helix_dbos.llm.providers import model_from_env, register_provider
     from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolset
+    from helix_dbos.memory import (
+        BackgroundEmbeddingExecutor,
+        Embedder,
+        EmbeddingDimensionError,
+        EmbeddingError,
+        HashingEmbedder,
+        InlineEmbeddingExecutor,
+        Memory,
+        MemoryHit,
+        MemoryManager,
+        VectorSearchUnavailableError,
+        recall_hooks,
+    )
+    from helix_dbos.memory.openai_embedder import OpenAIEmbedder
     from helix_dbos.orchestration.types import (
         ErrorStepResult,
         LLMRequest,
@@ -158,6 +172,23 @@ _EXPORTS: dict[str, str] = {
     "MockLLM": "helix_dbos.llm.mock",
     **dict.fromkeys(["model_from_env", "register_provider"], "helix_dbos.llm.providers"),
     **dict.fromkeys(["MCPHTTP", "MCPStdio", "MCPToolset"], "helix_dbos.mcp"),
+    **dict.fromkeys(
+        [
+            "BackgroundEmbeddingExecutor",
+            "Embedder",
+            "EmbeddingDimensionError",
+            "EmbeddingError",
+            "HashingEmbedder",
+            "InlineEmbeddingExecutor",
+            "Memory",
+            "MemoryHit",
+            "MemoryManager",
+            "VectorSearchUnavailableError",
+            "recall_hooks",
+        ],
+        "helix_dbos.memory",
+    ),
+    "OpenAIEmbedder": "helix_dbos.memory.openai_embedder",
     **dict.fromkeys(
         [
             "ErrorStepResult",
@@ -284,6 +315,18 @@ __all__ = [
     "remote_sub_agent_tool",
     "tool",
     "uninstrument",
+    "BackgroundEmbeddingExecutor",
+    "Embedder",
+    "EmbeddingDimensionError",
+    "EmbeddingError",
+    "HashingEmbedder",
+    "InlineEmbeddingExecutor",
+    "Memory",
+    "MemoryHit",
+    "MemoryManager",
+    "VectorSearchUnavailableError",
+    "recall_hooks",
+    "OpenAIEmbedder",
 ]
 
 
