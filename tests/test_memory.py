@@ -23,6 +23,7 @@ from helix_dbos.memory import (
     InlineEmbeddingExecutor,
     MemoryManager,
     recall_hooks,
+    store,
 )
 from helix_dbos.memory.embedders import checked_vectors
 
@@ -332,3 +333,22 @@ async def test_recall_injects_top_memories_into_the_system_prompt_and_records_th
     assert recorded[0][0] == 1
     assert [m["text"] for m in recorded[0][1]] == injected
     assert tea.memory_id in [m["memory_id"] for m in recorded[0][1]]
+
+
+async def test_vector_search_through_the_hnsw_index_and_exactly_agree(helix, monkeypatch):
+    """A resource below `EXACT_BELOW` memories is searched exactly; above, through HNSW.
+    On a small table both give the same nearest memories."""
+    memory = manager(helix)
+    rid = resource()
+    for text in ("Jon repairs bicycles", "Jon bakes sourdough", "Jon sails on weekends"):
+        await memory.save(text, resource_id=rid)
+    exact = await memory.search("bicycle repair", resource_id=rid, mode="vector", limit=3)
+    monkeypatch.setattr(store, "EXACT_BELOW", 1)  # every resource is "large" now
+    indexed = await memory.search("bicycle repair", resource_id=rid, mode="vector", limit=3)
+    assert exact[0].memory.text == "Jon repairs bicycles"
+    assert [h.memory.memory_id for h in indexed] == [h.memory.memory_id for h in exact]
+    assert [round(h.score, 6) for h in indexed] == [round(h.score, 6) for h in exact]
+    sql_text = store.search_sql("vector", 3, "public", 64, exact=False)
+    assert "+ 0" not in sql_text and "+ 0" in store.search_sql(
+        "vector", 3, "public", 64, exact=True
+    )

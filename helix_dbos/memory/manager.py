@@ -287,7 +287,7 @@ class MemoryManager:
                     raise
                 logger.warning("hybrid memory search falls back to full text: %s", exc)
         effective: SearchMode = mode if vector is not None or mode == "text" else "text"
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:  # a transaction: SET LOCAL in the search
             return await store.search(
                 conn,
                 mode=effective,

@@ -25,6 +25,12 @@ RRF_K = 60
 # How many candidates each list contributes to a hybrid query, per result asked for.
 CANDIDATES_PER_RESULT = 4
 MIN_CANDIDATES = 40
+# Below this many memories a resource's vector search compares all of them (exact, a few
+# milliseconds); above, the HNSW index answers. pgvector (before 0.8) filters the
+# index's candidates by resource after the scan, so a resource that is a small part of
+# a large table would get too few hits from it.
+EXACT_BELOW = 10_000
+HNSW_EF_SEARCH = 100
 
 _COLUMNS = (
     "m.memory_id, m.resource_id, m.session_id, m.text, m.metadata, m.embedding_status, "
@@ -235,21 +241,27 @@ def _text_candidates(limit: int) -> str:
     )
 
 
-def _vector_candidates(schema: str, dimension: int, limit: int) -> str:
+def _vector_candidates(schema: str, dimension: int, limit: int, exact: bool) -> str:
+    """The nearest embeddings of the resource. `exact`: compare every one of them (a
+    small resource: through its btree index); else the HNSW index, whose candidates
+    are filtered by resource afterwards (fine where the resource is most of the table)."""
     s, dim = _quoted(schema), int(dimension)
     distance = (
         f"CAST(m.embedding AS {s}.vector({dim})) OPERATOR({s}.<=>) CAST(:vec AS {s}.vector({dim}))"
     )
+    order = f"({distance}) + 0" if exact else distance  # `+ 0`: an order no index gives
     return (
         "SELECT memory_id, row_number() OVER (ORDER BY d) AS rank, 1 - d AS raw FROM ("
         f"SELECT m.memory_id, {distance} AS d FROM helix.memories m "
         f"WHERE m.embedding_dimension = {dim} AND m.resource_id = :rid "
         f"AND m.embedding_model = :model AND {_LIVE} "
-        f"ORDER BY {distance} LIMIT {int(limit)}) x"
+        f"ORDER BY {order} LIMIT {int(limit)}) x"
     )
 
 
-def search_sql(mode: SearchMode, limit: int, schema: str | None, dimension: int | None) -> str:
+def search_sql(
+    mode: SearchMode, limit: int, schema: str | None, dimension: int | None, exact: bool = False
+) -> str:
     """One statement per mode; `hybrid` fuses both lists by reciprocal rank."""
     if mode == "text":
         inner = _text_candidates(limit)
@@ -259,14 +271,14 @@ def search_sql(mode: SearchMode, limit: int, schema: str | None, dimension: int 
         )
     assert schema is not None and dimension is not None
     if mode == "vector":
-        inner = _vector_candidates(schema, dimension, limit)
+        inner = _vector_candidates(schema, dimension, limit, exact)
         return (
             f"SELECT {_COLUMNS}, c.raw AS score, NULL::bigint AS text_rank, c.rank AS vector_rank "
             f"FROM ({inner}) c JOIN helix.memories m USING (memory_id) ORDER BY c.rank"
         )
     k = max(MIN_CANDIDATES, limit * CANDIDATES_PER_RESULT)
     return (
-        f"WITH t AS ({_text_candidates(k)}), v AS ({_vector_candidates(schema, dimension, k)}), "
+        f"WITH t AS ({_text_candidates(k)}), v AS ({_vector_candidates(schema, dimension, k, exact)}), "
         "f AS (SELECT memory_id, t.rank AS text_rank, v.rank AS vector_rank, "
         f"COALESCE(1.0 / ({RRF_K} + t.rank), 0) + COALESCE(1.0 / ({RRF_K} + v.rank), 0) AS score "
         "FROM t FULL JOIN v USING (memory_id)) "
@@ -289,13 +301,32 @@ async def search(
     vector: list[float] | None = None,
 ) -> list[MemoryHit]:
     params: dict[str, Any] = {"query": query, "rid": resource_id, "model": model}
+    exact = False
     if vector is not None:
         params["vec"] = vector_literal(vector)
-    rows = await conn.execute(text(search_sql(mode, limit, schema, dimension)), params)
+        exact = await _is_small(conn, resource_id)
+        if not exact:  # more HNSW candidates survive the resource filter
+            ef_search = max(HNSW_EF_SEARCH, 2 * limit * CANDIDATES_PER_RESULT)
+            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+    rows = await conn.execute(text(search_sql(mode, limit, schema, dimension, exact)), params)
     return [
         MemoryHit(_memory(row), float(row.score or 0.0), row.text_rank, row.vector_rank)
         for row in rows
     ]
+
+
+async def _is_small(conn: AsyncConnection, resource_id: str) -> bool:
+    """Whether the resource has fewer than `EXACT_BELOW` memories (counting stops there)."""
+    count = (
+        await conn.execute(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM helix.memories WHERE resource_id = :rid "
+                f"LIMIT {EXACT_BELOW}) x"
+            ),
+            {"rid": resource_id},
+        )
+    ).scalar()
+    return int(count or 0) < EXACT_BELOW
 
 
 async def bind_session(conn: AsyncConnection, session_id: str, resource_id: str) -> None:

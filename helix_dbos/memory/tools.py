@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from helix_dbos.definitions.context import ToolContext
 from helix_dbos.definitions.tool import Tool, register_named_tool
+from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.memory.manager import current_memory
 from helix_dbos.store.storable import storable, storable_text
 
