@@ -159,7 +159,7 @@ def test_unknown_builtin_name_is_a_definition_error():
     assert str(info.value) == (
         "Unknown built-in tool '__teleport__'. Built-ins: __complete__, __run_workflow__, "
         "__workflow_status__, __pause_for_human__, __store_memory__, __retrieve_memory__, "
-        "__log_progress__"
+        "__log_progress__, __remember__, __recall__"  # the last two: helix_dbos.memory
     )
     with pytest.raises(ToolDefinitionError, match="Unknown built-in tool 'search'"):
         get_builtin("search")

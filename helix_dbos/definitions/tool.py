@@ -201,8 +201,7 @@ def named_tool(name: str) -> Tool:
     known imports them (by name, so the module graph stays acyclic)."""
     if name not in _NAMED_TOOLS:
         importlib.import_module("helix_dbos.builtins")
-    if name not in _NAMED_TOOLS:  # memory (issue 36): __remember__, __recall__
-        importlib.import_module("helix_dbos.memory.tools")
+        importlib.import_module("helix_dbos.memory.tools")  # memory (issue 36)
     try:
         return _NAMED_TOOLS[name]()
     except KeyError:

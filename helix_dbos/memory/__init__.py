@@ -1,5 +1,8 @@
 """Long-term memory (issue 36): memories saved to `helix.memories`, full-text
-searchable at once, vector-searchable (pgvector) once embedded. See docs/memory.md."""
+searchable at once, vector-searchable (pgvector) once embedded. See docs/memory.md.
+
+The tools `__remember__`/`__recall__` (`helix_dbos.memory.tools`) register when an agent
+first names them, after the Hyphen built-ins."""
 
 from helix_dbos.memory.embedders import Embedder, HashingEmbedder
 from helix_dbos.memory.errors import (
@@ -15,7 +18,6 @@ from helix_dbos.memory.executors import (
 )
 from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
 from helix_dbos.memory.recall import recall_hooks
-from helix_dbos.memory.tools import recall_tool, remember_tool
 from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
 
 __all__ = [
@@ -37,6 +39,4 @@ __all__ = [
     "current_memory",
     "install_memory",
     "recall_hooks",
-    "recall_tool",
-    "remember_tool",
 ]
