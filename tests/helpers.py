@@ -56,3 +56,14 @@ def in_terminal(
     code = proc.wait(timeout=120)
     text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
     return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
+
+
+def require_pgvector(database_url: str) -> None:
+    """Skip a memory test that needs vector search on a server without pgvector (the
+    fallback there is tested by test_memory_fallback.py)."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+    if not row or not row[0]:
+        pytest.skip("needs pgvector on the server; test_memory_fallback.py covers its absence")

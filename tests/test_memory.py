@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from helpers import sql
+from helpers import require_pgvector, sql
 
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.memory import (
@@ -26,6 +26,11 @@ from helix_dbos.memory import (
     store,
 )
 from helix_dbos.memory.embedders import checked_vectors
+
+
+@pytest.fixture(autouse=True)
+def _pgvector(database_url: str) -> None:
+    require_pgvector(database_url)
 
 
 def resource() -> str:

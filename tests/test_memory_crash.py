@@ -13,10 +13,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import require_pgvector, sql
 
 pytestmark = pytest.mark.crash
 APP = Path(__file__).with_name("memory_app.py")
+
+
+@pytest.fixture(autouse=True)
+def _pgvector(database_url: str) -> None:
+    require_pgvector(database_url)
 
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):

@@ -6,7 +6,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 from docs_text import code_blocks, section
+from helpers import require_pgvector
+
+
+@pytest.fixture(autouse=True)
+def _pgvector(database_url: str) -> None:
+    require_pgvector(database_url)
 
 
 def run(snippet: str, database_url: str, tmp_path) -> list[str]:
