@@ -357,3 +357,21 @@ async def test_vector_search_through_the_hnsw_index_and_exactly_agree(helix, mon
     assert "+ 0" not in sql_text and "+ 0" in store.search_sql(
         "vector", 3, "public", 64, exact=True
     )
+
+
+async def test_helix_prune_deletes_expired_memories(helix, database_url):
+    memory = manager(helix)
+    rid = resource()
+    expired = await memory.save(
+        "Kim's one-time code is 9921",
+        resource_id=rid,
+        expires_at=datetime.now(timezone.utc) - timedelta(minutes=1),
+    )
+    kept = await memory.save("Kim's birthday is in May", resource_id=rid, ttl_seconds=3600)
+    report = await helix.prune(older_than=timedelta(days=3650), batch_size=1)
+    assert report.memories >= 1
+    remaining = sql(
+        database_url, "SELECT memory_id FROM helix.memories WHERE resource_id = %s", rid
+    )
+    assert remaining == [(kept.memory_id,)]
+    assert expired.memory_id not in [r[0] for r in remaining]

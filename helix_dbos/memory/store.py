@@ -172,6 +172,18 @@ async def prune_expired(conn: AsyncConnection) -> int:
     return int(result.rowcount)
 
 
+_PRUNE_EXPIRED_BATCH = text(
+    "WITH victim AS (SELECT memory_id FROM helix.memories WHERE expires_at <= now() "
+    "LIMIT :batch FOR UPDATE SKIP LOCKED), gone AS (DELETE FROM helix.memories m USING victim v "
+    "WHERE m.memory_id = v.memory_id RETURNING 1) SELECT count(*) FROM gone"
+)
+
+
+async def prune_expired_batch(conn: Any, batch: int) -> int:
+    """Delete up to `batch` expired memories (`helix.prune` calls it until none are left)."""
+    return int((await conn.execute(_PRUNE_EXPIRED_BATCH, {"batch": batch})).one()[0])
+
+
 async def unembedded(conn: AsyncConnection, *, model: str, limit: int | None = None) -> list[str]:
     """Ids of live memories without an embedding (pending or failed), oldest first; also
     those embedded by another model, which this store's searches would not see."""

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
+from helix_dbos.memory import store as memory_store  # memory (issue 36)
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.context import logger
 from helix_dbos.runtime.results import UsageSummary
@@ -62,6 +63,7 @@ class PruneReport(BaseModel):
     checkpoints: int = 0
     stream_chunks: int = 0
     workflows: int = 0
+    memories: int = 0  # memory (issue 36): expired long-term memories
     batches: int = 0
 
 
@@ -161,7 +163,7 @@ class TimeTravel:
     ) -> PruneReport:
         """Remove checkpoints, stream chunks and DBOS workflow records of ended runs older
         than `older_than` (each session keeps its transcript and its last `keep_last`
-        checkpoints), in batches of `batch_size`, each its own short statement. A session
+        checkpoints), and expired long-term memories, in batches of `batch_size`, each its own short statement. A session
         with a live run is never touched."""
         if older_than < timedelta(0) or keep_last < 0 or batch_size < 1:
             raise InvalidInputError(
@@ -181,6 +183,12 @@ class TimeTravel:
             while True:
                 n = await sql.prune_chunks(conn, cutoff=cutoff, batch=batch_size)
                 report.stream_chunks += n
+                report.batches += 1
+                if n < batch_size:
+                    break
+            while True:  # memory (issue 36): expired memories go whatever their age
+                n = await memory_store.prune_expired_batch(conn, batch_size)
+                report.memories += n
                 report.batches += 1
                 if n < batch_size:
                     break
