@@ -163,8 +163,8 @@ class TimeTravel:
     ) -> PruneReport:
         """Remove checkpoints, stream chunks and DBOS workflow records of ended runs older
         than `older_than` (each session keeps its transcript and its last `keep_last`
-        checkpoints), and expired long-term memories, in batches of `batch_size`, each its own short statement. A session
-        with a live run is never touched."""
+        checkpoints), and expired long-term memories, in batches of `batch_size`, each its
+        own short statement. A session with a live run is never touched."""
         if older_than < timedelta(0) or keep_last < 0 or batch_size < 1:
             raise InvalidInputError(
                 "older_than and keep_last must not be negative, batch_size must be positive"
