@@ -1,24 +1,63 @@
 """Long-term memory (issue 36): memories saved to `helix.memories`, full-text
 searchable at once, vector-searchable (pgvector) once embedded. See docs/memory.md.
 
-The tools `__remember__`/`__recall__` (`helix_dbos.memory.tools`) register when an agent
-first names them, after the Hyphen built-ins."""
+Names load on first use (PEP 562), so a module that needs only the SQL (`store`, for
+`helix.prune`) does not load the manager and DBOS. The tools `__remember__`/`__recall__`
+(`helix_dbos.memory.tools`) register when an agent first names them, after the Hyphen
+built-ins."""
 
-from helix_dbos.memory.embedders import Embedder, HashingEmbedder
-from helix_dbos.memory.errors import (
-    EmbeddingDimensionError,
-    EmbeddingError,
-    MemoryNotConfiguredError,
-    VectorSearchUnavailableError,
-)
-from helix_dbos.memory.executors import (
-    BackgroundEmbeddingExecutor,
-    EmbeddingExecutor,
-    InlineEmbeddingExecutor,
-)
-from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
-from helix_dbos.memory.recall import recall_hooks
-from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from helix_dbos.memory.embedders import Embedder, HashingEmbedder
+    from helix_dbos.memory.errors import (
+        EmbeddingDimensionError,
+        EmbeddingError,
+        MemoryNotConfiguredError,
+        VectorSearchUnavailableError,
+    )
+    from helix_dbos.memory.executors import (
+        BackgroundEmbeddingExecutor,
+        EmbeddingExecutor,
+        InlineEmbeddingExecutor,
+    )
+    from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
+    from helix_dbos.memory.recall import recall_hooks
+    from helix_dbos.memory.types import (
+        EmbedOutcome,
+        Memory,
+        MemoryHit,
+        SearchMode,
+        VectorSupport,
+    )
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["Embedder", "HashingEmbedder"], "helix_dbos.memory.embedders"),
+    **dict.fromkeys(
+        [
+            "EmbeddingDimensionError",
+            "EmbeddingError",
+            "MemoryNotConfiguredError",
+            "VectorSearchUnavailableError",
+        ],
+        "helix_dbos.memory.errors",
+    ),
+    **dict.fromkeys(
+        ["BackgroundEmbeddingExecutor", "EmbeddingExecutor", "InlineEmbeddingExecutor"],
+        "helix_dbos.memory.executors",
+    ),
+    **dict.fromkeys(
+        ["MemoryManager", "current_memory", "install_memory"], "helix_dbos.memory.manager"
+    ),
+    "recall_hooks": "helix_dbos.memory.recall",
+    **dict.fromkeys(
+        ["EmbedOutcome", "Memory", "MemoryHit", "SearchMode", "VectorSupport"],
+        "helix_dbos.memory.types",
+    ),
+}
 
 __all__ = [
     "BackgroundEmbeddingExecutor",
@@ -40,3 +79,12 @@ __all__ = [
     "install_memory",
     "recall_hooks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'helix_dbos.memory' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
