@@ -50,6 +50,25 @@ def test_the_twin_check_sees_a_missing_twin():
 
     assert missing_twins(Facade) == ["write"]
 
+    class Mixin:  # a facade's methods may come from mixins: the check sees them too
+        async def fork(self, key: str) -> str:
+            return key
+
+    class Mixed(Mixin):
+        async def own(self) -> None: ...
+
+        def own_sync(self) -> None: ...
+
+    assert missing_twins(Mixed) == ["fork"]
+
+
+def test_the_mixins_methods_are_the_facades():
+    """The answers, reads, time travel and memory come from mixins, through the class."""
+    for name in ("approve", "get_usage", "fork", "prune"):
+        assert inspect.iscoroutinefunction(getattr(HelixDBOS, name)), name
+        assert callable(getattr(HelixDBOS, f"{name}_sync")), name
+    assert isinstance(HelixDBOS.memory, property) and callable(HelixDBOS.use_memory)
+
 
 def test_typed_answers_of_the_public_methods():
     hints = {

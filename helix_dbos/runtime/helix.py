@@ -1,48 +1,40 @@
 """`HelixDBOS`: the one object a user holds, a thin facade over modules with one job
 each: `run_starts` (execute, resume, retry), `run_control` (answers, interrupt,
-abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, SQL)
-and `worker_process` (DBOS's configuration, migrations, the lease, shutdown).
+abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, SQL),
+`time_travel` (checkpoints, forks, pruning), `memory` (long-term memory) and
+`worker_process` (DBOS's configuration, migrations, the lease, shutdown).
 
 A new capability is a module of its own and a few lines here: an async method that
-delegates, and its `_sync` twin.
+delegates, and its `_sync` twin; or, for a group of methods, a mixin of its own
+(`RunControlMethods`, `SessionReadMethods`, `TimeTravelMethods`, `MemoryMethods`)
+that declares the attributes it uses and carries its methods' twins.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
-
-from dbos import DBOS
-from sqlalchemy import Row
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.llm.base import LLMAdapter
-from helix_dbos.memory.embedders import Embedder  # memory (issue 36)
-from helix_dbos.memory.executors import EmbeddingExecutor
-from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
-from helix_dbos.orchestration.types import Message
+from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.dispatch import Dispatch
-from helix_dbos.runtime.event_loop import on_target_loop, sync_twin
+from helix_dbos.runtime.event_loop import sync_twin
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS
-from helix_dbos.runtime.results import (
-    AgentResult,
-    PendingToolCall,
-    RunInfo,
-    SessionInfo,
-    UsageSummary,
-)
+from helix_dbos.runtime.results import AgentResult, RunInfo
 from helix_dbos.runtime.run_control import RunControl
+from helix_dbos.runtime.run_control_methods import RunControlMethods
 from helix_dbos.runtime.run_opening import OpenedRun, new_id
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
+from helix_dbos.runtime.session_read_methods import SessionReadMethods
 from helix_dbos.runtime.session_reads import SessionReads
-from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport, TimeTravel
+from helix_dbos.runtime.time_travel_methods import TimeTravelMethods
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
@@ -51,7 +43,7 @@ from helix_dbos.store.workers import WorkerRow
 from helix_dbos.streaming.chunks import StreamChunk
 
 
-class HelixDBOS:
+class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, MemoryMethods):
     """Durable agents on DBOS: register agents, launch, start runs, answer, read.
 
     Construct it with every agent before `launch()`: recovered runs find their agent by
@@ -62,7 +54,8 @@ class HelixDBOS:
 
     Sync twins: every public async method has a `<name>_sync` twin for synchronous
     code, except `stream()` (an async iterator) and `shutdown_async()` (the async
-    twin of `shutdown()`).
+    twin of `shutdown()`). The answers, reads, time travel and memory methods come
+    from the mixins, each carrying its own twins.
     """
 
     def __init__(
@@ -162,20 +155,6 @@ class HelixDBOS:
         self.migrate()
         self._process.launch(self.worker_lease_seconds, self.reconcile_seconds)
 
-    # memory (issue 36): long-term memory on this database (helix_dbos/memory).
-    @property
-    def memory(self) -> MemoryManager:
-        """The memory manager agents' `__remember__`/`__recall__` and recall hooks use."""
-        return current_memory()
-
-    def use_memory(
-        self, *, embedder: Embedder | None = None, executor: EmbeddingExecutor | None = None
-    ) -> MemoryManager:
-        """Install a memory manager with this embedder and embedding executor."""
-        return install_memory(
-            MemoryManager(self.runtime.engine, embedder=embedder, executor=executor)
-        )
-
     async def workers(self) -> list[WorkerRow]:
         """Every worker that ever registered on this database, live first."""
         return await asyncio.to_thread(worker_process.list_workers, self.database_url)
@@ -250,57 +229,6 @@ class HelixDBOS:
         started; returns their ids. `launch()` runs it every `reconcile_seconds`."""
         return await self._starts.reconcile_runs()
 
-    # --- answers and run control -------------------------------------------------
-
-    async def approve(
-        self,
-        session_id: str,
-        tool_call_id: str,
-        approved: bool = True,
-        *,
-        reason: str | None = None,
-    ) -> None:
-        """Answer an approval request; the tool runs with its original input if approved."""
-        await self._control.approve(session_id, tool_call_id, approved, reason)
-
-    async def deny(self, session_id: str, tool_call_id: str, *, reason: str | None = None) -> None:
-        await self.approve(session_id, tool_call_id, False, reason=reason)
-
-    async def submit_tool_result(
-        self, session_id: str, tool_call_id: str, result: Any = None, *, error: str | None = None
-    ) -> None:
-        """Hand in a client-executed tool's result (or its error)."""
-        await self._control.submit_tool_result(session_id, tool_call_id, result, error)
-
-    async def submit_human_input(
-        self,
-        session_id: str,
-        tool_call_id: str,
-        human_input: str | None = None,
-        *,
-        approved: bool | None = None,
-    ) -> None:
-        """Answer a `__pause_for_human__` question."""
-        await self._control.submit_human_input(session_id, tool_call_id, human_input, approved)
-
-    async def pending_tool_calls(self, session_id: str) -> list[PendingToolCall]:
-        """Calls waiting for a human in the session and in every session below it (its
-        sub-agents' and companions', theirs), the session's own first. Answer any of
-        them through the root session (seed 002)."""
-        return await self._reads.pending_tool_calls(session_id)
-
-    async def interrupt(self, session_id: str, *, reason: str | None = None) -> list[str]:
-        """Stop the live runs of the session's tree (its own, its sub-agents', companions',
-        theirs) at their next step boundary, or at once when waiting for a human; each ends
-        `interrupted` and `resume()` continues it. Returns the run ids reached."""
-        return await self._control.interrupt(session_id, reason)
-
-    async def abort(self, session_id: str, *, reason: str | None = None) -> list[str]:
-        """Cancel the live runs of the session's tree now: running tools are stopped, a
-        wait for a human ends, dangling tool calls get error results, each run ends
-        `aborted`. Returns the run ids reached."""
-        return await self._control.abort(session_id, reason)
-
     # --- waiting for results and streams -------------------------------------------
 
     def stream(
@@ -334,93 +262,6 @@ class HelixDBOS:
         awaited directly, any other run's result is read from its row once it ends."""
         return await self._waits.wait_for_result(session_id, run_id, workflow_id, poll_seconds)
 
-    # --- reading -----------------------------------------------------------------
-
-    async def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> list[Row[Any]]:
-        """Run your own SQL on helix's database (its tables, views, your own), in a
-        transaction of its own on helix's pool: the rows, by name (`row.run_id`) or by
-        position, or [] for a statement that returns none. Parameters are named,
-        `WHERE agent_name = :agent` with `{"agent": "janitor"}`."""
-        return await self._reads.sql(statement, params)
-
-    async def get_session(self, session_id: str) -> SessionInfo:
-        return await self._reads.get_session(session_id)
-
-    async def get_messages(self, session_id: str) -> list[Message]:
-        return await self._reads.get_messages(session_id)
-
-    async def get_run_messages(self, run_id: str) -> list[Message]:
-        """The messages a run added to its session's transcript."""
-        return await self._reads.get_run_messages(run_id)
-
-    async def get_run(self, run_id: str) -> RunInfo:
-        return await self._reads.get_run(run_id)
-
-    async def get_current_run(self, session_id: str) -> RunInfo | None:
-        """The live run of a session, or None when nothing is running."""
-        return await self._reads.get_current_run(session_id)
-
-    async def list_runs(self, session_id: str) -> list[RunInfo]:
-        return await self._reads.list_runs(session_id)
-
-    async def get_usage(
-        self,
-        *,
-        session_id: str | None = None,
-        run_id: str | None = None,
-        include_children: bool = False,
-    ) -> UsageSummary:
-        """Calls and tokens of a session or run; `include_children` adds every sub-agent
-        session below the session (their tokens are counted once: a `subagent` row only
-        counts as a call, in `subagent_calls`)."""
-        return await self._reads.get_usage(
-            session_id=session_id, run_id=run_id, include_children=include_children
-        )
-
-    # --- time travel: checkpoints, forks, retention (runtime/time_travel.py) --------
-
-    def _time_travel(self) -> TimeTravel:
-        return TimeTravel(self.runtime.statements, DBOS.delete_workflows_async, self.agents)
-
-    async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
-        """The session's checkpoints, oldest first: one per committed step, one per
-        step head written before a wait, one where a fork began."""
-        return await on_target_loop(lambda: self._time_travel().get_checkpoints(session_id))
-
-    async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
-        """The transcript and state as they were at the checkpoint."""
-        return await on_target_loop(
-            lambda: self._time_travel().get_checkpoint(session_id, checkpoint_id)
-        )
-
-    async def fork(
-        self,
-        session_id: str,
-        at: Checkpoint | str,
-        *,
-        state: Any = None,
-        new_session_id: str | None = None,
-    ) -> str:
-        """A new session whose history and state are the checkpoint's (or `state`);
-        the source is untouched. Continue it with `execute(..., session_id=fork)` or
-        `resume(fork)`."""
-        return await on_target_loop(
-            lambda: self._time_travel().fork(
-                session_id, at, state=state, new_session_id=new_session_id
-            )
-        )
-
-    async def prune(
-        self, *, older_than: timedelta, keep_last: int = 0, batch_size: int = 500
-    ) -> PruneReport:
-        """Remove checkpoints, stream chunks and DBOS workflow records of ended runs
-        older than the cutoff; transcripts stay and live sessions are never touched."""
-        return await on_target_loop(
-            lambda: self._time_travel().prune(
-                older_than=older_than, keep_last=keep_last, batch_size=batch_size
-            )
-        )
-
     # --- sync twins (see the class docstring) ---------------------------------------
 
     workers_sync = sync_twin(workers)
@@ -429,27 +270,8 @@ class HelixDBOS:
     retry_sync = sync_twin(retry)
     get_handle_sync = sync_twin(get_handle)
     reconcile_runs_sync = sync_twin(reconcile_runs)
-    approve_sync = sync_twin(approve)
-    deny_sync = sync_twin(deny)
-    submit_tool_result_sync = sync_twin(submit_tool_result)
-    submit_human_input_sync = sync_twin(submit_human_input)
-    pending_tool_calls_sync = sync_twin(pending_tool_calls)
-    interrupt_sync = sync_twin(interrupt)
-    abort_sync = sync_twin(abort)
     wait_for_run_end_sync = sync_twin(wait_for_run_end)
     wait_for_result_sync = sync_twin(wait_for_result)
-    sql_sync = sync_twin(sql)
-    get_session_sync = sync_twin(get_session)
-    get_messages_sync = sync_twin(get_messages)
-    get_run_messages_sync = sync_twin(get_run_messages)
-    get_run_sync = sync_twin(get_run)
-    get_current_run_sync = sync_twin(get_current_run)
-    list_runs_sync = sync_twin(list_runs)
-    get_usage_sync = sync_twin(get_usage)
-    get_checkpoints_sync = sync_twin(get_checkpoints)
-    get_checkpoint_sync = sync_twin(get_checkpoint)
-    fork_sync = sync_twin(fork)
-    prune_sync = sync_twin(prune)
 
 
 def _add(agents: dict[str, Agent], agent: Agent) -> bool:
