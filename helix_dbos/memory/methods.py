@@ -3,14 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from helix_dbos.memory.embedders import Embedder
+from helix_dbos.memory.executors import EmbeddingExecutor
 from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
-
-if TYPE_CHECKING:
-    from helix_dbos.memory.embedders import Embedder
-    from helix_dbos.memory.executors import EmbeddingExecutor
-    from helix_dbos.runtime.context import Runtime
+from helix_dbos.runtime.context import Runtime
 
 
 class MemoryMethods:

@@ -4,14 +4,12 @@ Each delegates to `RunControl` (or, for the pending calls, `SessionReads`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from helix_dbos.runtime.event_loop import sync_twin
-
-if TYPE_CHECKING:
-    from helix_dbos.runtime.results import PendingToolCall
-    from helix_dbos.runtime.run_control import RunControl
-    from helix_dbos.runtime.session_reads import SessionReads
+from helix_dbos.runtime.results import PendingToolCall
+from helix_dbos.runtime.run_control import RunControl
+from helix_dbos.runtime.session_reads import SessionReads
 
 
 class RunControlMethods:

@@ -4,16 +4,14 @@ transcripts and usage, each delegating to `SessionReads`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlalchemy import Row
+
+from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.event_loop import sync_twin
-
-if TYPE_CHECKING:
-    from sqlalchemy import Row
-
-    from helix_dbos.orchestration.types import Message
-    from helix_dbos.runtime.results import RunInfo, SessionInfo, UsageSummary
-    from helix_dbos.runtime.session_reads import SessionReads
+from helix_dbos.runtime.results import RunInfo, SessionInfo, UsageSummary
+from helix_dbos.runtime.session_reads import SessionReads
 
 
 class SessionReadMethods:

@@ -5,16 +5,14 @@ process's statement pool and DBOS's workflow deletion."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dbos import DBOS
 
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.event_loop import on_target_loop, sync_twin
 from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport, TimeTravel
-
-if TYPE_CHECKING:
-    from helix_dbos.definitions.agent import Agent
-    from helix_dbos.runtime.context import Runtime
 
 
 class TimeTravelMethods:
