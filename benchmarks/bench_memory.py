@@ -23,41 +23,21 @@ import os
 import random
 import statistics
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+from bench_agent_loop import fresh_database
 
 from helix_dbos import HelixDBOS
 from helix_dbos.memory import HashingEmbedder, MemoryManager
 from helix_dbos.memory.store import vector_literal
-from helix_dbos.store.database import libpq_url, resolve_database_url, with_database
+from helix_dbos.store.database import libpq_url, resolve_database_url
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_DIR = REPO / ".helix" / "bench-pgdata"
 DIMENSION = 128
 VOCABULARY = 2000
 BIG, SMALL = "bench-big", "bench-small"
-
-
-@contextmanager
-def fresh_database(server: str) -> Iterator[str]:
-    name = f"helix_bench_{uuid.uuid4().hex[:10]}"
-    admin = libpq_url(with_database(server, "postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(server, name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 def sentences(rng: random.Random, words: list[str], n: int) -> list[str]:

@@ -1,4 +1,5 @@
-"""Small helpers shared by tests: plain SQL against the test database, a terminal."""
+"""Small helpers shared by tests: plain SQL against the test database, a terminal,
+polling, and the marker files of the crash apps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import re
 import struct
 import subprocess
 import termios
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import psycopg
@@ -67,3 +71,19 @@ def require_pgvector(database_url: str) -> None:
         ).fetchone()
     if not row or not row[0]:
         pytest.skip("needs pgvector on the server; test_memory_fallback.py covers its absence")
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> None:
+    """Poll `predicate` every 50 ms until it is true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def lines(markers: Path, name: str) -> list[str]:
+    """The lines of a crash app's marker file (none yet: [])."""
+    path = markers / name
+    return path.read_text().splitlines() if path.exists() else []

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import lines, sql, wait_for
 
 from helix_dbos.store.database import libpq_url
 
@@ -43,20 +43,6 @@ def spawn(
         text=True,
         env={**os.environ, **(env or {})},
     )
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def lines(markers: Path, name: str) -> list[str]:
-    path = markers / name
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def start_run(

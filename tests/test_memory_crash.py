@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import require_pgvector, sql
+from helpers import lines, require_pgvector, sql, wait_for
 
 pytestmark = pytest.mark.crash
 APP = Path(__file__).with_name("memory_app.py")
@@ -35,23 +35,9 @@ def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: st
     )
 
 
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def sigkill(proc: subprocess.Popen) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-
-
-def lines(markers: Path, name: str) -> list[str]:
-    path = markers / name
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def test_sigkill_during_background_embedding_loses_nothing_and_embeds_once(database_url, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import _new_database
 from docs_text import code_blocks, section
-from helpers import sql
+from helpers import lines, sql, wait_for
 
 from helix_dbos import HelixClient
 from helix_dbos.runtime.remote_children import remote_session_id
@@ -95,20 +95,6 @@ def two_servers(parent_db: str, child_db: str, markers: Path) -> Iterator[tuple[
 def child_database_url(embedded_dir, migrated_template) -> Iterator[str]:
     with _new_database(embedded_dir, migrated_template) as url:
         yield url
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def lines(markers: Path, name: str) -> list[str]:
-    path = markers / name
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def release(markers: Path, topic: str) -> None:

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import lines, sql, wait_for
 
 APP = Path(__file__).with_name("subagent_crash_app.py")
 pytestmark = pytest.mark.crash
@@ -26,20 +25,6 @@ def spawn(mode: str, database_url: str, executor: str, markers: Path, scenario: 
         stderr=subprocess.DEVNULL,
         text=True,
     )
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def lines(markers: Path, name: str) -> list[str]:
-    path = markers / name
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url, tmp_path):

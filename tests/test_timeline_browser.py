@@ -4,12 +4,8 @@ inbox's link to a waiting run's timeline."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-from helpers import skip_or_fail_in_ci
 from live_server import serve
-from test_inbox_browser import CHROMIUM, CHROMIUM_ARGS
+from test_inbox_browser import browser_page
 from test_time_travel import (
     launch_rocket,
     no_slow_tool_heads,  # noqa: F401 - autouse fixture
@@ -19,22 +15,7 @@ from test_time_travel import (
 
 from helix_dbos.server import create_app
 
-
-@pytest.fixture
-async def browser_page():
-    try:
-        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional
-    except ImportError:
-        skip_or_fail_in_ci("playwright is not installed: pip install playwright")
-    if not os.path.exists(CHROMIUM):
-        skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = await browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page, errors
-        await browser.close()
+__all__ = ["browser_page"]  # the inbox tests' browser fixture, shared
 
 
 async def test_timeline_shows_steps_and_forks_from_a_checkpoint(
