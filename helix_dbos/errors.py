@@ -177,3 +177,28 @@ class DatabaseUnavailableError(HelixError):
 
     def __reduce__(self) -> tuple[type, tuple[str, float, str]]:
         return (type(self), (self.what, self.waited_seconds, self.cause))
+
+
+class QueuedMessageNotFoundError(HelixError, LookupError):
+    """No stored (double-texted) message with this id on the session."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(f"No queued message '{message_id}'")
+        self.message_id = message_id
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.message_id,))
+
+
+class QueuedMessageTakenError(HelixError):
+    """A stored message was taken (its run started, or a live run took it in) or
+    cancelled before this could act on it."""
+
+    def __init__(self, message_id: str, status: str | None = None) -> None:
+        what = f" (it is {status})" if status else ""
+        super().__init__(f"Queued message '{message_id}' is no longer waiting{what}")
+        self.message_id = message_id
+        self.status = status
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return (type(self), (self.message_id, self.status))

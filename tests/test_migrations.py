@@ -46,6 +46,9 @@ HELIX_TABLES = {
     "memories",
     "memory_recalls",
     "session_resources",
+    "queued_messages",
+    "rolled_back_messages",
+    "rolled_back_usage",
 }
 
 

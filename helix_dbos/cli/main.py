@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import typer
 
-from helix_dbos.cli import answers, checkpoints, database, doctor, fleet, reads, running
+from helix_dbos.cli import answers, checkpoints, database, doctor, fleet, queue, reads, running
 from helix_dbos.cli.common import EXIT_ERROR
 
 app = typer.Typer(
@@ -27,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for group in (database, running, fleet, reads, checkpoints, answers, doctor):
+for group in (database, running, fleet, reads, checkpoints, answers, queue, doctor):
     group.register(app)
 
 # The order `helix-dbos --help` lists the commands in, with the line it shows for each:
@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "submit": "Hand in a client tool's result or its error.",
     "interrupt": "Stop a session's run at its next step boundary.",
     "abort": "Cancel a session's live run now.",
+    "queue": "List a session's queued messages; --cancel one.",
     "serve": "Serve the HTTP API, the SSE stream and the inbox.",
     "worker": "Run a worker that executes queued runs.",
     "workers": "List workers and the runs no worker serves.",

@@ -18,6 +18,11 @@ from helix_dbos.orchestration.completion import (
     DEFAULT_NUDGE_MESSAGE,
     CompletionMode,
 )
+from helix_dbos.orchestration.double_texting import (
+    DEFAULT_STRATEGY,
+    MultitaskStrategy,
+    check_strategy,
+)
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
 
 SystemPrompt = str | Callable[[Any], str]
@@ -145,6 +150,7 @@ class Agent:
         output_mode: OutputMode = "tool",
         stop_when: StopCondition | None = None,
         persistent_agents: list[PersistentAgent] | None = None,
+        multitask_strategy: MultitaskStrategy = DEFAULT_STRATEGY,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -175,6 +181,12 @@ class Agent:
         self.input_schema = input_schema
         self.output_mode: OutputMode = output_mode
         self.stop_when = stop_when
+        # What a message sent while a run of this agent is live does (double texting);
+        # `execute(multitask_strategy=...)` overrides it per call.
+        try:
+            self.multitask_strategy = check_strategy(multitask_strategy)
+        except ValueError as exc:
+            raise AgentDefinitionError(f"Agent '{name}': {exc}") from None
         self._finish_schema: dict[str, Any] | None = None  # built once, on first use
         self._check_tools()
         self._check_output_mode()

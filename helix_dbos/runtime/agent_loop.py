@@ -377,4 +377,6 @@ async def agent_run_workflow(
         error = f"Internal error: {type(exc).__name__}: {exc}"
         result = await loop.end_without_step(loop.steps_taken, Fail(error))
     await stop_with_parent(rt, loop.agent, session_id, run_id)  # companions that end with it
+    if rt.after_run is not None:  # the session's next stored message starts its run
+        await rt.after_run(session_id)
     return result

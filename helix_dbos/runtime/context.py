@@ -162,6 +162,9 @@ class Runtime:
         # Set by the worker lease, awaited before each step: waits while this worker cannot
         # reach the database, and stops a workflow this execution no longer owns.
         self.lease_check: Callable[[], Awaitable[None]] = no_lease
+        # Set by HelixDBOS: awaited by a run's workflow once the run has ended, to start
+        # its session's next stored message (double texting, `runtime/session_queue.py`).
+        self.after_run: Callable[[str], Awaitable[None]] | None = None
 
     def agent(self, name: str) -> Agent:
         try:

@@ -6,7 +6,8 @@ abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, 
 
 A new capability is a module of its own and a few lines here: an async method that
 delegates, and its `_sync` twin; or, for a group of methods, a mixin of its own
-(`RunControlMethods`, `SessionReadMethods`, `TimeTravelMethods`, `MemoryMethods`)
+(`RunControlMethods`, `SessionReadMethods`, `SessionQueueMethods`, `TimeTravelMethods`,
+`MemoryMethods`)
 that declares the attributes it uses and carries its methods' twins.
 """
 
@@ -21,6 +22,7 @@ from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
+from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import sync_twin
@@ -32,18 +34,23 @@ from helix_dbos.runtime.run_control_methods import RunControlMethods
 from helix_dbos.runtime.run_opening import OpenedRun, new_id
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
+from helix_dbos.runtime.session_queue import QueuedRunHandle, SessionQueue
+from helix_dbos.runtime.session_queue_methods import SessionQueueMethods
 from helix_dbos.runtime.session_read_methods import SessionReadMethods
 from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.time_travel_methods import TimeTravelMethods
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
+from helix_dbos.store.session_queue import QueuedMessage
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.workers import WorkerRow
 from helix_dbos.streaming.chunks import StreamChunk
 
 
-class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, MemoryMethods):
+class HelixDBOS(
+    RunControlMethods, SessionReadMethods, SessionQueueMethods, TimeTravelMethods, MemoryMethods
+):
     """Durable agents on DBOS: register agents, launch, start runs, answer, read.
 
     Construct it with every agent before `launch()`: recovered runs find their agent by
@@ -114,6 +121,16 @@ class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, Memory
         self._process = worker_process.WorkerProcess(
             self.runtime, self.dispatch, self._starts, self._waits, self.database_url
         )
+        # Messages sent while their session's run is live (double texting).
+        self._queue = SessionQueue(
+            self.runtime,
+            self,
+            start_run=self._start_queued,
+            interrupt_run=self._control.interrupt_run,
+            abort_run=self._control.abort_run,
+        )
+        self._starts.queue = self._queue
+        self.runtime.after_run = self._queue.after_run
 
     # --- set-up and lifecycle ---------------------------------------------------
 
@@ -185,6 +202,7 @@ class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, Memory
         terminating: TerminatingConfig | None = None,
         priority: int | None = None,
         resource_id: str | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
@@ -193,7 +211,13 @@ class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, Memory
         executes in this process, or is enqueued for a worker (see `Dispatch`);
         `priority` (1 first, up to 2**31-1; unset runs before any) enqueues it on its
         agent's queue. `resource_id` (a user, say) owns the session's long-term
-        memories (`helix_dbos.memory`)."""
+        memories (`helix_dbos.memory`).
+
+        `multitask_strategy` (default: the agent's, `"reject"` unless set) says what
+        happens when the session already has a live run: `"reject"` raises
+        `AgentAlreadyRunningError`; `"enqueue"`, `"interrupt"`, `"rollback"` and
+        `"steer"` store the message and return a handle whose `result()` waits for the
+        run it ends up in (docs/double-texting.md)."""
         if resource_id is not None:  # memory (issue 36): bound before the run opens
             check_storable(resource_id=resource_id, session_id=session_id)
             session_id = session_id or new_id("ses")
@@ -205,8 +229,12 @@ class HelixDBOS(RunControlMethods, SessionReadMethods, TimeTravelMethods, Memory
             state=state,
             terminating=terminating,
             priority=priority,
+            multitask_strategy=multitask_strategy,
         )
-        return self._handle(opened)
+        return opened if isinstance(opened, QueuedRunHandle) else self._handle(opened)
+
+    async def _start_queued(self, message: QueuedMessage) -> RunHandle:
+        return self._handle(await self._starts.start_queued(message))
 
     async def resume(self, session_id: str, message: str | None = None) -> RunHandle:
         """Continue an interrupted (or otherwise ended) session in a new run."""

@@ -46,6 +46,7 @@ from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
 from helix_dbos.runtime.llm_hooks import LLMStepHooks, announce, attempt_number
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply
+from helix_dbos.runtime.session_queue import Steer, take_steered
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
     InterruptRequested,
@@ -171,6 +172,8 @@ async def llm_step(
     await rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)
     seen = await _transcript(rt, session_id, run_id, previous)
+    if isinstance(seen, Steer):  # double texting: taken before this model call
+        seen = await take_steered(rt, session_id, run_id, agent_name, step, seen.state)
     if isinstance(seen, RunNotOpened | RunEnded):
         return seen
     unannounced = previous.commit.unannounced if previous is not None else []
@@ -280,9 +283,10 @@ def _ms_since(started: float) -> float:
 
 async def _transcript(
     rt: Runtime, session_id: str, run_id: str, previous: WriteAhead | None
-) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | RunEnded | None:
+) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | RunEnded | Steer | None:
     """The history and state the model is asked with; `None` if an interrupt waits,
-    `RunNotOpened` if the run has no row, `RunEnded` if it has a final status.
+    `RunNotOpened` if the run has no row, `RunEnded` if it has a final status, `Steer`
+    if a steer message waits to join the transcript first (`runtime/session_queue.py`).
 
     After a write-ahead, the rows this process just wrote top up its cached
     transcript without a query.
@@ -300,12 +304,16 @@ async def _transcript(
             return RunNotOpened()
         if read.run_ended:
             return RunEnded()
-        return None if read.interrupted else (history, read.state)
+        if read.interrupted:
+            return None
+        return Steer(read.state) if read.steer_pending else (history, read.state)
     wrote = await previous.result()
     if wrote.run_ended:
         return RunEnded()
     if wrote.interrupted:
         return None
+    if wrote.steer_pending:
+        return Steer(wrote.state)
     messages = previous.commit.written_messages(wrote)
     if wrote.first_seq is not None and messages:
         cached = rt.history.take(session_id, (wrote.first_seq, messages))

@@ -166,13 +166,33 @@ class RunControl:
         whose pending calls get an "Interrupted" result. Returns the run ids reached,
         the session's own first; `RunNotActiveError` when no run of the tree is live."""
         check_storable(reason=reason)
-        runs = await self._live_tree(session_id)
+        return await self._interrupt_runs(await self._live_tree(session_id), session_id, reason)
+
+    async def _interrupt_runs(
+        self, runs: list[TreeRun], session_id: str, reason: str | None
+    ) -> list[str]:
         for run in runs:
             # Below the session: one opened but not started yet gets the interrupt from
             # its parent once started (`helix.children_started`).
             with contextlib.suppress(*_gone(run, session_id)):
                 await on_target_loop(functools.partial(self._send_interrupt, run, reason))
         return [r.run_id for r in runs]
+
+    async def _target_tree(self, session_id: str, run_id: str) -> list[TreeRun]:
+        """The live tree of the session if its own live run is `run_id`, else []: a stored
+        message (double texting) acts on the run that was live when it arrived, never on
+        a later one."""
+        runs = await self.reads.read(tree.live_runs, session_id)
+        own = runs[0] if runs and runs[0].session_id == session_id else None
+        return runs if own is not None and own.run_id == run_id else []
+
+    async def interrupt_run(self, session_id: str, run_id: str, reason: str | None) -> None:
+        """`interrupt()`, only if the session's live run is still `run_id`."""
+        await self._interrupt_runs(await self._target_tree(session_id, run_id), session_id, reason)
+
+    async def abort_run(self, session_id: str, run_id: str, reason: str | None) -> None:
+        """`abort()`, only if the session's live run is still `run_id`."""
+        await self._abort_runs(await self._target_tree(session_id, run_id), session_id, reason)
 
     async def _send_interrupt(self, run: TreeRun, reason: str | None) -> None:
         await DBOS.send_async(
@@ -194,15 +214,19 @@ class RunControl:
         ids reached, the session's own first; `RunNotActiveError` when none is live."""
         check_storable(reason=reason)
         runs = await self._live_tree(session_id)
+        await self._abort_runs(runs, session_id, reason)
+        return [r.run_id for r in runs]
+
+    async def _abort_runs(self, runs: list[TreeRun], session_id: str, reason: str | None) -> None:
         for run in runs:
             with contextlib.suppress(*_gone(run, session_id)):
                 await on_target_loop(functools.partial(DBOS.cancel_workflow_async, run.workflow_id))
         for run in runs:
             await self._close_aborted(run, reason)
-        await on_target_loop(
-            lambda: abort_remote_children(self.runtime, session_id, reason)
-        )  # remote children (issue 32)
-        return [r.run_id for r in runs]
+        if runs:
+            await on_target_loop(
+                lambda: abort_remote_children(self.runtime, session_id, reason)
+            )  # remote children (issue 32)
 
     async def _close_aborted(self, run: TreeRun, reason: str | None) -> None:
         session_id = run.session_id

@@ -4,11 +4,13 @@ Each delegates to `RunControl` (or, for the pending calls, `SessionReads`)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from helix_dbos.runtime.event_loop import sync_twin
 from helix_dbos.runtime.results import PendingToolCall
 from helix_dbos.runtime.run_control import RunControl
+from helix_dbos.runtime.session_queue import SessionQueue
 from helix_dbos.runtime.session_reads import SessionReads
 
 
@@ -17,6 +19,7 @@ class RunControlMethods:
 
     _control: RunControl
     _reads: SessionReads
+    _queue: SessionQueue
 
     async def approve(
         self,
@@ -64,8 +67,12 @@ class RunControlMethods:
     async def abort(self, session_id: str, *, reason: str | None = None) -> list[str]:
         """Cancel the live runs of the session's tree now: running tools are stopped, a
         wait for a human ends, dangling tool calls get error results, each run ends
-        `aborted`. Returns the run ids reached."""
-        return await self._control.abort(session_id, reason)
+        `aborted`. Returns the run ids reached; then a message stored meanwhile (double
+        texting) starts its run."""
+        reached = await self._control.abort(session_id, reason)
+        with contextlib.suppress(Exception):  # else the reconcile sweep starts it
+            await self._queue.start_next(session_id)
+        return reached
 
     approve_sync = sync_twin(approve)
     deny_sync = sync_twin(deny)

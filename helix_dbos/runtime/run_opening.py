@@ -22,10 +22,12 @@ from typing import Any, Literal
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import SessionAgentMismatchError
+from helix_dbos.orchestration.double_texting import queued_run_id
 from helix_dbos.orchestration.messages import synthesize_finish_tool_result
 from helix_dbos.orchestration.types import Message
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
+from helix_dbos.store.session_queue import QueuedMessage, QueuedStart, take_queued
 
 WORKFLOW_ID_PREFIX = "helix-"
 
@@ -36,8 +38,10 @@ _COMPANION_NAMESPACE = uuid.UUID("0f8e9c1e-3b8a-4a57-8f55-9a3b6f4e2c71")
 # new_session: a session this open creates (`execute()` without a session id);
 # turn: the next turn of a session, created if its id is unknown (`execute(session_id=)`);
 # resume / retry: the next turn of an existing session;
-# child: a sub-agent call's own new session; companion: a turn of a companion's session.
-RunKind = Literal["new_session", "turn", "resume", "retry", "child", "companion"]
+# child: a sub-agent call's own new session; companion: a turn of a companion's session;
+# queued: the next turn of a session, started by a message stored while a run was live
+# (double texting, `runtime/session_queue.py`).
+RunKind = Literal["new_session", "turn", "resume", "retry", "child", "companion", "queued"]
 _CREATES_SESSION: frozenset[RunKind] = frozenset({"new_session", "child"})
 
 
@@ -95,6 +99,8 @@ class OpenRunRequest:
     state: dict[str, Any] | None = None
     parent_session_id: str | None = None
     root_session_id: str | None = None
+    # A run a stored message starts: the message is taken in the same transaction.
+    queued: QueuedStart | None = None
 
     @property
     def workflow_id(self) -> str:
@@ -178,6 +184,28 @@ class OpenRunRequest:
             options={"parent_run_id": parent_run_id, "tool_call_id": call_id},
         )
 
+    @classmethod
+    def queued_message(
+        cls, agent: Agent, message: QueuedMessage, options: dict[str, Any]
+    ) -> OpenRunRequest:
+        """The run a stored message starts, under the run id derived from the message
+        (so it is opened once), with the message's state and, for `rollback`, the run it
+        removes from the visible history first."""
+        rollback = message.target_run_id if message.strategy == "rollback" else None
+        content = message.content
+        return cls(
+            kind="queued",
+            run_id=queued_run_id(message.message_id),
+            session_id=message.session_id,
+            agent_name=agent.name,
+            max_steps=agent.max_steps,
+            messages=[Message(role="user", content=content)] if content is not None else [],
+            options=options,
+            new_state=message.state or agent.initial_state(None),
+            state=message.state,
+            queued=QueuedStart(message.message_id, rollback),
+        )
+
 
 @dataclass(frozen=True)
 class OpenedRun:
@@ -221,6 +249,8 @@ async def open_run(conn: repo.SQLConnection, request: OpenRunRequest) -> OpenedR
         live = await repo.get_live_run(conn, sid)
         if live is not None:
             return AlreadyRunning(live.run_id, live.workflow_id)
+        if request.queued is not None:  # before the run's rows: a rollback removes a run's
+            await take_queued(conn, request.queued, request.run_id)
         first_turn = row.turn_count
     turn = first_turn + 1
     await repo.insert_run(

@@ -22,8 +22,10 @@ from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
     DatabaseUnavailableError,
+    InvalidInputError,
     RunNotActiveError,
 )
+from helix_dbos.orchestration.double_texting import MultitaskStrategy, check_strategy
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.context import Runtime, logger
@@ -36,12 +38,16 @@ from helix_dbos.runtime.run_opening import (
     OpenedRun,
     OpenRunRequest,
     RunKind,
+    new_id,
     open_new_session_run,
     open_run,
 )
+from helix_dbos.runtime.session_queue import QueuedRunHandle, SessionQueue
 from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import RunOptions
 from helix_dbos.store import repository as repo
+from helix_dbos.store import session_queue as queue_sql
+from helix_dbos.store.session_queue import QueuedMessage
 from helix_dbos.store.storable import check_storable
 
 # DBOS's statuses of a workflow that has ended.
@@ -64,6 +70,8 @@ class RunStarts:
         self._slots = asyncio.Semaphore(pool_size)  # see _open_and_start_locked
         # Workflows started and running in this process, by id: a caller awaits its task.
         self.local_runs: dict[str, asyncio.Future[Any]] = {}
+        # Messages sent while a run is live (double texting); set by HelixDBOS.
+        self.queue: SessionQueue | None = None
 
     def agent(self, agent: Agent | str) -> Agent:
         agents = self.runtime.agents
@@ -81,10 +89,12 @@ class RunStarts:
         state: Any,
         terminating: TerminatingConfig | None,
         priority: int | None,
-    ) -> OpenedRun:
+        multitask_strategy: MultitaskStrategy | None = None,
+    ) -> OpenedRun | QueuedRunHandle:
         check_storable(input=input, session_id=session_id)
         check_priority(priority)
         definition = self.agent(agent)
+        strategy = check_strategy(multitask_strategy or definition.multitask_strategy)
         if self.dispatch.executes_runs:  # the environment may have changed since launch()
             self.runtime.check_agents([definition])
         initial_state = definition.initial_state(state) if state is not None else None
@@ -95,6 +105,15 @@ class RunStarts:
         options = RunOptions(terminating=terminating)
         began = time.monotonic()
         try:
+            if strategy != "reject" and session_id is not None and self.queue is not None:
+                if priority is not None:
+                    raise InvalidInputError(
+                        f"multitask_strategy={strategy!r} runs the message in its session's "
+                        "order: it takes no priority"
+                    )
+                return await self._double_text(
+                    definition, session_id, input, initial_state, strategy, options
+                )
             return await self.open_and_start(
                 "turn", definition, session_id, messages, initial_state, options, priority
             )
@@ -106,6 +125,47 @@ class RunStarts:
             if isinstance(exc, PoolTimeout):  # it says only that it waited
                 cause = await self.runtime.statement_pool.why_unavailable()
             raise DatabaseUnavailableError("execute()", waited, cause) from exc
+
+    async def _double_text(
+        self,
+        agent: Agent,
+        session_id: str,
+        input: str | None,
+        state: dict[str, Any] | None,
+        strategy: MultitaskStrategy,
+        options: RunOptions,
+    ) -> OpenedRun | QueuedRunHandle:
+        """`execute` with a strategy other than reject: the message is stored if the
+        session is busy, else it starts a run at once (and is stored after all if a run
+        opened by someone else between the two wins)."""
+        assert self.queue is not None
+        message_id = new_id("msg")
+        messages = [Message(role="user", content=input)] if input is not None else []
+        for _ in range(8):
+            handle = await self.queue.submit(
+                agent.name, session_id, input, state, strategy, message_id, options.to_json()
+            )
+            if handle is not None:
+                return handle
+            try:
+                return await self.open_and_start(
+                    "turn", agent, session_id, messages, state, options
+                )
+            except AgentAlreadyRunningError:
+                continue  # a run started in between: store the message after all
+        raise AgentAlreadyRunningError(session_id)
+
+    async def start_queued(self, message: QueuedMessage) -> OpenedRun:
+        """Open and start the run a stored message starts (`OpenRunRequest.queued_message`);
+        `QueuedMessageTakenError` if someone else took it first, `AgentAlreadyRunningError`
+        while the session has a live run (whose end starts it)."""
+        agent = self.agent(message.agent_name)
+        options = queued_options(message)
+        effective = RunOptions(terminating=run_terminating(agent, options))
+        request = OpenRunRequest.queued_message(agent, message, effective.to_json())
+        return await on_target_loop(
+            lambda: self._open_and_start_locked(request, agent, options, None)
+        )
 
     async def resume(self, session_id: str, message: str | None) -> OpenedRun:
         check_storable(message=message)
@@ -256,6 +316,15 @@ class RunStarts:
             status = await DBOS.get_workflow_status_async(run.workflow_id)
             if status is not None and status.status not in DBOS_TERMINAL:
                 return False
+            message = await queue_sql.started_by(conn, run_id) if status is None else None
+            agent = self.runtime.agents.get(run.agent_name)
+            if message is not None and agent is not None:
+                # A stored message's run, opened by a starter killed before its start:
+                # the message must not be lost, so its workflow starts now (its id is
+                # the run's own, so a start racing this one is the same workflow).
+                opened = OpenedRun(run.session_id, run.run_id, run.workflow_id, run.turn)
+                await self._start(opened, agent, queued_options(message), None)
+                return False
             ended_as: str = "aborted" if status and status.status == "CANCELLED" else "failed"
             error = stale_reason(status)
             # Only a run still live is closed: one whose workflow wrote its end after the
@@ -281,6 +350,8 @@ class RunStarts:
         for run_id in rows:
             if await on_target_loop(functools.partial(self.close_if_stale, run_id)):
                 closed.append(run_id)
+        if self.queue is not None:  # stored messages whose next step was cut short
+            await self.queue.sweep()
         return closed
 
     async def reconcile_forever(self, every_seconds: float) -> None:
@@ -298,6 +369,12 @@ async def open_or_refuse(conn: repo.SQLConnection, request: OpenRunRequest) -> O
     if isinstance(opened, AlreadyRunning):
         raise AgentAlreadyRunningError(request.session_id, opened.run_id)
     return opened
+
+
+def queued_options(message: QueuedMessage) -> RunOptions:
+    """The options of the run a stored message starts (as given with the message)."""
+    terminating = message.options.get("terminating")
+    return RunOptions(TerminatingConfig.from_dict(terminating) if terminating else None)
 
 
 def stale_reason(status: WorkflowStatus | None) -> str:

@@ -17,9 +17,11 @@ from fastapi.responses import JSONResponse
 
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.errors import SessionNotFoundError
+from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.orchestration.terminating import generated_messages, response_text
 from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.results import AgentResult
+from helix_dbos.runtime.session_queue import QueuedRunHandle
 from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.models import (
     AddAIMessageRequest,
@@ -60,7 +62,12 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def chat(body: ChatRequest, principal: Who) -> Any:
         require_own_new_session(principal, body.context_id)
         return await run_turn(
-            ctx, body.context_id, body.agent, body.message, body.terminating_config
+            ctx,
+            body.context_id,
+            body.agent,
+            body.message,
+            body.terminating_config,
+            body.multitask_strategy,
         )
 
     @router.post(
@@ -68,7 +75,9 @@ def build_router(ctx: ServerContext) -> APIRouter:
     )
     async def invoke(body: ChatInvokeRequest, principal: Who) -> Any:
         require_own_new_session(principal, body.context_id)
-        return await run_turn(ctx, body.context_id, body.agent, None, body.terminating_config)
+        return await run_turn(
+            ctx, body.context_id, body.agent, None, body.terminating_config, body.multitask_strategy
+        )
 
     @router.post(
         "/chat/add-ai-message",
@@ -78,7 +87,12 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def add_ai_message(body: AddAIMessageRequest, principal: Who) -> Any:
         require_own_new_session(principal, body.context_id)
         return await run_turn(
-            ctx, body.context_id, body.agent, body.prompt, body.terminating_config
+            ctx,
+            body.context_id,
+            body.agent,
+            body.prompt,
+            body.terminating_config,
+            body.multitask_strategy,
         )
 
     return router
@@ -90,14 +104,30 @@ async def run_turn(
     agent: str | None,
     message: str | None,
     config: TerminatingConfigModel | None,
+    strategy: MultitaskStrategy | None = None,
 ) -> Any:
     ctx.check_ids(context_id=context_id, agent=agent)
     helix = ctx.helix
     agent_name = await _choose_agent(ctx, context_id, agent)
     terminating = _terminating(ctx, agent_name, config)
-    handle = await helix.execute(
-        agent_name, message, session_id=context_id, terminating=terminating
+    queued = await helix.execute(
+        agent_name,
+        message,
+        session_id=context_id,
+        terminating=terminating,
+        multitask_strategy=strategy,
     )
+    # A stored message (double texting): the turn is the run it starts or joins.
+    handle = await queued.started() if isinstance(queued, QueuedRunHandle) else queued
+    if handle is None:  # cancelled before its run started
+        assert isinstance(queued, QueuedRunHandle)
+        failure = ChatErrorResponse(
+            detail=f"Message {queued.message_id} was cancelled before its run started",
+            session_id=queued.session_id,
+            run_id=queued.run_id,
+            status="aborted",
+        )
+        return JSONResponse(failure.model_dump(mode="json"), status_code=422)
     result = await _result_or_waiting(ctx, handle)
     if result is None:
         pending = await helix.pending_tool_calls(handle.session_id)

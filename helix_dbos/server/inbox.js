@@ -6,7 +6,7 @@
   const TERMINAL = ["run_completed", "run_failed", "run_aborted", "run_interrupted"];
   const CHUNK_TYPES = ["text_delta", "thinking", "tool_start", "tool_end", "tool_approval_request",
     "client_tool_request", "human_input_request", "state_patch", "custom", "output", "error",
-    "run_started", "run_resumed", ...TERMINAL];
+    "run_started", "run_resumed", "message_queued", "message_steered", ...TERMINAL];
   const me = localStorage.getItem("helix_inbox_name") || "inbox";
   const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
   let loaded = false;
@@ -151,6 +151,8 @@
         el("details", { class: "conversation" },
           el("summary", {}, el("span", { class: "summary-count" }, "Conversation"), el("span", { class: "preview" })),
           el("ol", { class: "transcript" })),
+        // Messages sent while this run is live (double texting), waiting for their turn.
+        el("div", { class: "queued", hidden: "" }),
         el("div", { class: "last-event" }),
         el("a", { class: "timeline-link", href: "timeline?session_id=" + encodeURIComponent(run.session_id) }, "timeline")));
     card.dataset.agent = run.agent_name;
@@ -158,7 +160,24 @@
     cards.set(run.run_id, entry);
     updateCalls(entry, run.tool_calls || []);
     loadTranscript(entry);
+    loadQueue(entry);
     return entry;
+  }
+
+  async function loadQueue(entry) {
+    try {
+      const queued = (await api("queue?session_id=" + encodeURIComponent(entry.run.session_id)))
+        .filter((m) => m.status === "queued");
+      const box = entry.el.querySelector(".queued");
+      box.hidden = queued.length === 0;
+      box.replaceChildren(
+        el("span", { class: "label" }, "Queued (" + plural(queued.length, "message") + ")"),
+        el("ol", {}, ...queued.map((m) => el("li", { "data-message-id": m.message_id },
+          el("span", { class: "role" }, "#" + m.position + " " + m.strategy),
+          el("span", { class: "text" }, visible(m.content || ""))))));
+    } catch (error) {
+      entry.el.querySelector(".last-event").textContent = "queue: " + error.message;
+    }
   }
 
   function runControls(run) {
@@ -400,6 +419,9 @@
     } else if (chunk.type.endsWith("_request")) {
       poll();
     } else if (chunk.type === "tool_end" || chunk.type === "output") {
+      loadTranscript(entry);
+    } else if (chunk.type === "message_queued" || chunk.type === "message_steered") {
+      loadQueue(entry);
       loadTranscript(entry);
     }
   }

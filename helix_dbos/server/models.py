@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from helix_dbos.orchestration.completion import DEFAULT_NUDGE_MESSAGE
+from helix_dbos.orchestration.double_texting import MultitaskStrategy
 
 # The API's own models, re-exported here with the rest of the HTTP bodies.
 from helix_dbos.runtime.results import PendingToolCall as PendingToolCall
@@ -24,6 +25,13 @@ AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+STRATEGY_HELP = (
+    "What to do if the session already has a live run (double texting, LangGraph's name "
+    "and values): reject (409, the default unless the agent sets one), enqueue, "
+    "interrupt, rollback, or steer"
+)
 
 
 class ErrorResponse(BaseModel):
@@ -56,6 +64,7 @@ class StartRequest(_Request):
         description="Start at most once: a repeated start with the same key answers the "
         "run the first one started (a remote parent's replayed step, a client's retry)",
     )
+    multitask_strategy: MultitaskStrategy | None = Field(None, description=STRATEGY_HELP)
 
 
 class ResumeRequest(_Request):
@@ -67,6 +76,32 @@ class RunStarted(BaseModel):
     session_id: str
     run_id: str
     workflow_id: str = Field(description="DBOS workflow id: the destination of DBOS.send answers")
+    message_id: str | None = Field(
+        None,
+        description="Set when the message was stored (double texting): `run_id` is then the "
+        "run it will start (a steered message joins the live run instead; see /queue)",
+    )
+
+
+class QueuedMessage(BaseModel):
+    """A message stored while its session had a live run (double texting)."""
+
+    message_id: str
+    session_id: str
+    strategy: str
+    content: str | None = None
+    status: str = Field(description="queued, started, steered or cancelled")
+    position: int | None = Field(None, description="Place in line while queued (1 = next)")
+    run_id: str | None = Field(None, description="The run it started or was steered into")
+    step: int | None = None
+    target_run_id: str | None = Field(None, description="The run that was live when it arrived")
+    created_at: datetime | None = None
+    taken_at: datetime | None = None
+
+
+class CancelQueuedRequest(_Request):
+    session_id: str
+    message_id: str
 
 
 class StatusResponse(BaseModel):
@@ -255,6 +290,7 @@ class _ChatRequest(_Request):
     context_id: str = Field(description="The conversation: a helix session id")
     agent: str | None = Field(None, description="Agent name (default: the server's default)")
     terminating_config: TerminatingConfigModel | None = None
+    multitask_strategy: MultitaskStrategy | None = Field(None, description=STRATEGY_HELP)
 
 
 class ChatRequest(_ChatRequest):

@@ -192,6 +192,16 @@ def attach_tool_calls(
     ]
 
 
+def queued_messages(session_id: str) -> Query:
+    """A session's stored messages (double texting), in storage order."""
+    return Query(
+        "SELECT message_id, seq, strategy, status, content, run_id, step, target_run_id, "
+        "created_at, taken_at FROM helix.queued_messages WHERE session_id = %(sid)s "
+        "ORDER BY seq",
+        {"sid": session_id},
+    )
+
+
 # --- runners ------------------------------------------------------------------
 
 

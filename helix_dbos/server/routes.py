@@ -14,9 +14,11 @@ from helix_dbos.server import queries, session_routes
 from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.keyed_start import start_once
 from helix_dbos.server.models import (
+    CancelQueuedRequest,
     ControlRequest,
     ControlResponse,
     ErrorResponse,
+    QueuedMessage,
     ResumeRequest,
     RunStarted,
     StartRequest,
@@ -65,9 +67,13 @@ def build_router(ctx: ServerContext) -> APIRouter:
             session_id=body.session_id,
             state=body.state,
             priority=body.priority,
+            multitask_strategy=body.multitask_strategy,
         )
         return RunStarted(
-            session_id=handle.session_id, run_id=handle.run_id, workflow_id=handle.workflow_id
+            session_id=handle.session_id,
+            run_id=handle.run_id,
+            workflow_id=handle.workflow_id,
+            message_id=getattr(handle, "message_id", None),
         )
 
     @router.post(
@@ -88,7 +94,37 @@ def build_router(ctx: ServerContext) -> APIRouter:
     handlers = _add_control_routes(router, ctx)
     # Seed 002's chat routes and /workspaces: the same handlers under the chat paths.
     session_routes.add(router, SessionHandlers(stream, *handlers))
+    _add_queue_routes(router, ctx)
     return router
+
+
+def _add_queue_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """A session's stored messages (double texting): list them, cancel one."""
+    helix = ctx.helix
+
+    @router.get(
+        "/queue",
+        response_model=list[QueuedMessage],
+        tags=["runs"],
+        summary="A session's stored messages, oldest first",
+    )
+    async def queue(session_id: str, principal: Who) -> list[QueuedMessage]:
+        ctx.check_ids(session_id=session_id)
+        await require_visible(ctx, principal, session_id)
+        listed = await helix.queued_messages(session_id)
+        return [QueuedMessage.model_validate(m.model_dump()) for m in listed]
+
+    @router.post(
+        "/queue/cancel",
+        response_model=QueuedMessage,
+        tags=["control"],
+        summary="Cancel a stored message before its run starts",
+    )
+    async def cancel(body: CancelQueuedRequest, principal: Who) -> QueuedMessage:
+        ctx.check_ids(session_id=body.session_id, message_id=body.message_id)
+        await require_visible(ctx, principal, body.session_id)
+        cancelled = await helix.cancel_queued(body.session_id, body.message_id)
+        return QueuedMessage.model_validate(cancelled.model_dump())
 
 
 def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:

@@ -735,7 +735,7 @@ async def commit_step_rows(
                 "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END, "
                 "bool_or(claim.with_head), "
                 "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
-                f"('running', 'waiting', 'paused'), {OWNED}"
+                f"('running', 'waiting', 'paused'), {OWNED}, {STEER_PENDING}"
                 + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
                 + " FROM claim"
             ),
@@ -749,6 +749,7 @@ async def commit_step_rows(
         interrupted=bool(row[3]),
         with_head=bool(row[5]) if wrote else False,
         run_ended=bool(row[6]),
+        steer_pending=bool(row[8]),
     )
 
 
@@ -800,8 +801,14 @@ class StepWrite:
     interrupted: bool
     with_head: bool = True  # False: the step's head had been written before these rows
     run_ended: bool = False  # the run has a final status already (see `FirstRead`)
+    steer_pending: bool = False  # a steer message waits for the next model input
 
 
+# A steer message (double texting) waits for the session's live run: an index probe.
+STEER_PENDING = (
+    "EXISTS (SELECT 1 FROM helix.queued_messages WHERE session_id = :sid "
+    "AND status = 'queued' AND strategy = 'steer')"
+)
 # A `helix.interrupt` message sent to the run's workflow and not yet received.
 _INTERRUPT_PENDING = (
     "EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
@@ -840,6 +847,7 @@ class FirstRead:
     interrupted: bool
     state: dict[str, Any]
     messages: list[tuple[int, Message]]
+    steer_pending: bool = False  # a steer message waits for the next model input
 
 
 async def first_read(
@@ -852,9 +860,9 @@ async def first_read(
             _sql(
                 f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
-                "(SELECT status FROM helix.runs WHERE run_id = :rid) "
+                f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING} "
                 "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
-                "thinking, is_error, NULL, NULL FROM helix.messages "
+                "thinking, is_error, NULL, NULL, NULL FROM helix.messages "
                 "WHERE session_id = :sid AND seq > :after ORDER BY 1"
             ),
             {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},
@@ -867,6 +875,7 @@ async def first_read(
         interrupted=bool(header[7]),
         state=dict(header[8] or {}),
         messages=[_message_from_row(r) for r in messages],
+        steer_pending=bool(header[10]),
     )
 
 

@@ -11,6 +11,11 @@ Payloads by type:
 - run_started {turn}; run_resumed {tool_call_ids}; run_interrupted {reason};
   run_completed {output}; run_failed {error}; run_aborted {error}
 - run_stopped {reason, step}: a custom stop condition ended the run (before run_completed)
+- double texting (a message sent while a run is live; docs/double-texting.md):
+  message_queued {message_id, strategy, content}: stored, on the live run's stream;
+  run_interrupted_by_message {message_id}: that message interrupts this run;
+  run_rolled_back {message_id, messages, usage_rows}: this run left the visible history;
+  message_steered {message_id, content, step}: taken into this run's model input at `step`
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ ChunkType = Literal[
     "run_failed",
     "run_aborted",
     "run_stopped",
+    "message_queued",
+    "run_interrupted_by_message",
+    "run_rolled_back",
+    "message_steered",
 ]
 CHUNK_TYPES: tuple[str, ...] = ChunkType.__args__  # type: ignore[attr-defined]
 TERMINAL_CHUNK_TYPES: frozenset[str] = frozenset(
@@ -116,6 +125,28 @@ class RunStopped(_Payload):
     step: int
 
 
+class MessageQueued(_Payload):
+    message_id: str
+    strategy: str
+    content: str | None = None
+
+
+class RunInterruptedByMessage(_Payload):
+    message_id: str
+
+
+class RunRolledBack(_Payload):
+    message_id: str
+    messages: int = 0
+    usage_rows: int = 0
+
+
+class MessageSteered(_Payload):
+    message_id: str
+    content: str | None = None
+    step: int
+
+
 ChunkPayload = (
     TextDelta
     | Thinking
@@ -130,6 +161,10 @@ ChunkPayload = (
     | RunResumed
     | RunInterrupted
     | RunStopped
+    | MessageQueued
+    | RunInterruptedByMessage
+    | RunRolledBack
+    | MessageSteered
 )
 PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     "text_delta": TextDelta,
@@ -150,6 +185,10 @@ PAYLOAD_MODELS: dict[str, type[_Payload]] = {
     "run_failed": Error,
     "run_aborted": Error,
     "run_stopped": RunStopped,
+    "message_queued": MessageQueued,
+    "run_interrupted_by_message": RunInterruptedByMessage,
+    "run_rolled_back": RunRolledBack,
+    "message_steered": MessageSteered,
 }
 
 
