@@ -217,6 +217,17 @@ async def test_rollback_removes_the_live_run_from_the_visible_history(
         "SELECT count(*) > 0 FROM helix.rolled_back_usage WHERE run_id = %s",
         first.run_id,
     ) == [(True,)]
+    checkpoints = sql(
+        database_url, "SELECT count(*) FROM helix.checkpoints WHERE run_id = %s", first.run_id
+    )
+    assert checkpoints == [(0,)], "the rolled-back run leaves the timeline too"
+    last = sql(
+        database_url,
+        "SELECT llm_calls, state FROM helix.session_checkpoints WHERE session_id = %s "
+        "ORDER BY ord DESC LIMIT 1",
+        sid,
+    )
+    assert last == [(after.llm_calls, {})]
     marked = sql(
         database_url,
         "SELECT status, rolled_back_at IS NOT NULL FROM helix.runs WHERE run_id = %s",

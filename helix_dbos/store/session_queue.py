@@ -225,9 +225,17 @@ class RolledBack:
 
 
 async def roll_back_run(conn: Executor, run_id: str, message_id: str) -> RolledBack:
-    """Remove an ended run from its session's visible history (see `_ROLL_BACK`)."""
+    """Remove an ended run from its session's visible history (see `_ROLL_BACK`), its
+    checkpoints too (time travel's timeline: derived rows, so dropped, not kept). They go
+    in a statement of their own: moving the step keys fires the checkpoint trigger at the
+    end of `_ROLL_BACK`, whose row goes with the rest."""
     row = (await conn.execute(_ROLL_BACK, {"rid": run_id, "mid": message_id})).one()
-    return RolledBack(bool(row[0]), int(row[1]), int(row[2]))
+    rolled = RolledBack(bool(row[0]), int(row[1]), int(row[2]))
+    if rolled.done:
+        await conn.execute(
+            _sql("DELETE FROM helix.checkpoints WHERE run_id = :rid"), {"rid": run_id}
+        )
+    return rolled
 
 
 # Steering: the waiting steer messages become user messages of the live run, in storage
