@@ -360,6 +360,8 @@ def test_the_client_covers_every_route(base_url):
         calls.usage("{session_id}", False),
         calls.answered(1),
         calls.workspaces(),
+        calls.queue("s"),
+        calls.cancel_queued("s", "m"),
         calls.checkpoints("{session_id}"),
         calls.checkpoint("{session_id}", "{checkpoint_id}"),
         calls.fork("{session_id}", at="a"),

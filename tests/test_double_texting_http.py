@@ -172,3 +172,30 @@ async def test_bad_strategy_and_nul_bytes_are_422(
     assert sql(
         database_url, "SELECT count(*) FROM helix.queued_messages WHERE session_id = %s", sid
     ) == [(0,)]
+
+
+async def test_the_python_client_sends_and_cancels_stored_messages(
+    helix, make_agent, scripted, gate, base_url
+):
+    from helix_dbos.client import AsyncHelixClient  # noqa: PLC0415
+
+    agent = make_agent(tools=[gate.tool])
+    async with AsyncHelixClient(base_url) as client:
+        first = await client.start(agent.name, "hold")
+        await gate.wait_entered()
+        sid = first.session_id
+        kept = await client.start(agent.name, "kept", session_id=sid, multitask_strategy="enqueue")
+        dropped = await client.start(
+            agent.name, "dropped", session_id=sid, multitask_strategy="enqueue"
+        )
+        assert kept.message_id and dropped.message_id
+        listed = await client.queued_messages(sid)
+        assert [(m.content, m.position) for m in listed] == [("kept", 1), ("dropped", 2)]
+        cancelled = await client.cancel_queued(sid, dropped.message_id)
+        assert cancelled.status == "cancelled"
+        gate.release.set()
+        chat = await client.chat(sid, "and this", multitask_strategy="enqueue")
+        assert chat.response == "re: and this"
+        statuses = [(m.content, m.status) for m in await client.queued_messages(sid)]
+    assert ("kept", "started") in statuses and ("dropped", "cancelled") in statuses
+    assert len(await helix.list_runs(sid)) == 3  # "and this" got its own run, stored or not

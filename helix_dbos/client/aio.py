@@ -22,6 +22,7 @@ from helix_dbos.client.base import (
 )
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
 from helix_dbos.client.sse import SSEDecoder
+from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime.results import RunInfo
 from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
 from helix_dbos.server.models import (
@@ -29,6 +30,7 @@ from helix_dbos.server.models import (
     ChatResponse,
     ControlResponse,
     Forked,
+    QueuedMessage,
     RunStarted,
     RunSummary,
     StatusResponse,
@@ -137,6 +139,7 @@ class AsyncHelixClient:
         state: dict[str, Any] | None = None,
         priority: int | None = None,
         idempotency_key: str | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> RunStarted:
         """Start a run (`POST /start`); with `idempotency_key`, at most once per key."""
         return await self._send(
@@ -147,6 +150,7 @@ class AsyncHelixClient:
                 state=state,
                 priority=priority,
                 idempotency_key=idempotency_key,
+                multitask_strategy=multitask_strategy,
             )
         )
 
@@ -326,6 +330,16 @@ class AsyncHelixClient:
     async def answered(self, limit: int = 20) -> list[AnsweredCall]:
         return await self._send(calls.answered(limit))
 
+    # --- double texting (docs/double-texting.md) ----------------------------------
+
+    async def queued_messages(self, session_id: str) -> list[QueuedMessage]:
+        """The session's stored messages, oldest first, waiting ones with their place."""
+        return await self._send(calls.queue(session_id))
+
+    async def cancel_queued(self, session_id: str, message_id: str) -> QueuedMessage:
+        """Cancel a stored message before its run starts (409 once it was taken)."""
+        return await self._send(calls.cancel_queued(session_id, message_id))
+
     async def workspaces(self) -> list[Workspace]:
         return await self._send(calls.workspaces())
 
@@ -338,6 +352,7 @@ class AsyncHelixClient:
         *,
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> ChatResponse:
         """One turn to its end (`status` "waiting" when a human must answer first)."""
         return await self._send(
@@ -346,6 +361,7 @@ class AsyncHelixClient:
                 message=message,
                 agent=agent,
                 terminating_config=terminating_config,
+                multitask_strategy=multitask_strategy,
             )
         )
 
@@ -355,10 +371,14 @@ class AsyncHelixClient:
         *,
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> ChatResponse:
         return await self._send(
             calls.chat_invoke(
-                context_id=context_id, agent=agent, terminating_config=terminating_config
+                context_id=context_id,
+                agent=agent,
+                terminating_config=terminating_config,
+                multitask_strategy=multitask_strategy,
             )
         )
 
@@ -369,6 +389,7 @@ class AsyncHelixClient:
         *,
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> ChatResponse:
         return await self._send(
             calls.add_ai_message(
@@ -376,5 +397,6 @@ class AsyncHelixClient:
                 prompt=prompt,
                 agent=agent,
                 terminating_config=terminating_config,
+                multitask_strategy=multitask_strategy,
             )
         )

@@ -19,6 +19,7 @@ from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
 from helix_dbos.server.models import (
     AddAIMessageRequest,
     AnsweredCall,
+    CancelQueuedRequest,
     ChatInvokeRequest,
     ChatRequest,
     ChatResponse,
@@ -26,6 +27,7 @@ from helix_dbos.server.models import (
     ControlResponse,
     Forked,
     ForkRequest,
+    QueuedMessage,
     ResumeRequest,
     RunStarted,
     RunSummary,
@@ -126,6 +128,16 @@ def fork(session_id: str, **values: Any) -> Call[Forked]:
 
 def answered(limit: int) -> Call[list[AnsweredCall]]:
     return Call("GET", "/answered", _model(list[AnsweredCall]), params={"limit": limit})
+
+
+def queue(session_id: str) -> Call[list[QueuedMessage]]:
+    params = {"session_id": session_id}
+    return Call("GET", "/queue", _model(list[QueuedMessage]), params=params)
+
+
+def cancel_queued(session_id: str, message_id: str) -> Call[QueuedMessage]:
+    body = CancelQueuedRequest(session_id=session_id, message_id=message_id)
+    return Call("POST", "/queue/cancel", _model(QueuedMessage), body=body)
 
 
 def workspaces() -> Call[list[Workspace]]:

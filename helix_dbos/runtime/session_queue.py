@@ -15,7 +15,9 @@ Exactly once, in order:
 - `sweep` (with `reconcile_runs`) sends the interrupt or abort a killed sender did not,
   and starts the next run of an idle session with messages waiting.
 - A steer message is taken by the live run's LLM step before its model call
-  (`take_steered`), in one statement that marks it and appends it.
+  (`take_steered`), in one statement that marks it and appends it: at the step boundary
+  the step policy (`orchestration/next_step.py`) opens with `Continue`, where the same
+  read also finds a pending interrupt.
 """
 
 from __future__ import annotations
