@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import lines, sql
 
 APP = Path(__file__).with_name("double_texting_crash_app.py")
 pytestmark = pytest.mark.crash
@@ -29,20 +29,6 @@ def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: P
         text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("HELIX_")},
     )
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def lines(markers: Path, name: str) -> list[str]:
-    path = markers / name
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def first_life(database_url: str, scenario: str, markers: Path, *, killed_by_itself: bool):

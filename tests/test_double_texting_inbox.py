@@ -3,35 +3,21 @@ in headless Chromium (Playwright, system Chromium), as the inbox tests run it.""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-from helpers import skip_or_fail_in_ci
 from live_server import serve
-from test_inbox_browser import CHROMIUM, CHROMIUM_ARGS, calls, wait_until_waiting
+from test_inbox_browser import browser_page, calls, wait_until_waiting
 
 from helix_dbos import tool
 from helix_dbos.server import create_app
 
-
-@pytest.fixture
-async def page():
-    try:
-        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional
-    except ImportError:
-        skip_or_fail_in_ci("playwright is not installed: pip install playwright")
-    if not os.path.exists(CHROMIUM):
-        skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield await browser.new_page()
-        await browser.close()
+__all__ = ["browser_page"]  # the inbox tests' browser fixture, shared
 
 
 async def test_a_waiting_runs_card_lists_the_messages_queued_on_its_session(
-    page, helix, make_agent, mock_llm
+    browser_page, helix, make_agent, mock_llm
 ):
-    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in `page`
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
 
     @tool(require_approval=True)
     def delete_file(path: str) -> str:
@@ -67,5 +53,6 @@ async def test_a_waiting_runs_card_lists_the_messages_queued_on_its_session(
         await expect(queued.locator("li").nth(1)).to_contain_text("#2 enqueue")
         await card.locator('[data-action="approve"]').click()
         await expect(card.locator(".run-status")).to_have_text("completed", timeout=20_000)
+    assert errors == [], errors
     assert (await before.result()).output == "Noted: first."
     assert (await after.result()).output == "Noted: second."
