@@ -116,12 +116,12 @@ if scenario == "opening" and first_life:
     _DBOS.start_workflow_async = start_then_die  # type: ignore[method-assign]
 
 if scenario == "rollback" and first_life:
-    from helix_dbos.store import session_queue as queue_sql
+    from helix_dbos.store import rollback as rollback_sql
 
     async def roll_back_then_die(*args, **kwargs):  # type: ignore[no-untyped-def]
         die("in_rollback")
 
-    queue_sql.roll_back_run = roll_back_then_die  # type: ignore[assignment]
+    rollback_sql.roll_back_run = roll_back_then_die  # type: ignore[assignment]
 
 helix.launch()
 

@@ -46,7 +46,7 @@ from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
 from helix_dbos.runtime.llm_hooks import LLMStepHooks, announce, attempt_number
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply
-from helix_dbos.runtime.session_queue import Steer, take_steered
+from helix_dbos.runtime.steering import Steer, take_steered
 from helix_dbos.runtime.step_types import (
     ChunkRecord,
     InterruptRequested,

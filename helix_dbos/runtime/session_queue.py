@@ -15,7 +15,7 @@ Exactly once, in order:
 - `sweep` (with `reconcile_runs`) sends the interrupt or abort a killed sender did not,
   and starts the next run of an idle session with messages waiting.
 - A steer message is taken by the live run's LLM step before its model call
-  (`take_steered`), in one statement that marks it and appends it: at the step boundary
+  (`runtime/steering.py`), in one statement that marks it and appends it: at the step boundary
   the step policy (`orchestration/next_step.py`) opens with `Continue`, where the same
   read also finds a pending interrupt.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +47,6 @@ from helix_dbos.orchestration.double_texting import (
     positions,
     queued_run_id,
 )
-from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.context import Runtime, logger
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.handle import RunHandle, RunReader
@@ -97,29 +95,6 @@ def describe(messages: list[QueuedMessage]) -> list[QueuedMessageInfo]:
         )
         for m in messages
     ]
-
-
-@dataclass(frozen=True)
-class Steer:
-    """The LLM step's read found a steer message waiting (the state read with it)."""
-
-    state: dict[str, Any]
-
-
-async def take_steered(
-    rt: Runtime, session_id: str, run_id: str, agent_name: str, step: int, state: dict[str, Any]
-) -> tuple[list[Message], dict[str, Any]]:
-    """Inside the LLM step, before its model call: take the waiting steer messages into
-    the transcript (once: a retried step finds them taken) and read it again."""
-
-    async def body(conn: repo.Executor) -> tuple[list[Message], dict[str, Any]]:
-        await store.take_steered(
-            conn, session_id=session_id, run_id=run_id, agent_name=agent_name, step=step
-        )
-        history, _ = await rt.history.read(conn, session_id)
-        return history, state
-
-    return await rt.on_connection("the steer intake", body)
 
 
 # The one run-opening path, for a stored message's run (`RunStarts.start_queued`).
@@ -373,6 +348,4 @@ __all__ = [
     "QueuedMessageInfo",
     "QueuedRunHandle",
     "SessionQueue",
-    "Steer",
-    "take_steered",
 ]

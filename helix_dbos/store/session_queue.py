@@ -17,6 +17,7 @@ from helix_dbos.orchestration.double_texting import (
     QueuedStrategy,
     Waiting,
 )
+from helix_dbos.store import rollback
 from helix_dbos.store.repository import Executor, _json, _sql, insert_chunks
 from helix_dbos.store.storable import storable_text
 
@@ -197,47 +198,6 @@ async def cancel_message(conn: Executor, session_id: str, message_id: str) -> Qu
     return cast("QueuedStatus | None", row[0])
 
 
-# The rows of a rolled-back run leave the visible history for the audit tables, and the
-# session's state goes back to what it was when the run started. Its step keys move to
-# the end, so a late write of the aborted run (a step still finishing) claims nothing.
-_ROLL_BACK = _sql(
-    "WITH r AS (UPDATE helix.runs SET rolled_back_at = now(), rolled_back_by = :mid, "
-    "committed_step = 2147483647, committed_head = 2147483647 "
-    f"WHERE run_id = :rid AND rolled_back_at IS NULL AND status NOT IN {_LIVE} "
-    "RETURNING session_id, state_at_start), "
-    "m AS (DELETE FROM helix.messages WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
-    "RETURNING *), "
-    "mi AS (INSERT INTO helix.rolled_back_messages SELECT m.*, :mid FROM m RETURNING 1), "
-    "u AS (DELETE FROM helix.usage WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
-    "RETURNING *), "
-    "ui AS (INSERT INTO helix.rolled_back_usage SELECT u.*, :mid FROM u RETURNING 1), "
-    "s AS (UPDATE helix.sessions SET state = COALESCE(r.state_at_start, sessions.state), "
-    "updated_at = now() FROM r WHERE sessions.session_id = r.session_id RETURNING 1) "
-    "SELECT EXISTS (SELECT 1 FROM r), (SELECT count(*) FROM mi), (SELECT count(*) FROM ui)"
-)
-
-
-@dataclass(frozen=True)
-class RolledBack:
-    done: bool  # False: not found ended, or rolled back before
-    messages: int
-    usage_rows: int
-
-
-async def roll_back_run(conn: Executor, run_id: str, message_id: str) -> RolledBack:
-    """Remove an ended run from its session's visible history (see `_ROLL_BACK`), its
-    checkpoints too (time travel's timeline: derived rows, so dropped, not kept). They go
-    in a statement of their own: moving the step keys fires the checkpoint trigger at the
-    end of `_ROLL_BACK`, whose row goes with the rest."""
-    row = (await conn.execute(_ROLL_BACK, {"rid": run_id, "mid": message_id})).one()
-    rolled = RolledBack(bool(row[0]), int(row[1]), int(row[2]))
-    if rolled.done:
-        await conn.execute(
-            _sql("DELETE FROM helix.checkpoints WHERE run_id = :rid"), {"rid": run_id}
-        )
-    return rolled
-
-
 # Steering: the waiting steer messages become user messages of the live run, in storage
 # order, at the end of the transcript, with a `message_steered` chunk each; one
 # statement, so a message is taken once or not at all.
@@ -363,7 +323,7 @@ async def take_queued(conn: Executor, start: QueuedStart, run_id: str) -> None:
         raise QueuedMessageTakenError(start.message_id)
     if start.rollback_run_id is None:
         return
-    rolled = await roll_back_run(conn, start.rollback_run_id, start.message_id)
+    rolled = await rollback.roll_back_run(conn, start.rollback_run_id, start.message_id)
     if rolled.done:
         payload = {
             "message_id": start.message_id,
