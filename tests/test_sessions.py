@@ -22,8 +22,8 @@ from helix_dbos import (
 )
 from helix_dbos.errors import SessionAgentMismatchError
 from helix_dbos.runtime import agent_loop, final_write, step_ahead
-from helix_dbos.runtime.context import is_transient_db_error
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process_runtime import is_transient_db_error
 
 
 def calls(*items: tuple[str, str, dict]) -> dict:

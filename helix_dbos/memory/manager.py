@@ -33,8 +33,8 @@ from helix_dbos.memory.executors import (
     in_workflow_code,
 )
 from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
-from helix_dbos.runtime.context import current_runtime
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process_runtime import current_runtime
 from helix_dbos.store.storable import check_storable
 
 T = TypeVar("T")

@@ -47,7 +47,6 @@ from helix_dbos.runtime.commit import (
     write_head,
 )
 from helix_dbos.runtime.companions import companion_notices, stop_with_parent
-from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.final_write import (
     end_hook,
     ends_quietly,
@@ -64,6 +63,7 @@ from helix_dbos.runtime.llm_step import (
     llm_step_options,
     run_terminating,
 )
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply, step_limits
 from helix_dbos.runtime.results import TERMINAL_STATUSES, AgentResult, run_result
 from helix_dbos.runtime.step_ahead import StepAhead, TakenStep, finish_step

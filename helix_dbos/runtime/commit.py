@@ -19,10 +19,10 @@ from sqlalchemy.exc import DBAPIError
 
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.context import current_runtime, logger
 from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.outage import is_transient_db_error
+from helix_dbos.runtime.process_runtime import current_runtime, logger
 from helix_dbos.runtime.step_types import ChunkRecord, FinalStatus, ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord

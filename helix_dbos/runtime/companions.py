@@ -35,9 +35,9 @@ from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.context import Runtime, current_runtime
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.run_opening import AlreadyRunning, OpenRunRequest, open_run
 from helix_dbos.runtime.step_types import RunOptions, ToolOutcome

@@ -14,8 +14,8 @@ from helix_dbos.log_events import RUN_ENDED, log_event
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import spans
 from helix_dbos.runtime.commit import StepCommit, commit_final
-from helix_dbos.runtime.context import current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.llm_hooks import announce
+from helix_dbos.runtime.process_runtime import current_runtime, is_transient_db_error, logger
 from helix_dbos.runtime.run_trace import emit_run_span
 from helix_dbos.runtime.step_types import FinalStatus
 from helix_dbos.store.run_bounds import EndedRun

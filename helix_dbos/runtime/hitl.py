@@ -26,7 +26,7 @@ from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_ev
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit, write_head
-from helix_dbos.runtime.context import Runtime, current_runtime
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.tool_step import tool_context
 from helix_dbos.store import repository as repo

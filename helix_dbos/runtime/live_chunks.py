@@ -14,7 +14,7 @@ import uuid
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.types import ToolCall
-from helix_dbos.runtime.context import Runtime
+from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.step_types import ChunkRecord
 from helix_dbos.store import repository as repo
 

@@ -42,9 +42,9 @@ from helix_dbos.orchestration.types import (
 )
 from helix_dbos.runtime import spans
 from helix_dbos.runtime.commit import WriteAhead
-from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.live_chunks import DeltaWriter, runs_at_once, tool_start_chunk, write_chunks
 from helix_dbos.runtime.llm_hooks import LLMStepHooks, announce, attempt_number
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply
 from helix_dbos.runtime.steering import Steer, take_steered
 from helix_dbos.runtime.step_types import (

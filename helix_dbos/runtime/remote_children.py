@@ -49,9 +49,9 @@ from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import LLMUsage, ToolCall
 from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.hitl import interrupted_message
 from helix_dbos.runtime.live_chunks import tool_start_chunk, write_chunks
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.tool_step import outside_result_hooks

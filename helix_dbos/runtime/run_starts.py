@@ -28,11 +28,11 @@ from helix_dbos.errors import (
 from helix_dbos.orchestration.double_texting import MultitaskStrategy, check_strategy
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.closing import close_run
-from helix_dbos.runtime.context import Runtime, logger
 from helix_dbos.runtime.dispatch import Dispatch, check_priority
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.llm_step import run_terminating
 from helix_dbos.runtime.outage import is_transient_db_error
+from helix_dbos.runtime.process_runtime import Runtime, logger
 from helix_dbos.runtime.run_opening import (
     AlreadyRunning,
     OpenedRun,

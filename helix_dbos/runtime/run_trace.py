@@ -8,7 +8,7 @@ whole whatever happened in between. Read only when a tracer is installed.
 from __future__ import annotations
 
 from helix_dbos.runtime import spans
-from helix_dbos.runtime.context import Runtime, logger
+from helix_dbos.runtime.process_runtime import Runtime, logger
 from helix_dbos.store import repository as repo
 
 

@@ -47,9 +47,9 @@ from helix_dbos.orchestration.double_texting import (
     positions,
     queued_run_id,
 )
-from helix_dbos.runtime.context import Runtime, logger
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.handle import RunHandle, RunReader
+from helix_dbos.runtime.process_runtime import Runtime, logger
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.runtime.run_opening import workflow_id
 from helix_dbos.store import repository as repo

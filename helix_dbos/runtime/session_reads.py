@@ -13,8 +13,8 @@ from sqlalchemy import Row, text
 
 from helix_dbos.errors import RunNotFoundError, SessionNotFoundError
 from helix_dbos.orchestration.types import Message
-from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.results import PendingToolCall, RunInfo, SessionInfo, UsageSummary
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helix_dbos.orchestration.types import Message
-from helix_dbos.runtime.context import Runtime
+from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.store import repository as repo
 from helix_dbos.store import session_queue as store
 

@@ -47,7 +47,6 @@ from helix_dbos.orchestration.messages import create_tool_result_message, to_jso
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.context import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.hitl import (
     INTERRUPT_TOPIC,
     TOPICS,
@@ -55,6 +54,7 @@ from helix_dbos.runtime.hitl import (
     interrupted_message,
 )
 from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime, is_transient_db_error
 from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.runtime.run_opening import OpenRunRequest, child_ids, open_run, workflow_id
 from helix_dbos.runtime.step_types import ChunkRecord, RunOptions, ToolOutcome

@@ -20,7 +20,7 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
 from helix_dbos.memory import store as memory_store  # memory (issue 36)
 from helix_dbos.orchestration.types import Message
-from helix_dbos.runtime.context import logger
+from helix_dbos.runtime.process_runtime import logger
 from helix_dbos.runtime.results import UsageSummary
 from helix_dbos.store import checkpoints as sql
 from helix_dbos.store import repository as repo

@@ -10,8 +10,8 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.event_loop import on_target_loop, sync_twin
+from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport, TimeTravel
 
 

@@ -25,7 +25,6 @@ from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit
 from helix_dbos.runtime.companions import CompanionCalls
-from helix_dbos.runtime.context import Runtime
 from helix_dbos.runtime.hitl import (
     HumanWait,
     InterruptNotice,
@@ -34,6 +33,7 @@ from helix_dbos.runtime.hitl import (
     interrupted_message,
     needs_gate_step,
 )
+from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.remote_children import run_remote_children
 from helix_dbos.runtime.step_types import FinalStatus, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.subagents import (

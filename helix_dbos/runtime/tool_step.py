@@ -32,9 +32,9 @@ from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.planning import describe_validation_error
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime import spans
-from helix_dbos.runtime.context import Runtime, current_runtime, logger
 from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS, tool_start_chunk, write_chunks
 from helix_dbos.runtime.outage import DatabaseUnavailable
+from helix_dbos.runtime.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.step_types import ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.streaming.notifier import run_end_key

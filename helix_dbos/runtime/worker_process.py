@@ -23,9 +23,9 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.context import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
+from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
 from helix_dbos.runtime.workers import Fence, WorkerLease, default_executor_id

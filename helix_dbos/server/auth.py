@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from fastapi import HTTPException, Request
 
-from helix_dbos.runtime.context import logger
+from helix_dbos.runtime.process_runtime import logger
 
 TOKEN_COOKIE = "helix_token"
 

@@ -17,8 +17,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from helix_dbos.runtime.context import logger
 from helix_dbos.runtime.outage import is_transient_db_error
+from helix_dbos.runtime.process_runtime import logger
 from helix_dbos.streaming.chunks import StreamChunk
 
 RETRY_MS = 3000
