@@ -62,14 +62,19 @@ def in_terminal(
     return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
 
 
-def require_pgvector(database_url: str) -> None:
-    """Skip a memory test that needs vector search on a server without pgvector (the
-    fallback there is tested by test_memory_fallback.py)."""
+def has_pgvector(database_url: str) -> bool:
+    """Whether the server can create the pgvector extension (the embedded one can)."""
     with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
         ).fetchone()
-    if not row or not row[0]:
+    return bool(row and row[0])
+
+
+def require_pgvector(database_url: str) -> None:
+    """Skip a memory test that needs vector search on a server without pgvector (the
+    fallback there is tested by test_memory_fallback.py)."""
+    if not has_pgvector(database_url):
         pytest.skip("needs pgvector on the server; test_memory_fallback.py covers its absence")
 
 
