@@ -6,7 +6,10 @@ without the test losing sight of it."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,3 +55,34 @@ def section(title: str) -> str:
 
 def code_blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def env_for(database_url: str, **extra: str) -> dict[str, str]:
+    """A user's environment: none of helix's or the providers' variables, the test
+    database as HELIX_DATABASE_URL, and `extra`."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
+    }
+    return {**env, "HELIX_DATABASE_URL": database_url, **extra}
+
+
+def run_pasted(
+    snippet: str,
+    database_url: str,
+    workdir: Path,
+    *,
+    name: str = "example.py",
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run a page's Python example as pasted: a script of its own in `workdir`, in
+    `env_for(database_url)`."""
+    script = workdir / name
+    script.write_text(snippet)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env_for(database_url),
+        cwd=workdir,
+    )

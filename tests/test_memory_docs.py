@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from docs_text import code_blocks, section
+from docs_text import code_blocks, run_pasted, section
 from helpers import require_pgvector
 
 
@@ -17,17 +13,7 @@ def _pgvector(database_url: str) -> None:
 
 
 def run(snippet: str, database_url: str, tmp_path) -> list[str]:
-    script = tmp_path / "example.py"
-    script.write_text(snippet)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "OPENAI_"))}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**env, "HELIX_DATABASE_URL": database_url},
-        cwd=tmp_path,
-    )
+    done = run_pasted(snippet, database_url, tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 from helix_dbos import tool
 from helix_dbos.store.database import libpq_url
-from tests.docs_text import PAGES, TEXT, code_blocks, section
+from tests.docs_text import PAGES, TEXT, code_blocks, env_for, run_pasted, section
 from tests.llm import wire
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,13 +70,6 @@ def anthropic_api() -> Iterator[ThreadingHTTPServer]:
     thread.start()
     yield server
     server.shutdown()
-
-
-def env_for(database_url: str, **extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
-    }
-    return {**env, "HELIX_DATABASE_URL": database_url, **extra}
 
 
 def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
@@ -296,16 +288,7 @@ def test_your_own_agent_without_a_key_runs_as_pasted(database_url, tmp_path):
     page's claims about the output hold."""
     part = section("Your own agent, without an API key")
     [snippet] = code_blocks(part, "python")
-    script = tmp_path / "my_agent.py"
-    script.write_text(snippet)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env_for(database_url),
-        cwd=tmp_path,
-    )
+    done = run_pasted(snippet, database_url, tmp_path, name="my_agent.py")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
     assert printed[0] == "completed 2 + 3 = 5"

@@ -3,32 +3,19 @@ its SQL recipe runs against a real session."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from test_readme import env_for
 from test_time_travel import (
     no_slow_tool_heads,  # noqa: F401 - autouse fixture
     three_step_session,
 )
 
-from tests.docs_text import PAGES, code_blocks
+from tests.docs_text import PAGES, code_blocks, run_pasted
 
 PAGE = PAGES["docs/time-travel.md"]
 
 
 def test_the_example_runs_as_pasted(database_url, tmp_path):
     [snippet] = code_blocks(PAGE, "python")
-    script = tmp_path / "time_travel.py"
-    script.write_text(snippet)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env_for(database_url),
-        cwd=tmp_path,
-    )
+    done = run_pasted(snippet, database_url, tmp_path, name="time_travel.py")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
     assert printed == [
