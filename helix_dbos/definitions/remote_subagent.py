@@ -11,7 +11,7 @@ started instead of starting another. The scheduling lives in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -22,6 +22,10 @@ from helix_dbos.orchestration.types import SUBAGENT_PREFIX
 # A bearer token, a function returning one (read when a call is made, so a rotated
 # secret is picked up), or None for a server that runs without authentication.
 RemoteAuth = str | Callable[[], str] | None
+# "helix": `url` is a helix server and `agent_name` one of its agents; "a2a": `url` is an
+# A2A agent's endpoint (its card at `<url>/.well-known/agent-card.json`), for example a
+# helix server's `/a2a/<agent>` (protocols/a2a/remote.py).
+RemoteProtocol = Literal["helix", "a2a"]
 
 
 class RemoteSubAgentTool(Tool):
@@ -40,6 +44,7 @@ class RemoteSubAgentTool(Tool):
         description: str,
         max_attempts: int,
         retry_interval_seconds: float,
+        protocol: RemoteProtocol = "helix",
     ) -> None:
         super().__init__(
             f"{SUBAGENT_PREFIX}{name}",
@@ -53,6 +58,7 @@ class RemoteSubAgentTool(Tool):
         self.auth = auth
         self.max_attempts = max_attempts
         self.retry_interval_seconds = retry_interval_seconds
+        self.protocol = protocol
 
     def token(self) -> str | None:
         return self.auth() if callable(self.auth) else self.auth
@@ -70,10 +76,12 @@ def remote_sub_agent_tool(
     description: str | None = None,
     max_attempts: int = 8,
     retry_interval_seconds: float = 1.0,
+    protocol: RemoteProtocol = "helix",
 ) -> RemoteSubAgentTool:
     """A tool `subagent__<name>` that runs the agent `agent_name` of the helix server at
     `url` as a child of the calling run. `auth` is that server's bearer token (or a
-    function returning it, or None for an unauthenticated local server)."""
+    function returning it, or None for an unauthenticated local server). With
+    `protocol="a2a"`, `url` is any A2A agent's endpoint (`agent_name` names it here)."""
     if not url.startswith(("http://", "https://")):
         raise ToolDefinitionError(f"remote_sub_agent_tool: url {url!r} must be http(s)://...")
     tool_name = name or agent_name
@@ -84,6 +92,10 @@ def remote_sub_agent_tool(
     if max_attempts < 1 or retry_interval_seconds <= 0:
         raise ToolDefinitionError(
             "remote_sub_agent_tool: max_attempts must be >= 1, retry_interval_seconds > 0"
+        )
+    if protocol not in ("helix", "a2a"):
+        raise ToolDefinitionError(
+            f"remote_sub_agent_tool: protocol {protocol!r} must be 'helix' or 'a2a'"
         )
     text = description or (
         f"Delegate a task to the '{agent_name}' agent (on another server). It works on its "
@@ -97,6 +109,7 @@ def remote_sub_agent_tool(
         description=text,
         max_attempts=max_attempts,
         retry_interval_seconds=retry_interval_seconds,
+        protocol=protocol,
     )
 
 

@@ -109,7 +109,29 @@ def remote_ref(
 
 def _transient(exc: BaseException) -> bool:
     kinds = (APIConnectionError, InternalServerError, RateLimitError, RemoteUnavailable)
-    return isinstance(exc, kinds) or is_transient_db_error(exc)
+    return isinstance(exc, kinds) or is_transient_db_error(exc) or _a2a_transient(exc)
+
+
+def _a2a_transient(exc: BaseException) -> bool:
+    if type(exc).__module__.split(".")[0] != "a2a" and type(exc).__name__ != "A2AUnavailable":
+        return False
+    from helix_dbos.protocols.a2a.remote import transient
+
+    return transient(exc)
+
+
+async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
+    """`helix.remote_start` for an A2A child (protocols/a2a/remote.py; needs `a2a-sdk`)."""
+    from helix_dbos.protocols.a2a import remote
+
+    run_id, error, interrupted = await remote.start_a2a(ref, shown)
+    return RemoteStart(run_id=run_id, error=error, interrupted=interrupted)
+
+
+async def follow_a2a(ref: RemoteRef, task_id: str) -> ToolOutcome:
+    from helix_dbos.protocols.a2a import remote
+
+    return await remote.follow_a2a(ref, task_id)
 
 
 def step_options(kind: str, tool: RemoteSubAgentTool) -> StepOptions:
@@ -179,9 +201,10 @@ async def _delegate(
     wait: StepReservation,
 ) -> ToolOutcome:
     where = f"Remote sub-agent '{ref.agent_name}' at {ref.url}"
+    starts, follows = (start_a2a, follow_a2a) if tool.protocol == "a2a" else (start_remote, follow_remote)
     try:
         started: RemoteStart = await start.run_async(
-            step_options("start", tool), start_remote, ref, shown
+            step_options("start", tool), starts, ref, shown
         )
     except Exception as exc:  # its retries are spent: the model hears of it
         return _failed(f"{where} could not be started: {exc}", 0.0)
@@ -191,7 +214,7 @@ async def _delegate(
         return _failed(started.error or f"{where} could not be started", 0.0)
     try:
         outcome: ToolOutcome = await wait.run_async(
-            step_options("wait", tool), follow_remote, ref, started.run_id
+            step_options("wait", tool), follows, ref, started.run_id
         )
     except Exception as exc:
         return _failed(f"{where} could not be followed to its end: {exc}", 0.0)
@@ -363,6 +386,11 @@ async def abort_remote_children(
         agent = helix_runtime.agents.get(child.parent_agent_name)
         tool = agent.tool(child.tool_name) if agent is not None else None
         if not isinstance(tool, RemoteSubAgentTool):
+            continue
+        if tool.protocol == "a2a":
+            from helix_dbos.protocols.a2a.remote import cancel_a2a_child
+
+            await cancel_a2a_child(tool, child)
             continue
         with contextlib.suppress(HelixClientError):
             async with _client(tool, timeout=5.0) as client:  # an abort does not wait long

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from helix_dbos.protocols import a2a
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, timeline
@@ -127,5 +128,6 @@ def create_app(
     app.include_router(inbox.build_router(ctx))
     app.include_router(timeline.build_router())
     app.include_router(assets.build_router(title, api_docs=api_docs))
+    a2a.mount(app, ctx)  # A2A 1.0 at /a2a/{agent}, when a2a-sdk is installed
     app.add_middleware(EdgeGuard, policy=policy)
     return app

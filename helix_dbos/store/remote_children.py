@@ -52,6 +52,7 @@ class LiveRemoteChild:
     tool_name: str
     url: str
     remote_session_id: str
+    remote_run_id: str | None = None  # an A2A child's task id, once started
 
 
 _KEY = "parent_run_id = :rid AND tool_call_id = :tcid"
@@ -182,7 +183,7 @@ async def live_below(conn: SQLConnection, session_id: str) -> list[LiveRemoteChi
             "WITH RECURSIVE tree AS (SELECT CAST(:sid AS text) AS session_id UNION "
             "SELECT s.session_id FROM helix.sessions s JOIN tree t "
             "ON s.parent_session_id = t.session_id) "
-            "SELECT parent_agent_name, tool_name, url, remote_session_id "
+            "SELECT parent_agent_name, tool_name, url, remote_session_id, remote_run_id "
             "FROM helix.remote_children WHERE parent_session_id IN (SELECT session_id FROM tree) "
             "AND status IN ('starting', 'running') ORDER BY created_at"
         ),
