@@ -177,7 +177,9 @@ async def test_card_plain_run_and_bad_input(database_url, tmp_path):
         assert "get" in paths["/a2a/{agent}/.well-known/agent-card.json"]
 
         async with a2a(server.agent("echo"), streaming=False) as client:
-            [event] = [e async for e in client.send_message(SendMessageRequest(message=user_message("hi")))]
+            [event] = [
+                e async for e in client.send_message(SendMessageRequest(message=user_message("hi")))
+            ]
             task = event.task
             assert task.status.state == TaskState.TASK_STATE_COMPLETED
             assert response_text(task) == "echo: hi"
@@ -250,7 +252,9 @@ async def test_tool_call_stream_and_reconnect(database_url, tmp_path):
             # The tool call shows as a working status with the call as data.
             tool_start = None
             async for event in events:
-                if event.HasField("status_update") and event.status_update.status.HasField("message"):
+                if event.HasField("status_update") and event.status_update.status.HasField(
+                    "message"
+                ):
                     [data] = get_data_parts(event.status_update.status.message.parts)
                     if data["type"] == "tool_start":
                         tool_start = data
@@ -268,7 +272,11 @@ async def test_tool_call_stream_and_reconnect(database_url, tmp_path):
         states = [state_of(e) for e in rest if state_of(e) is not None]
         assert states[-1] == TaskState.TASK_STATE_COMPLETED
         assert states.count(TaskState.TASK_STATE_COMPLETED) == 1
-        [final] = [e.artifact_update for e in rest if e.HasField("artifact_update") and e.artifact_update.last_chunk]
+        [final] = [
+            e.artifact_update
+            for e in rest
+            if e.HasField("artifact_update") and e.artifact_update.last_chunk
+        ]
         assert get_text_parts(final.artifact.parts) == ["owls: read about owls"]
         # The tool ran once; the events after the reconnect do not repeat its start.
         assert lines(tmp_path, "slow_owls.log") == ["x"]
@@ -286,7 +294,10 @@ async def test_approval_round_trip_and_cancel(database_url, tmp_path):
     with running(database_url, tmp_path) as server:
         async with a2a(server.agent("guarded")) as client:
             events = [
-                e async for e in client.send_message(SendMessageRequest(message=user_message("a.txt")))
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("a.txt"))
+                )
             ]
             waiting = events[-1].status_update
             assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
@@ -321,14 +332,17 @@ async def test_approval_round_trip_and_cancel(database_url, tmp_path):
             )
             [_ async for _ in client.send_message(request)]
             [(other, *_)] = [
-                r for r in sql(
+                r
+                for r in sql(
                     database_url,
                     "SELECT run_id FROM helix.runs WHERE agent_name = 'guarded' AND status = 'waiting'",
                 )
             ]
             canceled = await client.cancel_task(CancelTaskRequest(id=other))
             assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-            [(status,)] = sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", other)
+            [(status,)] = sql(
+                database_url, "SELECT status FROM helix.runs WHERE run_id = %s", other
+            )
             assert status == "aborted"
             assert lines(tmp_path, "delete.log") == ["a.txt"]
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from dbos import DBOS, StepOptions, StepReservation
 
@@ -112,26 +114,26 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, kinds) or is_transient_db_error(exc) or _a2a_transient(exc)
 
 
+def _a2a() -> Any:
+    """protocols/a2a/remote.py, imported on first use: `a2a-sdk` is an optional extra."""
+    return importlib.import_module("helix_dbos.protocols.a2a.remote")
+
+
 def _a2a_transient(exc: BaseException) -> bool:
     if type(exc).__module__.split(".")[0] != "a2a" and type(exc).__name__ != "A2AUnavailable":
         return False
-    from helix_dbos.protocols.a2a.remote import transient
-
-    return transient(exc)
+    return bool(_a2a().transient(exc))
 
 
 async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
     """`helix.remote_start` for an A2A child (protocols/a2a/remote.py; needs `a2a-sdk`)."""
-    from helix_dbos.protocols.a2a import remote
-
-    run_id, error, interrupted = await remote.start_a2a(ref, shown)
+    run_id, error, interrupted = await _a2a().start_a2a(ref, shown)
     return RemoteStart(run_id=run_id, error=error, interrupted=interrupted)
 
 
 async def follow_a2a(ref: RemoteRef, task_id: str) -> ToolOutcome:
-    from helix_dbos.protocols.a2a import remote
-
-    return await remote.follow_a2a(ref, task_id)
+    outcome: ToolOutcome = await _a2a().follow_a2a(ref, task_id)
+    return outcome
 
 
 def step_options(kind: str, tool: RemoteSubAgentTool) -> StepOptions:
@@ -201,7 +203,9 @@ async def _delegate(
     wait: StepReservation,
 ) -> ToolOutcome:
     where = f"Remote sub-agent '{ref.agent_name}' at {ref.url}"
-    starts, follows = (start_a2a, follow_a2a) if tool.protocol == "a2a" else (start_remote, follow_remote)
+    starts, follows = (
+        (start_a2a, follow_a2a) if tool.protocol == "a2a" else (start_remote, follow_remote)
+    )
     try:
         started: RemoteStart = await start.run_async(
             step_options("start", tool), starts, ref, shown
@@ -388,9 +392,7 @@ async def abort_remote_children(
         if not isinstance(tool, RemoteSubAgentTool):
             continue
         if tool.protocol == "a2a":
-            from helix_dbos.protocols.a2a.remote import cancel_a2a_child
-
-            await cancel_a2a_child(tool, child)
+            await _a2a().cancel_a2a_child(tool, child)
             continue
         with contextlib.suppress(HelixClientError):
             async with _client(tool, timeout=5.0) as client:  # an abort does not wait long

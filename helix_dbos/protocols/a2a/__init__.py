@@ -17,8 +17,6 @@ def available() -> bool:
 
 def mount(app: FastAPI, ctx: ServerContext) -> None:
     """Add the A2A routes to `app` when `a2a-sdk` is installed (a no-op otherwise)."""
-    if not available():
-        return
-    from helix_dbos.protocols.a2a.routes import build_router
-
-    app.include_router(build_router(ctx))
+    if available():
+        routes = importlib.import_module("helix_dbos.protocols.a2a.routes")
+        app.include_router(routes.build_router(ctx))

@@ -25,6 +25,7 @@ from helix_dbos.definitions.tool import Tool
 
 BEARER = "bearer"
 
+
 def _shown(tool: Tool) -> bool:
     """Tools helix adds on its own (built-ins, companions) are not skills to ask for."""
     return not getattr(tool, "builtin", False) and not tool.name.startswith(COMPANION_PREFIX)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from a2a.helpers import get_data_parts, get_text_parts
 from a2a.server.context import ServerCallContext
@@ -34,6 +35,8 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
     A2AError,
@@ -61,6 +64,7 @@ from helix_dbos.server.visibility import require_own_new_session, require_visibl
 PRINCIPAL = "helix_principal"
 CANCEL_WAIT_SECONDS = 30.0
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def a2a_error(exc: Exception) -> A2AError:
@@ -76,9 +80,13 @@ def a2a_error(exc: Exception) -> A2AError:
     return InvalidParamsError(message=detail)
 
 
-def translated(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def translated(
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Helix's errors out of a handler method as A2A errors."""
+
     @functools.wraps(method)
-    async def wrapper(*args: Any, **kwargs: Any) -> T:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
         except (HelixError, HTTPException) as exc:
@@ -102,7 +110,7 @@ def message_input(message: Message) -> str:
         return "\n".join(texts)
     data = get_data_parts(message.parts)
     if data:
-        return mapping.json.dumps(data[0] if len(data) == 1 else data)
+        return json.dumps(data[0] if len(data) == 1 else data)
     raise InvalidParamsError(message="The message has no text or data part to start a task with")
 
 
@@ -319,29 +327,33 @@ class HelixRequestHandler(RequestHandler):
         waiting = await self._waiting(run)
         if waiting:  # answered one call of several: the others still wait
             yield said.status(
-                mapping.TaskState.TASK_STATE_INPUT_REQUIRED,
-                mapping.status_message(run, mapping.TaskState.TASK_STATE_INPUT_REQUIRED, waiting),
+                TaskState.TASK_STATE_INPUT_REQUIRED,
+                mapping.status_message(run, TaskState.TASK_STATE_INPUT_REQUIRED, waiting),
             )
             return
-        async for chunk in self.helix.stream(run.session_id, run_id=run.run_id, after_seq=after_seq):
+        async for chunk in self.helix.stream(
+            run.session_id, run_id=run.run_id, after_seq=after_seq
+        ):
             if chunk.type in mapping.HUMAN_REQUESTS:
                 current = await self.helix.get_run(run.run_id)
                 waiting = await self._waiting(current)
                 if waiting:
-                    state = mapping.TaskState.TASK_STATE_INPUT_REQUIRED
+                    state = TaskState.TASK_STATE_INPUT_REQUIRED
                     yield said.status(state, mapping.status_message(current, state, waiting))
                     return
                 continue
             for event in said.of(chunk):
                 yield event
                 if (
-                    isinstance(event, mapping.TaskStatusUpdateEvent)
+                    isinstance(event, TaskStatusUpdateEvent)
                     and event.status.state in mapping.FINAL_STATES
                 ):
                     return
         # The stream ended without a terminal chunk (the run ended as it was read).
         ended = await self._task(run.run_id)
-        yield said.status(ended.status.state, ended.status.message if ended.status.HasField("message") else None)
+        yield said.status(
+            ended.status.state, ended.status.message if ended.status.HasField("message") else None
+        )
 
     # --- control -----------------------------------------------------------------
 

@@ -107,7 +107,9 @@ def status_message(
         asks = ", ".join(f"{p.kind} for {p.tool_name} ({p.tool_call_id})" for p in pending)
         parts = [
             new_text_part(f"Waiting for: {asks}"),
-            new_data_part(json.loads(json.dumps({"pending": pending_payload(pending)}, default=str))),
+            new_data_part(
+                json.loads(json.dumps({"pending": pending_payload(pending)}, default=str))
+            ),
         ]
         return agent_message(parts, f"{run.run_id}:input-required", run.run_id, run.session_id)
     if state in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED) and run.error:

@@ -105,9 +105,11 @@ def task_output(task: Task) -> tuple[str, object]:
 
 
 def status_text(task: Task) -> str:
-    return "\n".join(get_text_parts(task.status.message.parts)) if task.status.HasField(
-        "message"
-    ) else ""
+    return (
+        "\n".join(get_text_parts(task.status.message.parts))
+        if task.status.HasField("message")
+        else ""
+    )
 
 
 def _tool(rt: Runtime, ref: RemoteRef) -> RemoteSubAgentTool:

@@ -90,9 +90,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
 
     def unknown(agent: str, request_id: Any = None) -> JSONResponse:
         error = {"code": -32601, "message": f"No agent '{agent}' is served here"}
-        return JSONResponse(
-            {"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=404
-        )
+        return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=404)
 
     @router.get(
         "/a2a/{agent}" + AGENT_CARD_WELL_KNOWN_PATH,
