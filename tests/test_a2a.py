@@ -39,6 +39,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from conftest import _new_database
+from docs_text import env_for
 from helpers import lines, sql, wait_for
 
 from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
@@ -431,3 +432,29 @@ async def test_helix_parent_delegates_to_a2a_child_across_a_sigkill(
     finally:
         parent.stop()
         child.stop()
+
+
+def test_the_example_runs(database_url, tmp_path):
+    """examples/a2a_agents.py (included whole in docs/protocols/a2a.md) as a user runs it."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "a2a_agents.py"
+    done = subprocess.run(
+        [sys.executable, str(example)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env_for(database_url),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0] == "task TASK_STATE_WORKING"
+    assert printed[-2:] == [
+        "answer: lead: researcher: owls are nocturnal",
+        "status TASK_STATE_COMPLETED",
+    ]
+    [(status,)] = sql(
+        database_url,
+        "SELECT rc.status FROM helix.remote_children rc JOIN helix.runs r "
+        "ON r.run_id = rc.remote_run_id WHERE r.agent_name = 'researcher'",
+    )
+    assert status == "completed"
