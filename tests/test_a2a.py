@@ -39,7 +39,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from conftest import _new_database
-from docs_text import env_for
+from docs_text import code_blocks, env_for, run_pasted, section
 from helpers import lines, sql, wait_for
 
 from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
@@ -458,3 +458,18 @@ def test_the_example_runs(database_url, tmp_path):
         "ON r.run_id = rc.remote_run_id WHERE r.agent_name = 'researcher'",
     )
     assert status == "completed"
+
+
+def test_the_page_runs_as_pasted(database_url, tmp_path):
+    """docs/protocols/a2a.md: its Python blocks run as pasted, it includes the example whole,
+    and its mapping table names every A2A state helix uses."""
+    page = section("A2A")
+    blocks = code_blocks(page, "python")
+    assert blocks[-1].strip() == '--8<-- "examples/a2a_agents.py"'
+    check = "\nprint(lead.tools[0].protocol, lead.tools[0].url, callable(connect))\n"
+    done = run_pasted("\n".join(blocks[:-1]) + check, database_url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["a2a", "https://agents.example.com/a2a/translator", "True"]
+    mapping = section("Helix concepts as A2A fields")
+    for state in ("WORKING", "INPUT_REQUIRED", "COMPLETED", "FAILED", "CANCELED"):
+        assert f"TASK_STATE_{state}" in mapping
