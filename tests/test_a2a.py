@@ -24,6 +24,7 @@ from a2a.helpers import get_data_parts, get_text_parts, new_data_part, new_text_
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Role,
     SendMessageConfiguration,
@@ -199,6 +200,8 @@ async def test_card_plain_run_and_bad_input(database_url, tmp_path):
             [event2] = [e async for e in client.send_message(SendMessageRequest(message=again))]
             assert event2.task.id == event.task.id
             assert len(runs_of(database_url, task.context_id)) == 2
+            listed = await client.list_tasks(ListTasksRequest(context_id=task.context_id))
+            assert [t.id for t in listed.tasks] == [task.id, event.task.id]
             # Bad input: the protocol's own errors, never a server error.
             with pytest.raises(TaskNotFoundError):
                 await client.get_task(GetTaskRequest(id="run_nope"))
@@ -429,6 +432,18 @@ async def test_helix_parent_delegates_to_a2a_child_across_a_sigkill(
             context_id,
         )
         assert (rrid, rstatus) == (child_run, "completed")
+        # Canceling the parent cancels the A2A child's task (the call's control loop).
+        async with a2a(parent.agent("lead"), streaming=False) as client:
+            request = SendMessageRequest(
+                message=user_message("cats"),
+                configuration=SendMessageConfiguration(return_immediately=True),
+            )
+            [event] = [e async for e in client.send_message(request)]
+            wait_for(lambda: lines(tmp_path, "slow_cats.log"))
+            canceled = await client.cancel_task(CancelTaskRequest(id=event.task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        cats_session = remote_session_id(event.task.context_id, "r1")
+        wait_for(lambda: [r[2] for r in runs_of(child_database_url, cats_session)] == ["aborted"])
     finally:
         parent.stop()
         child.stop()

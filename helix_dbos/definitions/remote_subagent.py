@@ -10,6 +10,7 @@ started instead of starting another. The scheduling lives in
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -96,6 +97,11 @@ def remote_sub_agent_tool(
     if protocol not in ("helix", "a2a"):
         raise ToolDefinitionError(
             f"remote_sub_agent_tool: protocol {protocol!r} must be 'helix' or 'a2a'"
+        )
+    if protocol == "a2a" and importlib.util.find_spec("a2a") is None:
+        raise ToolDefinitionError(
+            "remote_sub_agent_tool: protocol='a2a' needs the a2a extra: "
+            "pip install 'helix-dbos[a2a]'"
         )
     text = description or (
         f"Delegate a task to the '{agent_name}' agent (on another server). It works on its "
