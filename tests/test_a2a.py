@@ -5,11 +5,13 @@ delegating to an A2A child served by a second server (parent SIGKILLed mid-call)
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -35,6 +37,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import (
     InvalidParamsError,
+    InvalidRequestError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -42,8 +45,11 @@ from a2a.utils.errors import (
 from conftest import _new_database
 from docs_text import code_blocks, env_for, run_pasted, section
 from helpers import lines, sql, wait_for
+from live_server import serve
 
+from helix_dbos import tool
 from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
+from helix_dbos.server import create_app
 
 APP = Path(__file__).with_name("a2a_app.py")
 TOKEN = "a2a-secret"
@@ -488,3 +494,41 @@ def test_the_page_runs_as_pasted(database_url, tmp_path):
     mapping = section("Helix concepts as A2A fields")
     for state in ("WORKING", "INPUT_REQUIRED", "COMPLETED", "FAILED", "CANCELED"):
         assert f"TASK_STATE_{state}" in mapping
+
+
+async def test_a2a_streams_count_against_the_stream_caps(helix, make_agent, mock_llm):
+    gate = threading.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Blocks until the test lets it go."""
+        while not gate.is_set():
+            await asyncio.sleep(0.05)
+        return "let go"
+
+    agent = make_agent(tools=[wait_here])
+    mock_llm.add_responses(
+        {"type": "tool_calls", "tool_calls": [{"id": "w1", "name": "wait_here", "arguments": {}}]},
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    app = create_app(helix, allow_unauthenticated=True, max_streams_per_session=1)
+    with serve(app) as url:
+        async with httpx.AsyncClient(timeout=60) as http:
+            factory = ClientFactory(ClientConfig(streaming=True, httpx_client=http))
+            client = await factory.create_from_url(f"{url}/a2a/{agent.name}")
+            events = client.send_message(SendMessageRequest(message=user_message("go")))
+            first = await anext(events)  # the stream holds the session's one slot
+            with pytest.raises(InvalidRequestError, match="retry later"):
+                [_ async for _ in client.subscribe(SubscribeToTaskRequest(id=first.task.id))]
+            gate.set()
+            rest = [e async for e in events]
+            assert state_of(rest[-1]) == TaskState.TASK_STATE_COMPLETED
+            wait_for(lambda: helix_streams_open(app) == 0)
+            again = [e async for e in client.subscribe(SubscribeToTaskRequest(id=first.task.id))]
+            assert again[0].task.status.state == TaskState.TASK_STATE_COMPLETED
+            await client.close()
+
+
+def helix_streams_open(app) -> int:
+    return int(app.state.helix_server.streams.open)

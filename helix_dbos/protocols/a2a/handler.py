@@ -42,6 +42,7 @@ from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
+    InvalidRequestError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -77,6 +78,8 @@ def a2a_error(exc: Exception) -> A2AError:
         return TaskNotFoundError(message=detail)
     if status == 409:
         return UnsupportedOperationError(message=detail)
+    if status == 503:  # the stream caps: the client may try again later
+        return InvalidRequestError(message=detail)
     return InvalidParamsError(message=detail)
 
 
@@ -290,9 +293,13 @@ class HelixRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         async def events() -> AsyncIterator[Event]:
             run, after = await self._open(params, context)
-            yield await self._task(run.run_id)
-            async for event in self._follow(run, after):
-                yield event
+            release = self.ctx.streams.acquire(run.session_id)  # the caps of /sse
+            try:
+                yield await self._task(run.run_id)
+                async for event in self._follow(run, after):
+                    yield event
+            finally:
+                release()
 
         async for event in translated_stream(events()):
             yield event
@@ -302,21 +309,29 @@ class HelixRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         async def events() -> AsyncIterator[Event]:
             run = await self._run(params.id, context)
-            # The snapshot first (the text streamed so far included), then what follows.
-            said = mapping.ChunkEvents(run.run_id, run.session_id)
-            last = 0
-            async for chunk in self.helix.stream(run.session_id, run_id=run.run_id, follow=False):
-                last = chunk.seq
-                said.of(chunk)
-            messages = await self.helix.get_run_messages(run.run_id)
-            snapshot = mapping.build_task(run, await self._waiting(run), messages, said.text)
-            yield snapshot
-            if snapshot.status.state in mapping.STOP_STATES:
-                return
-            async for event in self._follow(run, last, said):
-                yield event
+            release = self.ctx.streams.acquire(run.session_id)
+            try:
+                async for event in self._subscribed(run):
+                    yield event
+            finally:
+                release()
 
         async for event in translated_stream(events()):
+            yield event
+
+    async def _subscribed(self, run: RunInfo) -> AsyncIterator[Event]:
+        """The task as it is now (the text streamed so far included), then what follows."""
+        said = mapping.ChunkEvents(run.run_id, run.session_id)
+        last = 0
+        async for chunk in self.helix.stream(run.session_id, run_id=run.run_id, follow=False):
+            last = chunk.seq
+            said.of(chunk)
+        messages = await self.helix.get_run_messages(run.run_id)
+        snapshot = mapping.build_task(run, await self._waiting(run), messages, said.text)
+        yield snapshot
+        if snapshot.status.state in mapping.STOP_STATES:
+            return
+        async for event in self._follow(run, last, said):
             yield event
 
     async def _follow(
