@@ -52,6 +52,7 @@ def create_app(
     cookie_max_age_seconds: int = 12 * 3600,
     api_docs: bool = True,
     title: str = "helix_dbos",
+    mcp_agents: bool | Sequence[str] = False,
 ) -> FastAPI:
     """The agent server for `helix`.
 
@@ -60,7 +61,8 @@ def create_app(
     it, before the body is read. `default_agent` is the agent the chat endpoints use when
     a request names none. Without authentication, only requests whose Host is in
     `allowed_hosts` (default: localhost, 127.0.0.1, ::1) and that come from no other
-    origin are served (DNS rebinding, cross-site requests).
+    origin are served (DNS rebinding, cross-site requests). `mcp_agents` (True: every
+    agent; or names) serves agents as MCP tools at /mcp (extra `mcp`; docs/protocols/mcp.md).
     """
     check_auth_config(authenticate, allow_unauthenticated)
     if default_agent is not None and default_agent not in helix.agents:
@@ -129,5 +131,9 @@ def create_app(
     app.include_router(timeline.build_router())
     app.include_router(assets.build_router(title, api_docs=api_docs))
     a2a.mount(app, ctx)  # A2A 1.0 at /a2a/{agent}, when a2a-sdk is installed
+    if mcp_agents:  # the extra `mcp`, imported only when asked for
+        from helix_dbos.protocols.mcp_server import mount_mcp  # noqa: PLC0415
+
+        mount_mcp(app, ctx, mcp_agents)
     app.add_middleware(EdgeGuard, policy=policy)
     return app
