@@ -26,6 +26,7 @@ pytest.importorskip("mcp")
 
 import httpx2
 import mcp_types as types
+from docs_text import REPO, code_blocks, env_for, section
 from helpers import lines, sql, wait_for
 from mcp import Client, ClientSession
 from mcp.client.extension import ResultClaim
@@ -296,3 +297,54 @@ async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(da
     # The tool ran again (it was cut short), the LLM's first answer was not asked again.
     assert lines(tmp_path, "wait_killed.log") == ["x", "x"]
     assert len(lines(tmp_path, "llm_slow.log")) == 4  # two per run: reconnect's and killed's
+
+
+def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url, tmp_path):
+    """`helix-dbos serve --mcp-agent ...` serving examples/mcp_agents.py; the example's
+    `call` and the page's reconnect script run as a user runs them."""
+    cli = [sys.executable, "-m", "helix_dbos.cli", "serve", "--app", "examples/mcp_agents.py:helix"]
+    ghost = subprocess.run(
+        [*cli, "--allow-unauthenticated", "--mcp-agent", "ghost"],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=env_for(database_url),
+    )
+    assert ghost.returncode == 2 and "ghost" in ghost.stderr, ghost.stderr
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    log = open(tmp_path / "serve.out", "wb")  # noqa: SIM115  (the process's)
+    proc = subprocess.Popen(
+        [*cli, "--allow-unauthenticated", "--port", str(port), "--mcp-agent", "greeter", "--mcp-agent", "deployer"],
+        cwd=REPO, stdout=log, stderr=log, env=env_for(database_url, HELIX_EXECUTOR_ID="mcp-cli-test"),
+    )
+    try:
+        wait_for(lambda: _up(f"http://127.0.0.1:{port}/openapi.json") or proc.poll() is not None, 90)
+        assert proc.poll() is None, (tmp_path / "serve.out").read_text()
+        called = subprocess.run(
+            [sys.executable, "examples/mcp_agents.py", "call", "deployer", "prod", "--yes"],
+            capture_output=True, text=True, timeout=120, cwd=REPO, env=env_for(database_url, MCP_URL=url),
+        )
+        assert called.returncode == 0, called.stderr
+        assert called.stdout.strip() == "Deployment: deployed to prod."
+        script = tmp_path / "poll.py"
+        [snippet] = code_blocks(section("Poll or cancel a task from another connection"), "python")
+        script.write_text(snippet)
+        polled = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(database_url, MCP_URL=url),
+        )
+        assert polled.returncode == 0, polled.stderr
+        assert polled.stdout.strip() == "True Hello, Ada!"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "MCP at" in (tmp_path / "serve.out").read_text()
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -82,6 +82,15 @@ def serve(
             "--no-execute", help="Execute no runs here: enqueue them for `helix-dbos worker`."
         ),
     ] = False,
+    mcp: Annotated[
+        bool, typer.Option("--mcp", help="Serve every agent as an MCP tool at /mcp (extra `mcp`).")
+    ] = False,
+    mcp_agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp-agent", metavar="NAME", help="Serve this agent as an MCP tool (repeatable)."
+        ),
+    ] = None,
 ) -> int:
     """Serve the HTTP API, the SSE stream and the approvals inbox (/inbox).
 
@@ -105,19 +114,24 @@ def serve(
     helix = load_helix(app)
     if no_execute:
         helix.executes_runs = False
-    server = create_app(
-        helix,
-        authenticate=authenticate,
-        allow_unauthenticated=not token,
-        allowed_hosts=None if token else unauthenticated_hosts(host),
-        default_agent=default_agent,
-    )
+    try:
+        server = create_app(
+            helix,
+            authenticate=authenticate,
+            allow_unauthenticated=not token,
+            allowed_hosts=None if token else unauthenticated_hosts(host),
+            default_agent=default_agent,
+            mcp_agents=mcp_agent or mcp,
+        )
+    except (ValueError, ImportError) as exc:  # an unknown agent; no `mcp` extra
+        raise CLIError(str(exc)) from None
     base = f"http://{host}:{port}"
     role = "enqueuing runs of" if no_execute else "serving"
     sign_in = " (sign in there with the token)" if token else ""
     print(
         f"helix-dbos: {role} {plural(len(helix.agents), 'agent')} ({', '.join(sorted(helix.agents))}) "
-        f"on {base}; inbox at {base}/inbox{sign_in}; API docs at {base}/docs",
+        f"on {base}; inbox at {base}/inbox{sign_in}; API docs at {base}/docs"
+        + (f"; MCP at {base}/mcp" if mcp_agent or mcp else ""),
         file=sys.stderr,
     )
     uvicorn.run(
