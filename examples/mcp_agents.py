@@ -18,7 +18,15 @@ import os
 import sys
 from typing import Any
 
+import httpx2
+import mcp_types as types
+import uvicorn
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
 from helix_dbos import Agent, HelixDBOS, LLMConfig, LLMRequest, MockLLM, model_from_env, tool
+from helix_dbos.protocols.mcp_task_client import HelixTasks
+from helix_dbos.server import create_app
 
 
 @tool(require_approval=True)
@@ -52,22 +60,11 @@ helix = HelixDBOS(
 
 
 def serve(port: int = 8000) -> None:
-    import uvicorn
-
-    from helix_dbos.server import create_app
-
     app = create_app(helix, allow_unauthenticated=True, mcp_agents=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 async def call(url: str, agent: str, text: str, *, yes: bool) -> str:
-    import httpx2
-    import mcp_types as types
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
-    from helix_dbos.protocols.mcp_task_client import HelixTasks
-
     async def ask(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         answer = "y" if yes else await asyncio.to_thread(input, f"{params.message} [y/N] ")
         approved = answer.strip().lower() in ("y", "yes")

@@ -60,7 +60,9 @@ def respond(request: LLMRequest) -> dict:
     if name in ("echo", "hidden"):
         return {"type": "text", "content": f"{name}: {text}"}
     if not results:
-        tool_name, args = ("deploy", {"target": text}) if name == "deployer" else ("wait_for", {"topic": text})
+        tool_name, args = (
+            ("deploy", {"target": text}) if name == "deployer" else ("wait_for", {"topic": text})
+        )
         return {
             "type": "tool_calls",
             "tool_calls": [{"id": "c1", "name": tool_name, "arguments": args}],
@@ -69,14 +71,17 @@ def respond(request: LLMRequest) -> dict:
 
 
 helix = HelixDBOS(
-    [Agent("echo"), Agent("deployer", tools=[deploy]), Agent("slow", tools=[wait_for]), Agent("hidden")],
+    [
+        Agent("echo"),
+        Agent("deployer", tools=[deploy]),
+        Agent("slow", tools=[wait_for]),
+        Agent("hidden"),
+    ],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,
     application_version="mcp-server-test",
     worker_lease_seconds=3,
 )
-app = create_app(
-    helix, authenticate=bearer_token(TOKEN), mcp_agents=["echo", "deployer", "slow"]
-)
+app = create_app(helix, authenticate=bearer_token(TOKEN), mcp_agents=["echo", "deployer", "slow"])
 uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")

@@ -115,10 +115,14 @@ async def no_resolve(created: tc.TaskCreated, ctx: Any) -> types.CallToolResult:
 
 
 @asynccontextmanager
-async def session(url: str, *, tasks: bool = True, elicit: Any = None) -> AsyncIterator[ClientSession]:
+async def session(
+    url: str, *, tasks: bool = True, elicit: Any = None
+) -> AsyncIterator[ClientSession]:
     """A modern (2026-07-28) session of the SDK's `ClientSession`; with `tasks`, it
     speaks the tasks extension and receives the task shape itself."""
-    claims = {TASKS_EXTENSION: [ResultClaim(result_type="task", model=tc.TaskCreated, resolve=no_resolve)]}
+    claims = {
+        TASKS_EXTENSION: [ResultClaim(result_type="task", model=tc.TaskCreated, resolve=no_resolve)]
+    }
     async with (
         httpx2.AsyncClient(headers=AUTH, timeout=httpx2.Timeout(30, read=120)) as http,
         streamable_http_client(url, http_client=http) as (read, write),
@@ -151,7 +155,9 @@ async def poll(s: ClientSession, task_id: str, until: set[str]) -> tc.TaskState:
 
 
 def run_row(database_url: str, run_id: str) -> tuple:
-    [row] = sql(database_url, "SELECT session_id, status, output FROM helix.runs WHERE run_id = %s", run_id)
+    [row] = sql(
+        database_url, "SELECT session_id, status, output FROM helix.runs WHERE run_id = %s", run_id
+    )
     return row
 
 
@@ -185,11 +191,16 @@ async def test_plain_calls_tools_and_bad_input_in_the_protocol_s_shape(database_
 
         # The edge guard's auth and limits hold on /mcp; nothing is a 5xx.
         ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-        headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28"}
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+        }
         assert httpx.post(server.url, json=ping, headers=headers).status_code == 401
         garbled = httpx.post(server.url, content=b"{not json", headers=headers | AUTH)
         assert 400 <= garbled.status_code < 500
-        huge = httpx.post(server.url, content=b'"' + b"x" * 2_000_000 + b'"', headers=headers | AUTH)
+        huge = httpx.post(
+            server.url, content=b'"' + b"x" * 2_000_000 + b'"', headers=headers | AUTH
+        )
         assert huge.status_code == 413
         spec = httpx.get(f"{server.base}/openapi.json").json()
         assert set(spec["paths"]["/mcp"]) == {"post", "get", "delete"}
@@ -232,22 +243,37 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
 
         # Without tasks: the SDK's Client runs the input_required loop (approve, decline).
         http = httpx2.AsyncClient(headers=AUTH, timeout=60)
-        async with http, Client(streamable_http_client(server.url, http_client=http), elicitation_callback=approve_all) as client:
+        async with (
+            http,
+            Client(
+                streamable_http_client(server.url, http_client=http),
+                elicitation_callback=approve_all,
+            ) as client,
+        ):
             result = await client.call_tool("deployer", {"input": "eu"})
             assert result.content[0].text == "deployer: deployed eu"  # type: ignore[union-attr]
         http = httpx2.AsyncClient(headers=AUTH, timeout=60)
-        async with http, Client(streamable_http_client(server.url, http_client=http), elicitation_callback=decline_all) as client:
+        async with (
+            http,
+            Client(
+                streamable_http_client(server.url, http_client=http),
+                elicitation_callback=decline_all,
+            ) as client,
+        ):
             result = await client.call_tool("deployer", {"input": "us"})
             assert "deployed us" not in result.content[0].text  # type: ignore[union-attr]
         assert lines(tmp_path, "deploy.log") == ["prod", "staging", "eu"]
 
         # The SDK's Client with the HelixTasks extension follows a task transparently.
         http = httpx2.AsyncClient(headers=AUTH, timeout=60)
-        async with http, Client(
-            streamable_http_client(server.url, http_client=http),
-            extensions=[tc.HelixTasks(poll_seconds=0.1)],
-            elicitation_callback=approve_all,
-        ) as client:
+        async with (
+            http,
+            Client(
+                streamable_http_client(server.url, http_client=http),
+                extensions=[tc.HelixTasks(poll_seconds=0.1)],
+                elicitation_callback=approve_all,
+            ) as client,
+        ):
             result = await client.call_tool("deployer", {"input": "asia"})
             assert result.content[0].text == "deployer: deployed asia"  # type: ignore[union-attr]
 
@@ -263,7 +289,9 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
             assert again.value.code == types.INVALID_PARAMS
 
 
-async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(database_url, tmp_path):
+async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(
+    database_url, tmp_path
+):
     server = Server(database_url, tmp_path).start()
     try:
         # Reconnect: the session that started the task is gone; a new one polls it.
@@ -305,22 +333,44 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
     cli = [sys.executable, "-m", "helix_dbos.cli", "serve", "--app", "examples/mcp_agents.py:helix"]
     ghost = subprocess.run(
         [*cli, "--allow-unauthenticated", "--mcp-agent", "ghost"],
-        capture_output=True, text=True, timeout=120, cwd=REPO, env=env_for(database_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env_for(database_url),
     )
     assert ghost.returncode == 2 and "ghost" in ghost.stderr, ghost.stderr
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(tmp_path / "serve.out", "wb")  # noqa: SIM115  (the process's)
     proc = subprocess.Popen(
-        [*cli, "--allow-unauthenticated", "--port", str(port), "--mcp-agent", "greeter", "--mcp-agent", "deployer"],
-        cwd=REPO, stdout=log, stderr=log, env=env_for(database_url, HELIX_EXECUTOR_ID="mcp-cli-test"),
+        [
+            *cli,
+            "--allow-unauthenticated",
+            "--port",
+            str(port),
+            "--mcp-agent",
+            "greeter",
+            "--mcp-agent",
+            "deployer",
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
+        env=env_for(database_url, HELIX_EXECUTOR_ID="mcp-cli-test"),
     )
     try:
-        wait_for(lambda: _up(f"http://127.0.0.1:{port}/openapi.json") or proc.poll() is not None, 90)
+        wait_for(
+            lambda: _up(f"http://127.0.0.1:{port}/openapi.json") or proc.poll() is not None, 90
+        )
         assert proc.poll() is None, (tmp_path / "serve.out").read_text()
         called = subprocess.run(
             [sys.executable, "examples/mcp_agents.py", "call", "deployer", "prod", "--yes"],
-            capture_output=True, text=True, timeout=120, cwd=REPO, env=env_for(database_url, MCP_URL=url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=env_for(database_url, MCP_URL=url),
         )
         assert called.returncode == 0, called.stderr
         assert called.stdout.strip() == "Deployment: deployed to prod."
@@ -329,7 +379,11 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
         script.write_text(snippet)
         polled = subprocess.run(
             [sys.executable, str(script)],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(database_url, MCP_URL=url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env_for(database_url, MCP_URL=url),
         )
         assert polled.returncode == 0, polled.stderr
         assert polled.stdout.strip() == "True Hello, Ada!"

@@ -101,7 +101,9 @@ class MCPAgentServer:
 
     # --- tools -----------------------------------------------------------------------
 
-    async def list_tools(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[self._tool(name) for name in self.agents()])
 
     def _tool(self, name: str) -> types.Tool:
@@ -112,7 +114,9 @@ class MCPAgentServer:
             description=f"Run the helix agent '{name}'." + (f" {prompt[:500]}" if prompt else ""),
             input_schema={
                 "type": "object",
-                "properties": {"input": {"type": "string", "description": "The message for the agent"}},
+                "properties": {
+                    "input": {"type": "string", "description": "The message for the agent"}
+                },
                 "required": ["input"],
             },
             execution=types.ToolExecution(task_support="optional"),
@@ -128,7 +132,9 @@ class MCPAgentServer:
             return await self._settle_for_call(ctx, run.run_id)
         text = (params.arguments or {}).get("input")
         if not isinstance(text, str) or not text.strip():
-            return _tool_error("arguments.input must be a non-empty string: the message for the agent")
+            return _tool_error(
+                "arguments.input must be a non-empty string: the message for the agent"
+            )
         session_id = f"{tasks.SESSION_PREFIX}{uuid.uuid4().hex}"
         if not principal.may_see(session_id):
             return _tool_error(
@@ -156,7 +162,11 @@ class MCPAgentServer:
         message = tasks.status_message(run, pending, self.inbox) or "the run waits"
         return types.CallToolResult(
             content=[types.TextContent(text=message)],
-            structured_content={"run_id": run.run_id, "session_id": run.session_id, "status": run.status},
+            structured_content={
+                "run_id": run.run_id,
+                "session_id": run.session_id,
+                "status": run.status,
+            },
         )
 
     async def _settle(self, run_id: str) -> tuple[RunInfo, list[PendingToolCall]]:
@@ -197,13 +207,16 @@ class MCPAgentServer:
         run = await self._run(_principal(ctx), params.task_id)
         if run.status in tasks.FINAL_STATUSES:
             raise MCPError(
-                INVALID_PARAMS, f"Task {run.run_id} is already {tasks.task_status(run)}: nothing to cancel"
+                INVALID_PARAMS,
+                f"Task {run.run_id} is already {tasks.task_status(run)}: nothing to cancel",
             )
         await self.helix.abort(run.session_id, reason="cancelled by the MCP client")
         run = await self.helix.get_run(run.run_id)
         return tasks.task_wire(tasks.task_of(run, [], self.inbox))
 
-    async def list_tasks(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> dict[str, Any]:
+    async def list_tasks(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
         """MCP tasks (runs in MCP sessions) the caller may see, newest first, 50 a page."""
         offset = _offset(params.cursor if params else None)
         rows = await self.helix.sql(
@@ -216,7 +229,9 @@ class MCPAgentServer:
         for row in rows[:50]:
             run = await self.helix.get_run(row.run_id)
             if await self._visible(principal, run.session_id):
-                listed.append(tasks.task_wire(tasks.task_of(run, await self._pending(run), self.inbox)))
+                listed.append(
+                    tasks.task_wire(tasks.task_of(run, await self._pending(run), self.inbox))
+                )
         page: dict[str, Any] = {"tasks": listed}
         if len(rows) > 50:
             page["nextCursor"] = str(offset + 50)

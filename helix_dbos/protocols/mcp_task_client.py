@@ -23,7 +23,7 @@ from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
 class TaskCreated(types.Result):
     """A task-augmented `tools/call` result (`resultType: "task"`)."""
 
-    result_type: Literal["task"] = "task"  # type: ignore[assignment]
+    result_type: Literal["task"] = "task"
     task: types.Task
 
 
@@ -91,7 +91,9 @@ async def answer_inputs(session: ClientSession, state: TaskState) -> None:
         await update_task(session, state.task_id, responses)
 
 
-async def follow_task(session: ClientSession, task_id: str, poll_seconds: float = 0.5) -> types.CallToolResult:
+async def follow_task(
+    session: ClientSession, task_id: str, poll_seconds: float = 0.5
+) -> types.CallToolResult:
     """Poll a task to its end, answering its input requests; then its result."""
     answered: set[str] = set()
     while True:

@@ -69,7 +69,9 @@ def status_message(run: RunInfo, pending: list[PendingToolCall], inbox: str) -> 
         return f"the run was {run.status}" + (f": {run.error}" if run.error else "")
     if pending:
         names = ", ".join(sorted({p.tool_name for p in pending}))
-        return f"waiting for approval of {names}: answer the input request or in the inbox ({inbox})"
+        return (
+            f"waiting for approval of {names}: answer the input request or in the inbox ({inbox})"
+        )
     if run.status == "waiting":
         return f"waiting for {run.waiting_for or 'an answer'} (see the inbox: {inbox})"
     return None
@@ -107,7 +109,9 @@ def approval_request(call: PendingToolCall) -> types.ElicitRequest:
 def input_requests(pending: list[PendingToolCall]) -> dict[str, Any]:
     """The wire `inputRequests` map: one elicitation per approval, keyed by tool call id."""
     return {
-        p.tool_call_id: approval_request(p).model_dump(by_alias=True, mode="json", exclude_none=True)
+        p.tool_call_id: approval_request(p).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
         for p in pending
     }
 
