@@ -5,7 +5,7 @@
     .venv/bin/python examples/mcp_agents.py call deployer "prod" --yes
     HELIX_SERVER_TOKEN=s3cret .venv/bin/helix-dbos serve --app examples/mcp_agents.py:helix --mcp
 
-`call` speaks the tasks extension (`HelixTasks`): the call is an MCP task whose id is
+`call` speaks the tasks extension (`MCPTasks`): the call is an MCP task whose id is
 the helix run id, followed to its end; the approval the `deployer` agent needs comes
 as an elicitation. With $HELIX_SERVER_TOKEN set, `call` sends it as the bearer token.
 The model is scripted unless ANTHROPIC_API_KEY / OPENAI_API_KEY / HELIX_MODEL is set.
@@ -24,9 +24,17 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from helix_dbos import Agent, HelixDBOS, LLMConfig, LLMRequest, MockLLM, model_from_env, tool
-from helix_dbos.protocols.mcp_task_client import HelixTasks
-from helix_dbos.server import create_app
+from helix_dbos import (
+    Agent,
+    HelixDBOS,
+    LLMConfig,
+    LLMRequest,
+    MCPTasks,
+    MockLLM,
+    create_app,
+    model_from_env,
+    tool,
+)
 
 
 @tool(require_approval=True)
@@ -76,7 +84,7 @@ async def call(url: str, agent: str, text: str, *, yes: bool) -> str:
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
         Client(
             streamable_http_client(url, http_client=http),
-            extensions=[HelixTasks()],
+            extensions=[MCPTasks()],
             elicitation_callback=ask,
         ) as client,
     ):

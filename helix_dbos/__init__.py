@@ -87,6 +87,7 @@ if TYPE_CHECKING:
         ToolCallsStepResult,
     )
     from helix_dbos.otel import instrument, uninstrument
+    from helix_dbos.protocols.mcp_task_client import MCPTasks
     from helix_dbos.runtime.handle import RunHandle
     from helix_dbos.runtime.helix import HelixDBOS
     from helix_dbos.runtime.results import (
@@ -172,6 +173,7 @@ _EXPORTS: dict[str, str] = {
     "MockLLM": "helix_dbos.llm.mock",
     **dict.fromkeys(["model_from_env", "register_provider"], "helix_dbos.llm.providers"),
     **dict.fromkeys(["MCPHTTP", "MCPStdio", "MCPToolset"], "helix_dbos.mcp"),
+    "MCPTasks": "helix_dbos.protocols.mcp_task_client",
     **dict.fromkeys(
         [
             "BackgroundEmbeddingExecutor",
@@ -252,6 +254,7 @@ __all__ = [
     "LLMUsage",
     "MCPHTTP",
     "MCPStdio",
+    "MCPTasks",
     "MCPToolset",
     "PruneReport",
     "Message",

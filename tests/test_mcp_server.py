@@ -29,12 +29,11 @@ import mcp_types as types
 from docs_text import REPO, code_blocks, env_for, section
 from helpers import lines, sql, wait_for
 from mcp import Client, ClientSession
-from mcp.client.extension import ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from helix_dbos import HelixClient
-from helix_dbos.protocols import mcp_task_client as tc
+from helix_dbos import MCPTasks as tc
 from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
 
 APP = Path(__file__).with_name("mcp_agents_app.py")
@@ -110,19 +109,12 @@ async def decline_all(ctx: Any, params: types.ElicitRequestParams) -> types.Elic
     return types.ElicitResult(action="decline")
 
 
-async def no_resolve(created: tc.TaskCreated, ctx: Any) -> types.CallToolResult:
-    raise AssertionError("the tests drive tasks by hand")
-
-
 @asynccontextmanager
 async def session(
     url: str, *, tasks: bool = True, elicit: Any = None
 ) -> AsyncIterator[ClientSession]:
     """A modern (2026-07-28) session of the SDK's `ClientSession`; with `tasks`, it
     speaks the tasks extension and receives the task shape itself."""
-    claims = {
-        TASKS_EXTENSION: [ResultClaim(result_type="task", model=tc.TaskCreated, resolve=no_resolve)]
-    }
     async with (
         httpx2.AsyncClient(headers=AUTH, timeout=httpx2.Timeout(30, read=120)) as http,
         streamable_http_client(url, http_client=http) as (read, write),
@@ -131,7 +123,7 @@ async def session(
             write,
             elicitation_callback=elicit,
             extensions={TASKS_EXTENSION: {}} if tasks else None,
-            result_claims=claims if tasks else None,
+            result_claims=tc.session_claims() if tasks else None,
         ) as mcp_session,
     ):
         await mcp_session.discover()
@@ -148,7 +140,7 @@ async def start_task(s: ClientSession, tool: str, text: str) -> str:
 async def poll(s: ClientSession, task_id: str, until: set[str]) -> tc.TaskState:
     with anyio.fail_after(90):
         while True:
-            state = await tc.get_task(s, task_id)
+            state = await tc.get(s, task_id)
             if state.status in until:
                 return state
             await anyio.sleep(0.1)
@@ -183,10 +175,10 @@ async def test_plain_calls_tools_and_bad_input_in_the_protocol_s_shape(database_
                 await client.call_tool("hidden", {"input": "x"})
             assert unknown.value.code == types.INVALID_PARAMS
             with pytest.raises(MCPError) as no_task:
-                await tc.get_task(client.session, "run_does_not_exist")
+                await tc.get(client.session, "run_does_not_exist")
             assert no_task.value.code == types.INVALID_PARAMS
             with pytest.raises(MCPError) as not_mcp:  # a run that is no MCP task
-                await tc.get_task(client.session, "")
+                await tc.get(client.session, "")
             assert not_mcp.value.code == types.INVALID_PARAMS
 
         # The edge guard's auth and limits hold on /mcp; nothing is a 5xx.
@@ -213,9 +205,9 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
             task_id = await start_task(s, "echo", "tasked")
             assert run_row(database_url, task_id)[0].startswith("mcp_")
             await poll(s, task_id, {"completed"})
-            result = await tc.task_result(s, task_id)
+            result = await tc.result(s, task_id)
             assert result.content[0].text == "echo: tasked"  # type: ignore[union-attr]
-            assert task_id in [t.task_id for t in (await tc.list_tasks(s)).tasks]
+            assert task_id in [t.task_id for t in (await tc.list(s)).tasks]
 
         # The approval round trip: input_required with an elicitation, answered back.
         async with session(server.url, elicit=approve_all) as s:
@@ -225,7 +217,7 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
             assert "deploy" in (state.status_message or "")
             await tc.answer_inputs(s, state)
             await poll(s, task_id, {"completed"})
-            result = await tc.task_result(s, task_id)
+            result = await tc.result(s, task_id)
             assert result.content[0].text == "deployer: deployed prod"  # type: ignore[union-attr]
         assert lines(tmp_path, "deploy.log") == ["prod"]
 
@@ -264,13 +256,13 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
             assert "deployed us" not in result.content[0].text  # type: ignore[union-attr]
         assert lines(tmp_path, "deploy.log") == ["prod", "staging", "eu"]
 
-        # The SDK's Client with the HelixTasks extension follows a task transparently.
+        # The SDK's Client with the MCPTasks extension follows a task transparently.
         http = httpx2.AsyncClient(headers=AUTH, timeout=60)
         async with (
             http,
             Client(
                 streamable_http_client(server.url, http_client=http),
-                extensions=[tc.HelixTasks(poll_seconds=0.1)],
+                extensions=[tc(poll_seconds=0.1)],
                 elicitation_callback=approve_all,
             ) as client,
         ):
@@ -281,11 +273,11 @@ async def test_a_tool_call_is_a_task_and_an_approval_is_an_elicitation(database_
         async with session(server.url) as s:
             task_id = await start_task(s, "slow", "forever")
             wait_for(lambda: lines(tmp_path, "wait_forever.log"))
-            cancelled = await tc.cancel_task(s, task_id)
+            cancelled = await tc.cancel(s, task_id)
             assert cancelled.status == "cancelled"
             assert run_row(database_url, task_id)[1] == "aborted"
             with pytest.raises(MCPError) as again:
-                await tc.cancel_task(s, task_id)
+                await tc.cancel(s, task_id)
             assert again.value.code == types.INVALID_PARAMS
 
 
@@ -299,10 +291,10 @@ async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(
             task_id = await start_task(s, "slow", "reconnect")
         wait_for(lambda: lines(tmp_path, "wait_reconnect.log"))
         async with session(server.url) as s:
-            assert (await tc.get_task(s, task_id)).status == "working"
+            assert (await tc.get(s, task_id)).status == "working"
             (tmp_path / "release_reconnect").touch()
             await poll(s, task_id, {"completed"})
-            result = await tc.task_result(s, task_id)
+            result = await tc.result(s, task_id)
             assert result.content[0].text == "slow: done reconnect"  # type: ignore[union-attr]
 
         # SIGKILL mid-run: after the relaunch the task is found and the run ends once.
@@ -314,9 +306,9 @@ async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(
         server.start()
         async with session(server.url) as s:
             await poll(s, killed, {"completed"})
-            result = await tc.task_result(s, killed)
+            result = await tc.result(s, killed)
             assert result.content[0].text == "slow: done killed"  # type: ignore[union-attr]
-            assert {killed, task_id} <= {t.task_id for t in (await tc.list_tasks(s)).tasks}
+            assert {killed, task_id} <= {t.task_id for t in (await tc.list(s)).tasks}
     finally:
         server.stop()
     session_id, status, output = run_row(database_url, killed)
