@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 
 from helix_dbos import HelixClient
 from helix_dbos import MCPTasks as tc
+from helix_dbos.protocols.mcp_task_client import TaskCreated, TaskState
 from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
 
 APP = Path(__file__).with_name("mcp_agents_app.py")
@@ -132,12 +133,12 @@ async def session(
 
 async def start_task(s: ClientSession, tool: str, text: str) -> str:
     created = await s.call_tool(tool, {"input": text}, allow_claimed=True)
-    assert isinstance(created, tc.TaskCreated), created
+    assert isinstance(created, TaskCreated), created
     assert created.task.status in ("working", "completed")
     return created.task.task_id
 
 
-async def poll(s: ClientSession, task_id: str, until: set[str]) -> tc.TaskState:
+async def poll(s: ClientSession, task_id: str, until: set[str]) -> TaskState:
     with anyio.fail_after(90):
         while True:
             state = await tc.get(s, task_id)

@@ -41,11 +41,12 @@ from helix_dbos.errors import RunNotFoundError, SessionNotFoundError
 from helix_dbos.protocols import mcp_tasks as tasks
 from helix_dbos.protocols.mcp_openapi import document_mcp
 from helix_dbos.runtime.results import PendingToolCall, RunInfo
-from helix_dbos.server.auth import ANYONE, Principal
+from helix_dbos.server.auth import Principal
 from helix_dbos.server.route_context import ServerContext
 from helix_dbos.server.visibility import sees
 
 MCP_PATH = "/mcp"
+NOBODY = Principal(name="nobody", sessions=())  # no principal from the edge guard: fail closed
 Ctx = ServerRequestContext[Any, Any]
 
 
@@ -128,6 +129,8 @@ class MCPAgentServer:
         principal = _principal(ctx)
         if params.request_state is not None:  # a retry answering our input request
             run = await self._run(principal, params.request_state)
+            if run.agent_name != params.name:
+                raise MCPError(INVALID_PARAMS, "requestState names a run of another tool")
             await self._answer(run, params.input_responses or {})
             return await self._settle_for_call(ctx, run.run_id)
         text = (params.arguments or {}).get("input")
@@ -154,9 +157,10 @@ class MCPAgentServer:
         run, pending = await self._settle(run_id)
         if run.status in tasks.FINAL_STATUSES:
             return tasks.tool_result(run)
-        if pending and _can_elicit(ctx) and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        approvals = [p for p in pending if p.kind == "approval"]
+        if approvals and _can_elicit(ctx) and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return types.InputRequiredResult(
-                input_requests={p.tool_call_id: tasks.approval_request(p) for p in pending},
+                input_requests={p.tool_call_id: tasks.approval_request(p) for p in approvals},
                 request_state=run.run_id,
             )
         message = tasks.status_message(run, pending, self.inbox) or "the run waits"
@@ -170,15 +174,14 @@ class MCPAgentServer:
         )
 
     async def _settle(self, run_id: str) -> tuple[RunInfo, list[PendingToolCall]]:
-        """The run once it ended or waits for a human (its unanswered calls)."""
+        """The run once it ended or waits for an answer (its tree's unanswered calls)."""
         while True:
             run = await self.helix.get_run(run_id)
             if run.status in tasks.FINAL_STATUSES:
                 return run, []
-            if run.status == "waiting":
-                pending = await self._pending(run)
-                if pending or run.waiting_for not in (None, "approval"):
-                    return run, pending
+            pending = await self._pending(run)
+            if pending:
+                return run, pending
             await asyncio.sleep(self.poll_seconds)
 
     # --- tasks -------------------------------------------------------------------------
@@ -187,8 +190,8 @@ class MCPAgentServer:
         run = await self._run(_principal(ctx), params.task_id)
         pending = await self._pending(run)
         wire = tasks.task_wire(tasks.task_of(run, pending, self.inbox))
-        if pending and _can_elicit(ctx):
-            wire["inputRequests"] = tasks.input_requests(pending)
+        if _can_elicit(ctx) and (requests := tasks.input_requests(pending)):
+            wire["inputRequests"] = requests
         return wire
 
     async def task_result(self, ctx: Ctx, params: TaskIdParams) -> dict[str, Any]:
@@ -258,7 +261,7 @@ class MCPAgentServer:
         if run.status != "waiting":
             return []
         calls = await self.helix.pending_tool_calls(run.session_id)
-        return [c for c in calls if c.kind == "approval" and not c.answered]
+        return [c for c in calls if not c.answered]
 
     async def _answer(self, run: RunInfo, responses: dict[str, Any]) -> None:
         try:
@@ -275,7 +278,7 @@ def _principal(ctx: Ctx) -> Principal:
     request = ctx.request
     scope = getattr(request, "scope", None) or {}
     principal = scope.get("state", {}).get("helix_principal")
-    return principal if isinstance(principal, Principal) else ANYONE
+    return principal if isinstance(principal, Principal) else NOBODY
 
 
 def _can_elicit(ctx: Ctx) -> bool:

@@ -52,7 +52,11 @@ class Answer:
     reason: str | None
 
 
-def task_status(run: RunInfo) -> types.TaskStatus:
+def task_status(run: RunInfo, pending: list[PendingToolCall] | None = None) -> types.TaskStatus:
+    """`waiting` is `input_required` only while a call waits for an answer (a run that
+    waits on its sub-agents, or on an answer not applied yet, is `working`)."""
+    if run.status == "waiting" and not pending:
+        return "working"
     return _STATUS.get(run.status, "working")
 
 
@@ -67,22 +71,23 @@ def status_message(run: RunInfo, pending: list[PendingToolCall], inbox: str) -> 
         return run.error or "the run failed"
     if run.status in ("interrupted", "aborted"):
         return f"the run was {run.status}" + (f": {run.error}" if run.error else "")
-    if pending:
-        names = ", ".join(sorted({p.tool_name for p in pending}))
-        return (
-            f"waiting for approval of {names}: answer the input request or in the inbox ({inbox})"
-        )
-    if run.status == "waiting":
-        return f"waiting for {run.waiting_for or 'an answer'} (see the inbox: {inbox})"
-    return None
+    approvals = sorted({p.tool_name for p in pending if p.kind == "approval"})
+    others = sorted(
+        {f"{p.kind.replace('_', ' ')} for {p.tool_name}" for p in pending if p.kind != "approval"}
+    )
+    if not approvals and not others:
+        return None
+    asks = ([f"approval of {', '.join(approvals)}"] if approvals else []) + others
+    return f"waiting for {'; '.join(asks)}: answer the input request or in the inbox ({inbox})"
 
 
 def task_of(run: RunInfo, pending: list[PendingToolCall], inbox: str) -> types.Task:
-    """The MCP task a run is (task id = run id); `pending` are its unanswered approvals."""
+    """The MCP task a run is (task id = run id); `pending`: the unanswered calls its
+    session tree waits on."""
     created = _iso(run.started_at)
     return types.Task(
         task_id=run.run_id,
-        status=task_status(run),
+        status=task_status(run, pending),
         status_message=status_message(run, pending, inbox),
         created_at=created,
         last_updated_at=_iso(run.finished_at) or created,
@@ -113,6 +118,7 @@ def input_requests(pending: list[PendingToolCall]) -> dict[str, Any]:
             by_alias=True, mode="json", exclude_none=True
         )
         for p in pending
+        if p.kind == "approval"
     }
 
 
@@ -120,7 +126,7 @@ def read_answers(responses: dict[str, Any], pending: list[PendingToolCall]) -> l
     """Elicitation results -> approval answers; keys that are no pending approval are
     ignored (answered meanwhile, in the inbox, or never asked). Raises ValueError for a
     response that is not an elicitation result."""
-    waiting = {p.tool_call_id for p in pending}
+    waiting = {p.tool_call_id for p in pending if p.kind == "approval"}
     answers = []
     for key, raw in responses.items():
         if key not in waiting:
