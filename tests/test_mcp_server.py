@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -42,6 +42,11 @@ TOKEN = "mcp-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 pytestmark = pytest.mark.crash  # a database of its own: the server process is killed
+
+
+class NoTaskId(types.Request[types.RequestParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: types.RequestParams
 
 
 def free_port() -> int:
@@ -98,6 +103,7 @@ def running(database_url: str, markers: Path) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+        print((markers / "server.out").read_text())  # shown when the test fails
 
 
 async def approve_all(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -170,6 +176,11 @@ async def test_plain_calls_tools_and_bad_input_in_the_protocol_s_shape(database_
             session_id, status, _ = run_row(database_url, run_id)
             assert status == "completed" and session_id.startswith("mcp_")
 
+            nul = await client.call_tool("echo", {"input": "a\x00b"})
+            assert nul.is_error is True and "NUL" in nul.content[0].text  # type: ignore[union-attr]
+            with pytest.raises(MCPError) as no_id:  # tasks/get without its taskId
+                await client.session.send_request(NoTaskId(params=types.RequestParams()), TaskState)
+            assert no_id.value.code == types.INVALID_PARAMS
             bad = await client.call_tool("echo", {"text": "no input field"})
             assert bad.is_error is True and "input" in bad.content[0].text  # type: ignore[union-attr]
             with pytest.raises(MCPError) as unknown:
@@ -312,6 +323,7 @@ async def test_reconnect_and_sigkill_mid_run_find_the_task_and_finish_it_once(
             assert {killed, task_id} <= {t.task_id for t in (await tc.list(s)).tasks}
     finally:
         server.stop()
+        print((tmp_path / "server.out").read_text())  # shown when the test fails
     session_id, status, output = run_row(database_url, killed)
     assert (status, output) == ("completed", "slow: done killed")
     assert len(sql(database_url, "SELECT 1 FROM helix.runs WHERE session_id = %s", session_id)) == 1

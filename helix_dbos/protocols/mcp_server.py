@@ -37,7 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 from starlette.routing import Route
 
-from helix_dbos.errors import RunNotFoundError, SessionNotFoundError
+from helix_dbos.errors import InvalidInputError, RunNotFoundError, SessionNotFoundError
 from helix_dbos.protocols import mcp_tasks as tasks
 from helix_dbos.protocols.mcp_openapi import document_mcp
 from helix_dbos.runtime.results import PendingToolCall, RunInfo
@@ -144,7 +144,10 @@ class MCPAgentServer:
                 f"{principal.name or 'this principal'} may only use its own sessions; an MCP tool "
                 "call opens a new one"
             )
-        handle = await self.helix.execute(params.name, text, session_id=session_id)
+        try:
+            handle = await self.helix.execute(params.name, text, session_id=session_id)
+        except InvalidInputError as exc:  # e.g. a NUL in the input: the caller's to fix
+            return _tool_error(str(exc))
         if _wants_task(ctx, params):
             run = await self.helix.get_run(handle.run_id)
             task = tasks.task_of(run, [], self.inbox)
@@ -316,6 +319,7 @@ def mount_mcp(app: FastAPI, ctx: ServerContext, mcp_agents: bool | Sequence[str]
     agents = chosen_agents(ctx, mcp_agents)
     server = MCPAgentServer(ctx, agents).build()
     manager = StreamableHTTPSessionManager(app=server)
+    app.state.helix_mcp = manager  # mounted as a sub-app: enter `manager.run()` in your lifespan
     app.router.routes.append(Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)))
     document_mcp(app, MCP_PATH)
     inner = app.router.lifespan_context
