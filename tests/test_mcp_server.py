@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,8 +35,10 @@ from mcp.shared.exceptions import MCPError
 
 from helix_dbos import HelixClient
 from helix_dbos import MCPTasks as tc
+from helix_dbos.protocols import mcp_tasks
 from helix_dbos.protocols.mcp_task_client import TaskCreated, TaskState
 from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
+from helix_dbos.runtime.results import PendingToolCall, RunInfo
 
 APP = Path(__file__).with_name("mcp_agents_app.py")
 TOKEN = "mcp-secret"
@@ -192,6 +195,20 @@ async def test_plain_calls_tools_and_bad_input_in_the_protocol_s_shape(database_
             with pytest.raises(MCPError) as not_mcp:  # a run that is no MCP task
                 await tc.get(client.session, "")
             assert not_mcp.value.code == types.INVALID_PARAMS
+
+        # A handshake-era (2025-11-25) client: plain calls; an approval waits in the inbox.
+        http = httpx2.AsyncClient(headers=AUTH, timeout=30)
+        legacy = Client(streamable_http_client(server.url, http_client=http), mode="legacy")
+        async with http, legacy as client:
+            assert client.protocol_version == "2025-11-25"
+            result = await client.call_tool("echo", {"input": "old"})
+            assert result.content[0].text == "echo: old"  # type: ignore[union-attr]
+            waits = await client.call_tool("deployer", {"input": "later"})
+            assert waits.is_error is False and "inbox" in waits.content[0].text  # type: ignore[union-attr]
+            run_id = waits.structured_content["run_id"]
+            state = await tc.get(client.session, run_id)  # the run id is the task id
+            assert state.status == "input_required"
+        assert lines(tmp_path, "deploy.log") == []
 
         # The edge guard's auth and limits hold on /mcp; nothing is a 5xx.
         ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
@@ -407,3 +424,55 @@ def _up(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.mark.parametrize(
+    ("status", "pending", "expected"),
+    [
+        ("running", False, "working"),
+        ("waiting", True, "input_required"),
+        ("waiting", False, "working"),  # on its sub-agents, or an answer not applied yet
+        ("completed", False, "completed"),
+        ("failed", False, "failed"),
+        ("interrupted", False, "cancelled"),
+        ("aborted", False, "cancelled"),
+    ],
+)
+def test_run_statuses_map_to_task_statuses(status, pending, expected):
+    run = RunInfo(
+        run_id="run_1", session_id="mcp_1", workflow_id="w", agent_name="a", turn=1,
+        status=status, step_count=1, started_at=datetime(2026, 11, 26, tzinfo=UTC),
+    )  # fmt: skip
+    calls = [
+        PendingToolCall(tool_call_id="c1", tool_name="deploy", kind="approval", run_id="run_1")
+    ]
+    task = mcp_tasks.task_of(run, calls if pending else [], "/inbox")
+    assert (task.task_id, task.status, task.created_at) == (
+        "run_1",
+        expected,
+        "2026-11-26T00:00:00+00:00",
+    )
+    wire = mcp_tasks.task_wire(task)
+    assert wire["ttl"] is None and wire["taskId"] == "run_1"
+
+
+def test_elicitation_answers_become_approvals_and_garbage_is_refused():
+    calls = [
+        PendingToolCall(tool_call_id="c1", tool_name="deploy", kind="approval", run_id="r"),
+        PendingToolCall(tool_call_id="c2", tool_name="deploy", kind="approval", run_id="r"),
+        PendingToolCall(tool_call_id="c3", tool_name="locate", kind="client", run_id="r"),
+    ]
+    answers = mcp_tasks.read_answers(
+        {
+            "c1": {"action": "accept", "content": {"approved": True, "reason": "ok"}},
+            "c2": {"action": "decline"},
+            "c3": {"action": "accept", "content": {"approved": True}},  # no approval: ignored
+            "zz": {"action": "accept"},  # unknown: ignored
+        },
+        calls,
+    )
+    assert [(a.tool_call_id, a.approved) for a in answers] == [("c1", True), ("c2", False)]
+    assert answers[0].reason == "ok" and "decline" in (answers[1].reason or "")
+    with pytest.raises(ValueError, match="c1"):
+        mcp_tasks.read_answers({"c1": {"action": "maybe"}}, calls)
+    assert list(mcp_tasks.input_requests(calls)) == ["c1", "c2"]
