@@ -209,6 +209,17 @@ async def test_plain_calls_tools_and_bad_input_in_the_protocol_s_shape(database_
             state = await tc.get(client.session, run_id)  # the run id is the task id
             assert state.status == "input_required"
         assert lines(tmp_path, "deploy.log") == []
+        # ... and one that elicits is asked with `elicitation/create` on the call's stream.
+        http = httpx2.AsyncClient(headers=AUTH, timeout=60)
+        legacy = Client(
+            streamable_http_client(server.url, http_client=http),
+            mode="legacy",
+            elicitation_callback=approve_all,
+        )
+        async with http, legacy as client:
+            result = await client.call_tool("deployer", {"input": "legacy"})
+            assert result.content[0].text == "deployer: deployed legacy"  # type: ignore[union-attr]
+        assert lines(tmp_path, "deploy.log") == ["legacy"]
 
         # The edge guard's auth and limits hold on /mcp; nothing is a 5xx.
         ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}

@@ -156,16 +156,29 @@ class MCPAgentServer:
 
     async def _settle_for_call(self, ctx: Ctx, run_id: str) -> Any:
         """Wait for the run's end, or for an approval: asked of a client that can elicit
-        (`input_required`, `requestState` = the run id), otherwise left to the inbox."""
-        run, pending = await self._settle(run_id)
-        if run.status in tasks.FINAL_STATUSES:
-            return tasks.tool_result(run)
-        approvals = [p for p in pending if p.kind == "approval"]
-        if approvals and _can_elicit(ctx) and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return types.InputRequiredResult(
-                input_requests={p.tool_call_id: tasks.approval_request(p) for p in approvals},
-                request_state=run.run_id,
-            )
+        (2026-07-28: an `input_required` result, `requestState` = the run id; handshake
+        era: an `elicitation/create` request on the call's stream), otherwise left to
+        the inbox."""
+        while True:
+            run, pending = await self._settle(run_id)
+            if run.status in tasks.FINAL_STATUSES:
+                return tasks.tool_result(run)
+            approvals = [p for p in pending if p.kind == "approval"]
+            if not approvals or not _can_elicit(ctx):
+                break
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                return types.InputRequiredResult(
+                    input_requests={p.tool_call_id: tasks.approval_request(p) for p in approvals},
+                    request_state=run.run_id,
+                )
+            answers = {}
+            for call in approvals:
+                asked = tasks.approval_request(call).params
+                assert isinstance(asked, types.ElicitRequestFormParams)
+                answers[call.tool_call_id] = await ctx.session.elicit_form(
+                    asked.message, asked.requested_schema, ctx.request_id
+                )
+            await self._answer(run, answers)
         message = tasks.status_message(run, pending, self.inbox) or "the run waits"
         return types.CallToolResult(
             content=[types.TextContent(text=message)],
