@@ -6,8 +6,9 @@ edge guard, so the bearer auth, Host/Origin checks and body limits of every othe
 route apply. A call is a helix run in a session of its own (`mcp_<hex>`):
 
 - plain `tools/call`: waits for the run and returns its output; an approval on the way
-  is an `input_required` result whose elicitations answer it (the SDK's `Client` runs
-  that loop for you), or, for a client that cannot elicit, stays in the inbox;
+  is asked of a client that can elicit (2026-07-28: an `input_required` result, whose
+  loop the SDK's `Client` runs; handshake era: an `elicitation/create` request), and
+  otherwise stays in the inbox;
 - with the tasks extension (`io.modelcontextprotocol/tasks` in the client's
   capabilities, or `task` in the call's params): the call returns at once with a task
   whose id IS the run id; `tasks/get`, `tasks/result`, `tasks/update` (elicitation
