@@ -6,11 +6,14 @@ One process, one fresh database:
    first model reply calls a `require_approval=True` tool, and wait until
    `helix.runs` shows N runs `waiting` (each parked in `DBOS.recv_async`).
 2. Measure resident memory (VmRSS) and threads before and while they wait, and the
-   process's CPU use over an idle window while they wait.
+   process's CPU use over an idle window before the runs start and while they wait
+   (make it 60 s or more: each waiter's own fallback re-check, with
+   `--per-waiter-recheck`, comes once a minute).
 3. Approve all N (`helix.approve`, bounded concurrency) and time until all N runs
    are `completed`.
 
-usage: .venv/bin/python benchmarks/bench_waiting_runs.py [--runs N] [--database-url URL]
+usage: .venv/bin/python benchmarks/bench_waiting_runs.py [--runs N] [--idle-seconds S]
+       [--per-waiter-recheck] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ async def measure(
         await warm_up(helix, agent, counter)
         await asyncio.sleep(1)
         before = Snapshot.take()
+        idle_cpu_before = await idle_cpu(args.idle_seconds)
         sampler = ThreadSampler()
         sampler.start()
 
@@ -213,9 +217,7 @@ async def measure(
         # 2. while they wait
         await asyncio.sleep(1)
         during = Snapshot.take()
-        cpu0, wall0 = cpu_seconds(), time.perf_counter()
-        await asyncio.sleep(args.idle_seconds)
-        idle_cpu = (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
+        idle_cpu_waiting = await idle_cpu(args.idle_seconds)
 
         # 3. approve all, drain
         print(f"approving {n} runs (concurrency {args.concurrency})", flush=True)
@@ -252,7 +254,9 @@ async def measure(
         "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
         "threads_peak_while_starting": peak_threads_start,
         "threads_peak_while_draining": peak_threads_drain,
-        "idle_cpu_cores_while_waiting": idle_cpu,
+        "idle_cpu_cores_before": idle_cpu_before,
+        "idle_cpu_cores_while_waiting": idle_cpu_waiting,
+        "per_waiter_recheck": args.per_waiter_recheck,
         "idle_seconds": args.idle_seconds,
         "drain": {
             "approve_calls_s": approved_s,
@@ -260,7 +264,15 @@ async def measure(
             "runs_per_s": n / drained_s,
             "completed": completed,
         },
+        "drain_over_start_rate": (n / drained_s) / (n / waiting_s),
     }
+
+
+async def idle_cpu(seconds: float) -> float:
+    """The process's CPU time over `seconds` of doing nothing, in cores."""
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
 
 
 def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
@@ -297,10 +309,13 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
         f"{w['threads_os']} while {n} wait, peak {r['threads_peak_while_draining']} while "
         f"draining, {a['threads_os']} after"
     )
+    recheck = "each waiter's own (DBOS)" if r["per_waiter_recheck"] else "one shared (helix)"
     print(
-        f"CPU while {n} runs wait (idle {r['idle_seconds']:g} s): "
-        f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% of one core"
+        f"CPU while idle ({r['idle_seconds']:g} s), re-check of waiters {recheck}: "
+        f"{r['idle_cpu_cores_before'] * 100:.1f}% of one core before, "
+        f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% while {n} runs wait"
     )
+    print(f"drain rate / start rate: {r['drain_over_start_rate']:.2f}")
     print(f"after the drain: VmRSS {a['rss_mb']:.1f} MB, peak (VmHWM) {a['peak_rss_mb']:.1f} MB")
 
 
@@ -316,6 +331,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             application_version="helix-bench",
         )
         helix.launch()  # on this loop
+        if args.per_waiter_recheck:  # DBOS's own timer per waiter, for an A/B
+            helix._process._recheck.stop()
         try:
             figures = await measure(helix, agent, database_url, args)
         finally:
@@ -347,6 +364,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="give up on a phase after this many seconds"
+    )
+    parser.add_argument(
+        "--per-waiter-recheck",
+        action="store_true",
+        help="each waiting recv re-checks the database on its own timer (DBOS's way), "
+        "not helix's one shared re-check: the A side of an A/B",
     )
     parser.add_argument(
         "--pyinstrument",
