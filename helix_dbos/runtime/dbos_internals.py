@@ -98,7 +98,12 @@ def app_name() -> str:
     return name
 
 
-def recheck_message_waiters() -> int:
+def recheck_message_waiters() -> None:
+    """`wake_message_waiters()`, for a callback that wants nothing back."""
+    wake_message_waiters()
+
+
+def wake_message_waiters() -> int:
     """Every `recv` (and `get_event`) waiting in this process looks for its message in
     the database once, in one query per thousand waiters (blocking: call it in a
     thread); returns how many it woke. DBOS wakes a waiting recv on its notification,
@@ -139,7 +144,7 @@ def recheck_message_waiters() -> int:
     return woken
 
 
-_RECHECK_BATCH = 1000  # workflow ids per query of `recheck_message_waiters`
+_RECHECK_BATCH = 1000  # workflow ids per query of `wake_message_waiters`
 
 
 def waiter_recheck_seconds() -> float:

@@ -55,7 +55,7 @@ class MessageRecheck:
         self.sweeps += 1
         if not dbos_internals.listener_running():
             return 0  # without a listener, DBOS polls each waiter every second anyway
-        return dbos_internals.recheck_message_waiters()
+        return dbos_internals.wake_message_waiters()
 
     def _run(self) -> None:
         assert self.interval_seconds is not None
