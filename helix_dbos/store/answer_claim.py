@@ -16,14 +16,20 @@ from helix_dbos.store.repository import _TOOL_CALL_COLUMNS, SQLConnection, ToolC
 _RETURNED = ", ".join(f"t.{c.strip()}" for c in _TOOL_CALL_COLUMNS.split(","))
 
 # The call is picked as `repository.find_tool_call` picks it (the session's own first,
-# else a sub-agent's, the newest), locked, then marked answered if still claimable:
-# under READ COMMITTED a concurrent answer's commit is seen when the lock is granted.
+# else a sub-agent's, the newest), by index: each branch of the union is a lookup on
+# (session_id, tool_call_id), where an `OR` over the two scanned the whole table. The
+# update locks the row; under READ COMMITTED a concurrent answer's commit is seen when
+# the lock is granted, and the row no longer qualifies.
 _CLAIM: TextClause = text(
     "UPDATE helix.tool_calls AS t SET answered_at = now() FROM ("
-    "SELECT run_id, tool_call_id FROM helix.tool_calls WHERE tool_call_id = :tcid "
-    "AND (session_id = :sid OR session_id IN "
-    "(SELECT session_id FROM helix.sessions WHERE root_session_id = :sid)) "
-    "ORDER BY session_id = :sid DESC, created_at DESC LIMIT 1 FOR UPDATE) AS pick "
+    "SELECT run_id, tool_call_id FROM ("
+    "SELECT run_id, tool_call_id, created_at, true AS own FROM helix.tool_calls "
+    "WHERE session_id = :sid AND tool_call_id = :tcid "
+    "UNION ALL "
+    "SELECT c.run_id, c.tool_call_id, c.created_at, false FROM helix.sessions AS s "
+    "JOIN helix.tool_calls AS c ON c.session_id = s.session_id AND c.tool_call_id = :tcid "
+    "WHERE s.root_session_id = :sid AND s.session_id <> :sid"
+    ") AS candidates ORDER BY own DESC, created_at DESC LIMIT 1) AS pick "
     "WHERE t.run_id = pick.run_id AND t.tool_call_id = pick.tool_call_id "
     "AND t.kind = :kind AND t.status = 'pending' AND t.answered_at IS NULL "
     f"RETURNING {_RETURNED}"
