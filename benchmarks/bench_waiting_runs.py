@@ -6,11 +6,14 @@ One process, one fresh database:
    first model reply calls a `require_approval=True` tool, and wait until
    `helix.runs` shows N runs `waiting` (each parked in `DBOS.recv_async`).
 2. Measure resident memory (VmRSS) and threads before and while they wait, and the
-   process's CPU use over an idle window while they wait.
+   process's CPU use over an idle window before the runs start and while they wait
+   (make it 60 s or more: each waiter's own fallback re-check, with
+   `--per-waiter-recheck`, comes once a minute).
 3. Approve all N (`helix.approve`, bounded concurrency) and time until all N runs
    are `completed`.
 
-usage: .venv/bin/python benchmarks/bench_waiting_runs.py [--runs N] [--database-url URL]
+usage: .venv/bin/python benchmarks/bench_waiting_runs.py [--runs N] [--idle-seconds S]
+       [--per-waiter-recheck] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Any
 import psycopg
 from bench_agent_loop import fresh_database, server_url
 from bench_common import cpu_seconds, profiled, rounded
+from dbos import DBOS
+from dbos._dbos import _get_dbos_instance
 
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
@@ -41,6 +46,13 @@ from helix_dbos.store.database import libpq_url, redact_url
 AGENT_NAME = "bench_waiter"
 TOOL_CALL_ID = "call_1"
 TOOL_RAN: set[str] = set()  # sessions whose gated tool body ran
+
+
+@DBOS.workflow(name="bench.bare_wait")
+async def bare_wait() -> str:
+    """The floor (`--bare`): a bare DBOS workflow parked in `recv_async`, nothing else."""
+    message = await DBOS.recv_async("approval", timeout_seconds=3600)
+    return "answered" if message is not None else "timed out"
 
 
 @tool(require_approval=True)
@@ -177,7 +189,7 @@ async def warm_up(helix: HelixDBOS, agent: Agent, counter: Counter) -> None:
 
 
 async def measure(
-    helix: HelixDBOS, agent: Agent, database_url: str, args: argparse.Namespace
+    helix: HelixDBOS, agent: Agent, mock: MockLLM, database_url: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     n = args.runs
     async with await psycopg.AsyncConnection.connect(
@@ -185,8 +197,10 @@ async def measure(
     ) as conn:
         counter = Counter(conn)
         await warm_up(helix, agent, counter)
+        mock.inputs.clear()
         await asyncio.sleep(1)
         before = Snapshot.take()
+        idle_cpu_before = await idle_cpu(args.idle_seconds)
         sampler = ThreadSampler()
         sampler.start()
 
@@ -209,13 +223,14 @@ async def measure(
             start_all(), counter.wait_for("waiting", n, "waiting", args.timeout, started)
         )
         peak_threads_start = await sampler.stop()
+        # MockLLM keeps every request it was sent (for tests to inspect); a real model's
+        # adapter keeps none, so its log is no part of what a waiting run costs.
+        mock.inputs.clear()
 
         # 2. while they wait
         await asyncio.sleep(1)
         during = Snapshot.take()
-        cpu0, wall0 = cpu_seconds(), time.perf_counter()
-        await asyncio.sleep(args.idle_seconds)
-        idle_cpu = (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
+        idle_cpu_waiting = await idle_cpu(args.idle_seconds)
 
         # 3. approve all, drain
         print(f"approving {n} runs (concurrency {args.concurrency})", flush=True)
@@ -252,7 +267,9 @@ async def measure(
         "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
         "threads_peak_while_starting": peak_threads_start,
         "threads_peak_while_draining": peak_threads_drain,
-        "idle_cpu_cores_while_waiting": idle_cpu,
+        "idle_cpu_cores_before": idle_cpu_before,
+        "idle_cpu_cores_while_waiting": idle_cpu_waiting,
+        "per_waiter_recheck": args.per_waiter_recheck,
         "idle_seconds": args.idle_seconds,
         "drain": {
             "approve_calls_s": approved_s,
@@ -260,13 +277,78 @@ async def measure(
             "runs_per_s": n / drained_s,
             "completed": completed,
         },
+        "drain_over_start_rate": (n / drained_s) / (n / waiting_s),
     }
+
+
+async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
+    """The same phases with N bare DBOS workflows parked in `recv_async`: DBOS's own cost
+    of a waiting workflow, the floor under helix's."""
+    n = args.runs
+    waiters = _get_dbos_instance()._sys_db.notifications_map
+    before = Snapshot.take()
+    idle_cpu_before = await idle_cpu(args.idle_seconds)
+    started = time.perf_counter()
+    handles = await bounded(
+        args.concurrency, list(range(n)), lambda _: DBOS.start_workflow_async(bare_wait)
+    )
+    executed_s = time.perf_counter() - started
+    while len(waiters.snapshot()) < n:  # every one registered in recv, so parked
+        await asyncio.sleep(0.05)
+    waiting_s = time.perf_counter() - started
+    await asyncio.sleep(1)
+    during = Snapshot.take()
+    idle_cpu_waiting = await idle_cpu(args.idle_seconds)
+    approve_start = time.perf_counter()
+    await bounded(
+        args.concurrency,
+        handles,
+        lambda h: DBOS.send_async(h.workflow_id, {"approved": True}, "approval"),
+    )
+    approved_s = time.perf_counter() - approve_start
+    results = await asyncio.gather(*(h.get_result() for h in handles))
+    drained_s = time.perf_counter() - approve_start
+    after = Snapshot.take()
+    completed = sum(1 for r in results if r == "answered")
+    return {
+        "runs": n,
+        "concurrency": args.concurrency,
+        "start": {
+            "execute_all_s": executed_s,
+            "all_waiting_s": waiting_s,
+            "runs_per_s": n / waiting_s,
+        },
+        "before": vars(before),
+        "waiting": vars(during),
+        "after_drain": vars(after),
+        "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
+        "threads_peak_while_starting": during.threads_os,
+        "threads_peak_while_draining": after.threads_os,
+        "idle_cpu_cores_before": idle_cpu_before,
+        "idle_cpu_cores_while_waiting": idle_cpu_waiting,
+        "per_waiter_recheck": args.per_waiter_recheck,
+        "idle_seconds": args.idle_seconds,
+        "drain": {
+            "approve_calls_s": approved_s,
+            "all_completed_s": drained_s,
+            "runs_per_s": n / drained_s,
+            "completed": completed,
+        },
+        "drain_over_start_rate": waiting_s / drained_s,
+    }
+
+
+async def idle_cpu(seconds: float) -> float:
+    """The process's CPU time over `seconds` of doing nothing, in cores."""
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
 
 
 def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
     n = r["runs"]
     b, w, a = r["before"], r["waiting"], r["after_drain"]
-    print(f"\nhelix_dbos waiting runs, database: {kind} ({redact_url(url)})")
+    print(f"\n{r['what']}, database: {kind} ({redact_url(url)})")
     print(f"code measured: {r['code']}")
     print(
         f"cores: {r['cores']}, python {sys.version.split()[0]}, {n} runs, "
@@ -297,10 +379,13 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
         f"{w['threads_os']} while {n} wait, peak {r['threads_peak_while_draining']} while "
         f"draining, {a['threads_os']} after"
     )
+    recheck = "each waiter's own (DBOS)" if r["per_waiter_recheck"] else "one shared (helix)"
     print(
-        f"CPU while {n} runs wait (idle {r['idle_seconds']:g} s): "
-        f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% of one core"
+        f"CPU while idle ({r['idle_seconds']:g} s), re-check of waiters {recheck}: "
+        f"{r['idle_cpu_cores_before'] * 100:.1f}% of one core before, "
+        f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% while {n} runs wait"
     )
+    print(f"drain rate / start rate: {r['drain_over_start_rate']:.2f}")
     print(f"after the drain: VmRSS {a['rss_mb']:.1f} MB, peak (VmHWM) {a['peak_rss_mb']:.1f} MB")
 
 
@@ -308,19 +393,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     server, kind = server_url(args.database_url)
     with fresh_database(server) as database_url:
         agent = Agent(AGENT_NAME, system_prompt="You ask first.", tools=[gated])
+        mock = MockLLM(responder)
         helix = HelixDBOS(
             [agent],
             database_url=database_url,
-            llm=MockLLM(responder),
+            llm=mock,
             executor_id=f"bench-{uuid.uuid4().hex[:8]}",
             application_version="helix-bench",
         )
         helix.launch()  # on this loop
+        recheck = getattr(helix._process, "_recheck", None)  # absent before issue 34
+        if args.per_waiter_recheck and recheck is not None:  # DBOS's timer per waiter (A/B)
+            recheck.stop()
         try:
-            figures = await measure(helix, agent, database_url, args)
+            if args.bare:
+                figures = await measure_bare(args)
+            else:
+                figures = await measure(helix, agent, mock, database_url, args)
         finally:
             helix.shutdown()
     result = {
+        "what": "bare DBOS workflows in recv" if args.bare else "helix runs waiting for approval",
         "database": kind,
         "code": str(Path(helix_dbos.__file__).parent),
         "cores": os.cpu_count(),
@@ -347,6 +440,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="give up on a phase after this many seconds"
+    )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="bare DBOS workflows parked in recv_async instead of helix runs: DBOS's floor",
+    )
+    parser.add_argument(
+        "--per-waiter-recheck",
+        action="store_true",
+        help="each waiting recv re-checks the database on its own timer (DBOS's way), "
+        "not helix's one shared re-check: the A side of an A/B",
     )
     parser.add_argument(
         "--pyinstrument",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import dbos._dbos as _dbos_module
+import sqlalchemy as sa
 from dbos import AsyncSQLAlchemyDatasource
 from dbos._context import get_local_dbos_context
 from dbos._core import WorkflowHandleAsyncTask
@@ -98,18 +99,80 @@ def app_name() -> str:
 
 
 def recheck_message_waiters() -> None:
-    """Every `recv` waiting in this process looks for its message in the database once
-    (blocking: call it in a thread). DBOS wakes a waiting recv on its notification, and
-    otherwise re-checks once a minute: a message sent while DBOS's listener was cut off
-    (a database restart) would wait that minute. Helix's own listener calls this when it
-    connects again after losing its connection."""
+    """`wake_message_waiters()`, for a callback that wants nothing back."""
+    wake_message_waiters()
+
+
+def wake_message_waiters() -> int:
+    """Every `recv` (and `get_event`) waiting in this process looks for its message in
+    the database once, in one query per thousand waiters (blocking: call it in a
+    thread); returns how many it woke. DBOS wakes a waiting recv on its notification,
+    and otherwise each waiter re-checks on its own timer, a query each. Helix calls this
+    when its own listener connects again after losing its connection (a message sent
+    while DBOS's listener was cut off would wait for that timer), and once a minute for
+    every waiter at once (`message_recheck.MessageRecheck`), in place of those timers."""
     instance = _dbos_module._dbos_global_instance
     if instance is None or not instance._launched:
+        return 0
+    sys_db = instance._sys_db
+    woken = 0
+    maps = (
+        (sys_db.notifications_map, sys_db.tables.notifications, "destination_uuid", "topic"),
+        (sys_db.workflow_events_map, sys_db.tables.workflow_events, "workflow_uuid", "key"),
+    )
+    for waiters_map, table, id_column, name_column in maps:
+        # Each waiter's own events, taken now: one registered later is never woken by a
+        # message this check saw (it may be consumed by then).
+        waiting: dict[tuple[str, str], list[Any]] = {}
+        for _payload, components, signal in waiters_map.snapshot():
+            with signal._lock:
+                events = list(signal._waiters)
+            waiting.setdefault((components[0], components[1]), []).extend(events)
+        ids = sorted({workflow_id for workflow_id, _ in waiting})
+        for start in range(0, len(ids), _RECHECK_BATCH):
+            query = sa.select(table.c[id_column], table.c[name_column]).where(
+                table.c[id_column].in_(ids[start : start + _RECHECK_BATCH])
+            )
+            if table is sys_db.tables.notifications:
+                query = query.where(table.c.consumed == False)  # noqa: E712 - SQL
+            with sys_db.poll_limiter, sys_db.engine.begin() as conn:
+                found = {(str(a), str(b)) for a, b in conn.execute(query).fetchall()}
+            for key in found & waiting.keys():
+                for event in waiting[key]:
+                    event.set()
+                    woken += 1
+    return woken
+
+
+_RECHECK_BATCH = 1000  # workflow ids per query of `wake_message_waiters`
+
+
+def waiter_recheck_seconds() -> float:
+    """How often DBOS has each waiting `recv`/`get_event` re-check the database on its
+    own while its notification listener runs (60 s in DBOS 3.4)."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
+        raise RuntimeError("DBOS is not configured")
+    return float(type(instance._sys_db)._notification_fallback_polling_interval)
+
+
+def set_waiter_recheck_seconds(seconds: float | None) -> None:
+    """Set that interval for this process's waiters (`None`: DBOS's own again). Waits
+    that start afterwards use it; the listener-less polling interval is untouched."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None:
         return
     sys_db = instance._sys_db
-    for _payload, components, event in sys_db.notifications_map.snapshot():
-        # The key's signal, which sets every waiter's event, as DBOS's own poll does.
-        sys_db.recv_check(components[0], components[1], cast(Any, event))
+    if seconds is None:
+        vars(sys_db).pop("_notification_fallback_polling_interval", None)
+    else:
+        sys_db._notification_fallback_polling_interval = seconds
+
+
+def listener_running() -> bool:
+    """DBOS's LISTEN/NOTIFY listener runs: a waiter is woken by its notification."""
+    instance = _dbos_module._dbos_global_instance
+    return instance is not None and bool(getattr(instance._sys_db, "_listener_running", False))
 
 
 def execution_owner() -> tuple[str, str] | None:

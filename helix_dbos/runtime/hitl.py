@@ -10,11 +10,14 @@ from `recv`'s recorded result, so a replay takes the same path.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from dbos import DBOS
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -43,6 +46,7 @@ WAITING_FOR: dict[GateKind, str] = {
     "client": "client_tool",
     "human_input": "human_input",
 }
+T = TypeVar("T")
 CHUNK_TYPES: dict[GateKind, str] = {
     "approval": "tool_approval_request",
     "client": "client_tool_request",
@@ -348,7 +352,14 @@ class HumanWait:
             for p in pending
             if interrupt is not None and p.tool_call_id not in answers
         ]
-        await self.rt.transaction("helix.resume_wait", _resume, self.head, resolutions)
+        resume = functools.partial(
+            self.rt.transaction, "helix.resume_wait", _resume, self.head, resolutions
+        )
+        if interrupt is None and self.agent.hooks.on_agent_resumed is None:
+            # Answered, no hook to fire first: the caller runs the resume write beside
+            # the approved tools' steps, off the approval's path (see `WaitResult.resume`).
+            return WaitResult(answers, None, resume)
+        await resume()
         why = "interrupted" if interrupt is not None else "answered"
         await self._fire(
             "on_agent_resumed", "running", {"reason": why, "tool_call_ids": list(answers)}
@@ -447,6 +458,29 @@ class HumanWait:
 class WaitResult:
     answers: dict[str, Answer]
     interrupt: InterruptNotice | None = None  # the wait ended on an interrupt
+    # The resume transaction (close the calls, mark the run running), still to run: the
+    # caller starts it first, beside the approved tools' steps (`with_resume`), so an
+    # approval reaches its tool without waiting for that commit. It is a checkpointed
+    # step like any other: started first, it draws its step id first, so a replay
+    # finds the same ids. `None`: already done.
+    resume: Callable[[], Awaitable[None]] | None = None
+
+
+async def with_resume(resume: Callable[[], Awaitable[None]] | None, work: Awaitable[T]) -> T:
+    """`work` with `resume` started just before it (both to the end, the first error
+    raised): the resume step draws its step id before the work's steps do."""
+    if resume is None:
+        return await work
+    first = asyncio.ensure_future(resume())  # runs first: tasks start in creation order
+    second = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({first, second})
+    except asyncio.CancelledError:
+        first.cancel()
+        second.cancel()
+        raise
+    first.result()
+    return second.result()
 
 
 def interrupted_message(reason: str | None) -> str:

@@ -34,6 +34,7 @@ from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
+from helix_dbos.store.answer_claim import claim_answer
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 
@@ -94,6 +95,11 @@ class RunControl:
 
         async def tx() -> repo.ToolCallRow:
             async with self.runtime.engine.begin() as conn:
+                claimed = await claim_answer(conn, session_id, tool_call_id, kind)
+                if claimed is not None:  # the usual case, one statement
+                    await self._check_client_result(conn, claimed, payload)
+                    await self._send_answer(claimed, kind, payload)
+                    return claimed
                 row = await repo.find_tool_call(conn, session_id, tool_call_id, for_update=True)
                 if row is None:
                     if await repo.get_session(conn, session_id) is None:
@@ -110,12 +116,7 @@ class RunControl:
                     )
                 await self._check_client_result(conn, row, payload)
                 await repo.mark_answered(conn, row.run_id, tool_call_id)
-                await DBOS.send_async(
-                    row.workflow_id,
-                    payload,
-                    TOPICS[kind],
-                    idempotency_key=f"{row.run_id}:{tool_call_id}",
-                )
+                await self._send_answer(row, kind, payload)
                 return row
 
         row = await on_target_loop(tx)
@@ -130,6 +131,17 @@ class RunControl:
             tool_name=row.tool_name,
             error=payload.get("error"),
             reason=payload.get("reason"),
+        )
+
+    async def _send_answer(
+        self, row: repo.ToolCallRow, kind: GateKind, payload: dict[str, Any]
+    ) -> None:
+        """Inside the claiming transaction: exactly once, under the call's key."""
+        await DBOS.send_async(
+            row.workflow_id,
+            payload,
+            TOPICS[kind],
+            idempotency_key=f"{row.run_id}:{row.tool_call_id}",
         )
 
     async def _check_client_result(

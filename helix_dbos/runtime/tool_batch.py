@@ -32,6 +32,7 @@ from helix_dbos.runtime.hitl import (
     evaluate_gates,
     interrupted_message,
     needs_gate_step,
+    with_resume,
 )
 from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.remote_children import run_remote_children
@@ -254,7 +255,7 @@ class ToolBatch:
                     outcome,
                 )
             self.outcomes[call.id] = outcome
-        return await self._parallel(approved, state)
+        return await with_resume(waited.resume, self._parallel(approved, state))
 
     async def _finishers(
         self, calls: list[ToolCall], state: dict[str, Any], *, run_failed: bool

@@ -25,6 +25,7 @@ from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
+from helix_dbos.runtime.message_recheck import MessageRecheck
 from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
@@ -196,6 +197,7 @@ class WorkerProcess:
         self.lease: WorkerLease | None = None
         self._closing: set[asyncio.Task[None]] = set()  # closes under way (see shutdown)
         self._sweep: asyncio.Task[None] | None = None
+        self._recheck = MessageRecheck()
 
     def launch(self, lease_seconds: float, reconcile_seconds: float) -> WorkerLease:
         """Take this worker's lease, launch DBOS (unless the application did), register
@@ -225,6 +227,7 @@ class WorkerProcess:
                 self._listen(identity)
                 DBOS.launch()
             self.dispatch.register(agents)
+            self._recheck.start()  # one re-check for every waiting recv, not one each
         except BaseException:
             self.runtime.lease_check = no_lease
             lease.stop()
@@ -287,6 +290,7 @@ class WorkerProcess:
             self._close_on_target_loop(self.waits.notifier_started.stop)
             self.waits.notifier_started = None
         self._close_on_target_loop(self.runtime.statement_pool.close)
+        self._recheck.stop()
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
         if self.lease is not None:
