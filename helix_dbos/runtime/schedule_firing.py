@@ -132,7 +132,9 @@ async def _arrive(
     )
     payload = {"message_id": message_id, "strategy": strategy, "content": spec.input}
     key = f"{message_id}:queued"
-    await queue_sql.insert_event(conn, sid, found.live_run_id, agent.name, key, "message_queued", payload)
+    await queue_sql.insert_event(
+        conn, sid, found.live_run_id, agent.name, key, "message_queued", payload
+    )
     return True
 
 
