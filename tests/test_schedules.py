@@ -3,12 +3,17 @@ or turns of one session), pause, resume, delete, backfill, trigger and bad input
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from helpers import sql, wait_for
 
-from helix_dbos.errors import InvalidInputError, ScheduleNotFoundError
+from helix_dbos.errors import (
+    InvalidInputError,
+    ScheduleNotFoundError,
+    SessionAgentMismatchError,
+)
 
 pytest_plugins = ["double_texting_support"]  # the gate and the scripted model
 
@@ -50,6 +55,17 @@ async def test_each_firing_is_a_run_in_a_session_of_its_own(
         await helix.get_schedule(info.name)
 
 
+def wait_until_quiet(database_url: str, name: str, quiet_seconds: float = 6.0) -> None:
+    """Until no firing of `name` was recorded for `quiet_seconds`: a pause or delete is
+    seen at the scheduler's next poll (every 5 s at most)."""
+    last, since = len(firings(database_url, name)), time.monotonic()
+    while time.monotonic() - since < quiet_seconds:
+        time.sleep(0.25)
+        now = len(firings(database_url, name))
+        if now != last:
+            last, since = now, time.monotonic()
+
+
 def session_runs(database_url: str, session_id: str) -> list[tuple]:
     return sql(
         database_url,
@@ -86,12 +102,14 @@ async def test_firings_appended_to_a_busy_session_wait_behind_its_run(
             sid,
         )
 
+    wait_until_quiet(database_url, name)
     wait_for(settled)
     rows = firings(database_url, name)
     runs = session_runs(database_url, sid)
-    # The held run, then one run per firing, each started once, in firing order.
+    # The held run, then one run per firing, each started once (in the order the firings
+    # stored their messages: two firings may execute at once).
     assert runs[0] == (first.run_id, "completed", "hold")
-    assert [r[0] for r in runs[1:]] == [r[2] for r in rows]
+    assert sorted(r[0] for r in runs[1:]) == sorted(r[2] for r in rows)
     assert all(r[1:] == ("completed", "tick") for r in runs[1:])
 
 
@@ -196,3 +214,17 @@ async def test_bad_schedules_are_refused_with_a_clear_error(helix, make_agent):
     with pytest.raises(ScheduleNotFoundError):
         await helix.backfill_schedule("no-such-schedule", datetime(2020, 1, 1, tzinfo=timezone.utc))
     assert await helix.list_schedules(agent) == []
+
+
+async def test_a_schedule_on_a_new_session_creates_it_and_another_agents_is_refused(
+    helix, make_agent, scripted
+):
+    agent, other = make_agent(), make_agent()
+    sid = f"ses_{agent.name}"
+    await helix.schedule(agent, "0 0 1 1 *", session=sid, name=f"{agent.name}-s")
+    session = await helix.get_session(sid)
+    assert (session.agent_name, session.status) == (agent.name, "idle")
+    with pytest.raises(SessionAgentMismatchError):
+        await helix.schedule(other, "0 0 1 1 *", session=sid, name=f"{other.name}-s")
+    assert await helix.list_schedules(other) == []
+    await helix.delete_schedule(f"{agent.name}-s")

@@ -104,7 +104,7 @@ def test_two_workers_fire_each_second_once_and_obey_pause_resume_delete(database
     try:
         ready(a), ready(b)
         book = ScheduleBook(client, app_name="helix_dbos")
-        assert [s.name for s in book.list()] == [NAME]  # both scheduled it: one schedule
+        assert [s.name for s in book.list_all()] == [NAME]  # both scheduled it: one schedule
         wait_for(lambda: count_firings(database_url) >= 6, timeout=60)
 
         assert book.pause(NAME).status == "paused"
@@ -116,7 +116,7 @@ def test_two_workers_fire_each_second_once_and_obey_pause_resume_delete(database
         wait_for(lambda: count_firings(database_url) >= paused_at + 3, timeout=60)
         book.delete(NAME)
         final = wait_until_quiet(database_url)
-        assert book.list() == []
+        assert book.list_all() == []
 
         wait_for(
             lambda: (

@@ -103,7 +103,7 @@ def list_schedules(
 ) -> int:
     """List the schedules, by name."""
     with _book(database_url, app_name) as book:
-        found = book.list(agent)
+        found = book.list_all(agent)
     if json_output:
         print_json([s.model_dump(mode="json") for s in found])
     elif not found:
@@ -166,7 +166,7 @@ def create(
         agent=agent,
         input=input,
         session_id=session,
-        multitask_strategy=strategy,  # type: ignore[arg-type]  # checked above
+        multitask_strategy=strategy,  # checked above
     )
     with _book(database_url, app_name) as book:
         info = book.put(spec, cron, timezone=tz, automatic_backfill=backfill)

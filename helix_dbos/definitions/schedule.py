@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import croniter  # type: ignore[import-untyped]
 from pydantic import BaseModel, Field
 
 from helix_dbos.errors import InvalidInputError

@@ -138,6 +138,18 @@ async def _arrive(
     return True
 
 
+async def ensure_session(
+    rt: Runtime, session_id: str, agent: Agent, state: dict[str, Any] | None
+) -> None:
+    """The session a schedule appends to, created now if new (idle, no run yet); another
+    agent's session is refused before the schedule exists."""
+    async with rt.engine.begin() as conn:
+        await repo.insert_session(conn, session_id, agent.name, state or agent.initial_state(None))
+        row = await repo.get_session(conn, session_id)
+        if row is not None and row.agent_name != agent.name:
+            raise SessionAgentMismatchError(session_id, row.agent_name, agent.name)
+
+
 _firer: ScheduleFirer | None = None
 
 

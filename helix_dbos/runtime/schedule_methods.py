@@ -21,7 +21,7 @@ from helix_dbos.definitions.schedule import (
 from helix_dbos.runtime.event_loop import on_target_loop, sync_twin
 from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.run_starts import RunStarts
-from helix_dbos.runtime.schedule_firing import scheduled_firing
+from helix_dbos.runtime.schedule_firing import ensure_session, scheduled_firing
 from helix_dbos.store.schedules import ScheduleBook, list_firings
 from helix_dbos.store.storable import check_storable
 
@@ -52,7 +52,7 @@ class ScheduleMethods:
         seconds first; in UTC unless `timezone` names a zone).
 
         Each firing is one run, once across every process: in a session of its own, or,
-        with `session`, the next turn of that session (created at the first firing). A
+        with `session`, the next turn of that session (created now if new). A
         firing while that session's run is live waits behind it (`multitask_strategy=
         "enqueue"`), is skipped (`"reject"`) or joins the live run (`"steer"`).
         `backfill=True` fires, when a process starts, the firings missed since the last
@@ -72,6 +72,8 @@ class ScheduleMethods:
             state=initial,
             multitask_strategy=multitask_strategy,
         )
+        if session is not None:
+            await on_target_loop(lambda: ensure_session(self.runtime, session, definition, initial))
         book = self._book()
         return await asyncio.to_thread(
             book.put, spec, cron, timezone=timezone, automatic_backfill=backfill
@@ -80,7 +82,7 @@ class ScheduleMethods:
     async def list_schedules(self, agent: Agent | str | None = None) -> list[ScheduleInfo]:
         """Every helix schedule of this application (or of one agent), by name."""
         agent_name = agent.name if isinstance(agent, Agent) else agent
-        return await asyncio.to_thread(self._book().list, agent_name)
+        return await asyncio.to_thread(self._book().list_all, agent_name)
 
     async def get_schedule(self, name: str) -> ScheduleInfo:
         """One schedule; `ScheduleNotFoundError` if there is none of that name."""

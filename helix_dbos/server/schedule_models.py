@@ -23,7 +23,7 @@ class ScheduleRequest(BaseModel):
     input: str | None = Field(None, description="The user message of each firing's run")
     session_id: str | None = Field(
         None,
-        description="Append every firing to this session (created at the first firing); "
+        description="Append every firing to this session (created if new); "
         "omitted: each firing in a session of its own",
     )
     name: str | None = Field(

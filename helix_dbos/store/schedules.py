@@ -90,7 +90,7 @@ class ScheduleBook:
     def spec(self, name: str) -> ScheduleSpec:
         return ScheduleSpec.model_validate(self._row(name)["context"])
 
-    def list(self, agent: str | None = None) -> list[ScheduleInfo]:
+    def list_all(self, agent: str | None = None) -> list[ScheduleInfo]:
         rows = self.backend.list_schedules(workflow_name=FIRING_WORKFLOW)
         found = [schedule_info(dict(r)) for r in rows if is_helix_schedule(dict(r))]
         found.sort(key=lambda s: s.name)
