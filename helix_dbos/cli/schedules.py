@@ -17,7 +17,6 @@ from helix_dbos.cli.output import Column, plural, print_json, print_table
 from helix_dbos.definitions.schedule import ScheduleInfo, ScheduleSpec, check_schedule
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.store.database import libpq_url
-from helix_dbos.store.schedules import FIRINGS_SQL_PSYCOPG
 
 if TYPE_CHECKING:  # DBOS loads when a schedule is read or changed, not for --help
     from helix_dbos.store.schedules import ScheduleBook
@@ -241,6 +240,8 @@ def firings(
     database_url: DatabaseUrl = None,
 ) -> int:
     """A schedule's firings, newest first, with the session and run each made."""
+    from helix_dbos.store.schedules import FIRINGS_SQL_PSYCOPG  # noqa: PLC0415 - SQLAlchemy's
+
     with read_connection(database_url) as conn:
         cursor = conn.execute(FIRINGS_SQL_PSYCOPG, {"name": name, "limit": limit})
         names = [d[0] for d in cursor.description]
