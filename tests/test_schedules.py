@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from helpers import sql, wait_for
+from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 
 from helix_dbos.errors import (
     InvalidInputError,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from helpers import sql, wait_for
+from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 from test_cli import helix_dbos
 
 pytest_plugins = ["double_texting_support"]  # the scripted model

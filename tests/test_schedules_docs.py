@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 
 from tests.docs_text import PAGES, README, code_blocks, run_pasted
 

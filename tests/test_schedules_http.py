@@ -10,6 +10,7 @@ import httpx
 import pytest
 from helpers import wait_for
 from live_server import serve
+from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 
 from helix_dbos.client import (
     AsyncHelixClient,
