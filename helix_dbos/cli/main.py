@@ -37,7 +37,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for group in (database, running, fleet, reads, checkpoints, answers, queue, schedules, doctor):
+# schedules first: its group lists before `db`, the last line of --help
+for group in (schedules, database, running, fleet, reads, checkpoints, answers, queue, doctor):
     group.register(app)
 
 # The order `helix-dbos --help` lists the commands in, with the line it shows for each:
