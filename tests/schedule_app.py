@@ -5,7 +5,8 @@ usage: schedule_app.py DATABASE_URL MARKER_DIR
 At start every worker schedules `SCHEDULE_APP_CRON` (env) under the name
 `SCHEDULE_APP_NAME` for the agent `SCHEDULE_APP_AGENT` (`ticker` answers at once; `holder`
 calls a tool that, at the first firing only, records its pid and run and blocks until the process
-is killed), as a program that schedules at every start does. Prints {"ready": executor}.
+is killed), as a program that schedules at every start does (`SCHEDULE_APP_BACKFILL=1`:
+with automatic backfill). Prints {"ready": executor}.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ async def main() -> None:
             cron,
             input="tick",
             name=os.environ["SCHEDULE_APP_NAME"],
+            backfill=bool(os.environ.get("SCHEDULE_APP_BACKFILL")),
         )
     executor = helix.lease.identity.executor_id if helix.lease else None
     print(json.dumps({"ready": executor}), flush=True)

@@ -6,6 +6,7 @@ run, whose run then completes once on the survivor."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -190,3 +191,51 @@ def test_a_worker_killed_in_a_firings_run_leaves_it_to_complete_once(database_ur
     finally:
         client.destroy()
         stop(a, b)
+
+
+def test_automatic_backfill_fires_what_no_process_was_there_to_fire(database_url, tmp_path):
+    env = {
+        "SCHEDULE_APP_CRON": "* * * * * *",
+        "SCHEDULE_APP_NAME": NAME,
+        "SCHEDULE_APP_BACKFILL": "1",
+    }
+    first = spawn(database_url, tmp_path, **env)
+    try:
+        ready(first)
+        wait_for(lambda: count_firings(database_url) >= 2, timeout=60)
+    finally:
+        stop(first)  # nobody fires from now on
+    stopped = time.time()
+    time.sleep(4)
+    restarting = time.time()
+    second = spawn(database_url, tmp_path, **env)
+    client = DBOSClient(system_database_url=libpq_url(database_url), application_name="helix_dbos")
+    try:
+        ready(second)
+        before = count_firings(database_url)
+        wait_for(lambda: count_firings(database_url) >= before + 6, timeout=60)
+        ScheduleBook(client, app_name="helix_dbos").delete(NAME)
+        final = wait_until_quiet(database_url)
+        wait_for(
+            lambda: (
+                sql(database_url, "SELECT count(*) FROM helix.runs WHERE status = 'completed'")[0][
+                    0
+                ]
+                == final
+            ),
+            timeout=90,
+        )
+        assert_each_firing_made_one_run(database_url)
+        fired = {
+            second
+            for (second,) in sql(
+                database_url,
+                "SELECT extract(epoch FROM scheduled_at)::bigint FROM helix.schedule_firings",
+            )
+        }
+        # Every second while no process ran was fired when one started again.
+        missed = set(range(math.ceil(stopped), math.floor(restarting) + 1))
+        assert len(missed) >= 3 and missed <= fired, sorted(missed - fired)
+    finally:
+        client.destroy()
+        stop(second)

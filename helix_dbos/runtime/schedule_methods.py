@@ -55,8 +55,8 @@ class ScheduleMethods:
         with `session`, the next turn of that session (created now if new). A
         firing while that session's run is live waits behind it (`multitask_strategy=
         "enqueue"`), is skipped (`"reject"`) or joins the live run (`"steer"`).
-        `backfill=True` fires, when a process starts, the firings missed since the last
-        one (while no process ran). The schedule is named `name` (default: the agent's
+        `backfill=True` fires, when a process starts (or the schedule is resumed), the
+        firings missed since the last one. The schedule is named `name` (default: the agent's
         name); scheduling a name again replaces its definition and keeps its status."""
         definition = self._starts.agent(agent)
         schedule_name = name if name is not None else definition.name
