@@ -148,7 +148,9 @@ def create(
     ] = None,
     backfill: Annotated[
         bool,
-        typer.Option("--backfill", help="At a worker's start or a resume, fire the missed firings."),
+        typer.Option(
+            "--backfill", help="At a worker's start or a resume, fire the missed firings."
+        ),
     ] = False,
     json_output: Json = False,
     app_name: AppName = None,

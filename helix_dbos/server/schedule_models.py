@@ -37,7 +37,8 @@ class ScheduleRequest(BaseModel):
     )
     timezone: str | None = Field(None, description="IANA time zone of the cron (default UTC)")
     backfill: bool = Field(
-        False, description="At a process's start or a resume, fire the firings missed since the last one"
+        False,
+        description="At a process's start or a resume, fire the firings missed since the last one",
     )
 
 
