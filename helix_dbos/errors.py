@@ -202,3 +202,14 @@ class QueuedMessageTakenError(HelixError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
         return (type(self), (self.message_id, self.status))
+
+
+class ScheduleNotFoundError(HelixError, LookupError):
+    """No helix schedule with this name (`HelixDBOS.schedule` creates one)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"No schedule named '{name}'")
+        self.name = name
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.name,))

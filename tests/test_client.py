@@ -369,6 +369,15 @@ def test_the_client_covers_every_route(base_url):
         calls.chat(context_id="c", message="m"),
         calls.chat_invoke(context_id="c"),
         calls.add_ai_message(context_id="c"),
+        calls.schedules(None),
+        calls.create_schedule(agent="a", cron="* * * * *"),
+        calls.schedule("{name}"),
+        calls.schedule_action("{name}", "pause"),
+        calls.schedule_action("{name}", "resume"),
+        calls.delete_schedule("{name}"),
+        calls.backfill_schedule("{name}", start="2026-01-01T00:00:00Z"),
+        calls.trigger_schedule("{name}"),
+        calls.schedule_firings("{name}", 1),
     ]
     made |= {(c.method, c.path.replace("%7B", "{").replace("%7D", "}")) for c in samples}
     assert served - aliases <= made, sorted(served - aliases - made)

@@ -49,6 +49,7 @@ HELIX_TABLES = {
     "queued_messages",
     "rolled_back_messages",
     "rolled_back_usage",
+    "schedule_firings",
 }
 
 

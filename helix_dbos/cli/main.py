@@ -13,7 +13,17 @@ from collections.abc import Sequence
 
 import typer
 
-from helix_dbos.cli import answers, checkpoints, database, doctor, fleet, queue, reads, running
+from helix_dbos.cli import (
+    answers,
+    checkpoints,
+    database,
+    doctor,
+    fleet,
+    queue,
+    reads,
+    running,
+    schedules,
+)
 from helix_dbos.cli.common import EXIT_ERROR
 
 app = typer.Typer(
@@ -27,7 +37,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for group in (database, running, fleet, reads, checkpoints, answers, queue, doctor):
+# schedules first: its group lists before `db`, the last line of --help
+for group in (schedules, database, running, fleet, reads, checkpoints, answers, queue, doctor):
     group.register(app)
 
 # The order `helix-dbos --help` lists the commands in, with the line it shows for each:
@@ -72,7 +83,7 @@ _arrange(app)
 def _command_name(args: Sequence[str]) -> str:
     """`db stop` for `helix-dbos db stop ...`, `runs` for `helix-dbos runs ...`."""
     words = [a for a in args if not a.startswith("-")][:2]
-    if words[:1] == ["db"]:
+    if words[:1] in (["db"], ["schedules"]):
         return " ".join(words)
     return words[0] if words else ""
 

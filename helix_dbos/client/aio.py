@@ -21,6 +21,7 @@ from helix_dbos.client.base import (
     stream_headers,
 )
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
+from helix_dbos.client.schedule_methods import AsyncScheduleCalls
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime.results import RunInfo
@@ -45,7 +46,7 @@ from helix_dbos.streaming.chunks import StreamChunk
 T = TypeVar("T")
 
 
-class AsyncHelixClient:
+class AsyncHelixClient(AsyncScheduleCalls):
     """A helix server's HTTP API, typed with the server's own models.
 
     ```python

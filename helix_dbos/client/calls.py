@@ -39,6 +39,14 @@ from helix_dbos.server.models import (
     UsageResponse,
     Workspace,
 )
+from helix_dbos.server.schedule_models import (
+    Backfilled,
+    BackfillRequest,
+    FiringInfo,
+    ScheduleInfo,
+    ScheduleRequest,
+    Triggered,
+)
 
 T = TypeVar("T")
 
@@ -157,6 +165,45 @@ def chat_invoke(**values: Any) -> Call[ChatResponse]:
 def add_ai_message(**values: Any) -> Call[ChatResponse]:
     body = AddAIMessageRequest(**_fields(**values))
     return Call("POST", "/chat/add-ai-message", _model(ChatResponse), body=body, runs_a_turn=True)
+
+
+# --- schedules (docs/schedules.md) ---------------------------------------------------
+
+
+def schedules(agent: str | None) -> Call[list[ScheduleInfo]]:
+    return Call("GET", "/schedules", _model(list[ScheduleInfo]), params=_fields(agent=agent))
+
+
+def create_schedule(**values: Any) -> Call[ScheduleInfo]:
+    body = ScheduleRequest(**_fields(**values))
+    return Call("POST", "/schedules", _model(ScheduleInfo), body=body)
+
+
+def schedule(name: str) -> Call[ScheduleInfo]:
+    return Call("GET", f"/schedules/{_segment(name)}", _model(ScheduleInfo))
+
+
+def schedule_action(name: str, action: str) -> Call[ScheduleInfo]:
+    """`pause` or `resume`."""
+    return Call("POST", f"/schedules/{_segment(name)}/{action}", _model(ScheduleInfo))
+
+
+def delete_schedule(name: str) -> Call[ScheduleInfo]:
+    return Call("DELETE", f"/schedules/{_segment(name)}", _model(ScheduleInfo))
+
+
+def backfill_schedule(name: str, **values: Any) -> Call[Backfilled]:
+    body = BackfillRequest(**_fields(**values))
+    return Call("POST", f"/schedules/{_segment(name)}/backfill", _model(Backfilled), body=body)
+
+
+def trigger_schedule(name: str) -> Call[Triggered]:
+    return Call("POST", f"/schedules/{_segment(name)}/trigger", _model(Triggered))
+
+
+def schedule_firings(name: str, limit: int) -> Call[list[FiringInfo]]:
+    path = f"/schedules/{_segment(name)}/firings"
+    return Call("GET", path, _model(list[FiringInfo]), params={"limit": limit})
 
 
 def stream_params(session_id: str, run_id: str | None, after_seq: int) -> dict[str, Any]:

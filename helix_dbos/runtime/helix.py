@@ -7,7 +7,7 @@ abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, 
 A new capability is a module of its own and a few lines here: an async method that
 delegates, and its `_sync` twin; or, for a group of methods, a mixin of its own
 (`RunControlMethods`, `SessionReadMethods`, `SessionQueueMethods`, `TimeTravelMethods`,
-`MemoryMethods`)
+`MemoryMethods`, `ScheduleMethods`)
 that declares the attributes it uses and carries its methods' twins.
 """
 
@@ -34,6 +34,8 @@ from helix_dbos.runtime.run_control_methods import RunControlMethods
 from helix_dbos.runtime.run_opening import OpenedRun, new_id
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
+from helix_dbos.runtime.schedule_firing import install_firer
+from helix_dbos.runtime.schedule_methods import ScheduleMethods  # scheduled agents (issue 34)
 from helix_dbos.runtime.session_queue import QueuedRunHandle, SessionQueue
 from helix_dbos.runtime.session_queue_methods import SessionQueueMethods
 from helix_dbos.runtime.session_read_methods import SessionReadMethods
@@ -49,7 +51,12 @@ from helix_dbos.streaming.chunks import StreamChunk
 
 
 class HelixDBOS(
-    RunControlMethods, SessionReadMethods, SessionQueueMethods, TimeTravelMethods, MemoryMethods
+    RunControlMethods,
+    SessionReadMethods,
+    SessionQueueMethods,
+    TimeTravelMethods,
+    MemoryMethods,
+    ScheduleMethods,
 ):
     """Durable agents on DBOS: register agents, launch, start runs, answer, read.
 
@@ -131,6 +138,7 @@ class HelixDBOS(
         )
         self._starts.queue = self._queue
         self.runtime.after_run = self._queue.after_run
+        install_firer(self.runtime, self._starts, self._queue)  # this process's firings
 
     # --- set-up and lifecycle ---------------------------------------------------
 

@@ -121,11 +121,14 @@ class OpenRunRequest:
         messages: list[Message],
         state: dict[str, Any] | None,
         options: dict[str, Any],
+        run_id: str | None = None,
     ) -> OpenRunRequest:
-        """A run started through the API: a new session when `session_id` is None."""
+        """A run started through the API: a new session when `session_id` is None.
+        `run_id` is derived by a caller that may open the same run twice (a schedule's
+        firing, `runtime/schedule_firing.py`); new otherwise."""
         return cls(
             kind="new_session" if session_id is None else kind,
-            run_id=new_id("run"),
+            run_id=run_id or new_id("run"),
             session_id=session_id or new_id("ses"),
             agent_name=agent.name,
             max_steps=agent.max_steps,

@@ -192,6 +192,7 @@ class RunStarts:
         state: dict[str, Any] | None,
         options: RunOptions | None = None,
         priority: int | None = None,
+        run_id: str | None = None,
     ) -> OpenedRun:
         options = options or RunOptions()
         effective = RunOptions(terminating=run_terminating(agent, options))
@@ -202,6 +203,7 @@ class RunStarts:
             messages=messages,
             state=state,
             options=effective.to_json(),
+            run_id=run_id,
         )
         return await on_target_loop(
             lambda: self._open_and_start_locked(request, agent, options, priority)

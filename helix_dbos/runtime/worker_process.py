@@ -51,6 +51,7 @@ ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_act
 DBOS_POOL_MAX = 20  # DBOS's own default
 DBOS_POOL_KEPT = 3
 DATASOURCE_SCHEMA = "dbos"
+DEFAULT_SCHEDULER_POLL_SECONDS = 5.0
 
 
 def configure_dbos(
@@ -78,6 +79,11 @@ def configure_dbos(
         },
         # DBOS's default: half its pool (its pool_size, 2 here, would give 1).
         "sys_db_polling_concurrency": DBOS_POOL_MAX // 2,
+        # How soon a schedule created, paused, resumed or deleted elsewhere is seen
+        # (DBOS's default, 30 s, is long for a pause; one small query per poll).
+        "scheduler_polling_interval_sec": float(
+            os.environ.get("HELIX_SCHEDULER_POLL_SECONDS", DEFAULT_SCHEDULER_POLL_SECONDS)
+        ),
     }
     config["executor_id"] = (
         executor_id

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from helix_dbos.protocols import a2a
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, timeline
+from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, schedules, timeline
 from helix_dbos.server.auth import Authenticate, check_auth_config
 from helix_dbos.server.body import BodyLimits
 from helix_dbos.server.edge import LOCAL_HOSTS, EdgeGuard, EdgePolicy
@@ -127,6 +127,7 @@ def create_app(
     app.include_router(chat.build_router(ctx))
     app.include_router(reads.build_router(ctx))
     app.include_router(checkpoints.build_router(ctx))
+    app.include_router(schedules.build_router(ctx))  # scheduled agents (issue 34)
     app.include_router(inbox.build_router(ctx))
     app.include_router(timeline.build_router())
     app.include_router(assets.build_router(title, api_docs=api_docs))

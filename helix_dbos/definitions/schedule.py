@@ -1,0 +1,130 @@
+"""A scheduled agent: what each firing of a schedule runs, and a schedule as users see it.
+
+A helix schedule is a DBOS schedule (`dbos.workflow_schedules`) whose workflow is
+`helix.scheduled_firing` and whose context is a `ScheduleSpec`: DBOS fires it (once per
+firing across every process, under the workflow id `sched-<name>-<time>`), pauses,
+resumes, deletes and backfills it; helix turns each firing into an ordinary run
+(`runtime/schedule_firing.py`). No I/O here: the CLI imports it without DBOS.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from croniter import croniter  # type: ignore[import-untyped]
+from pydantic import BaseModel, Field
+
+from helix_dbos.errors import InvalidInputError
+
+# The registered DBOS workflow every helix schedule fires.
+FIRING_WORKFLOW = "helix.scheduled_firing"
+# What a firing does when its session already has a live run (double texting's names):
+# `enqueue` waits behind it; `reject` skips the firing; `steer` joins the live run.
+ScheduleStrategy = Literal["enqueue", "reject", "steer"]
+SCHEDULE_STRATEGIES: tuple[str, ...] = ("enqueue", "reject", "steer")
+MAX_NAME_LENGTH = 200
+
+
+class ScheduleSpec(BaseModel):
+    """What each firing runs (the DBOS schedule's context, plain JSON)."""
+
+    name: str
+    agent: str
+    input: str | None = None
+    # None: every firing in a session of its own; else every firing a turn of this one.
+    session_id: str | None = None
+    state: dict[str, Any] | None = None
+    multitask_strategy: ScheduleStrategy = "enqueue"
+
+
+class ScheduleInfo(BaseModel):
+    """A schedule, as `list_schedules`, the HTTP API and `helix-dbos schedules` show it."""
+
+    name: str
+    agent: str
+    cron: str
+    status: Literal["active", "paused"]
+    input: str | None = None
+    session_id: str | None = None
+    state: dict[str, Any] | None = None
+    multitask_strategy: ScheduleStrategy = "enqueue"
+    timezone: str | None = None
+    automatic_backfill: bool = False
+    last_fired_at: datetime | None = None
+    next_fire_at: datetime | None = Field(
+        default=None, description="The next firing time (None while paused)"
+    )
+
+
+class FiringInfo(BaseModel):
+    """One firing of a schedule (a row of `helix.schedule_firings`)."""
+
+    firing_id: str
+    schedule_name: str
+    scheduled_at: datetime
+    agent_name: str
+    session_id: str
+    run_id: str | None = None
+    message_id: str | None = None
+    outcome: Literal["started", "queued", "rejected"]
+    created_at: datetime | None = None
+
+
+def check_schedule(name: str, cron: str, strategy: str, timezone_name: str | None) -> None:
+    """Refuse what DBOS or a firing would refuse later, with a clear message now."""
+    if not name or len(name) > MAX_NAME_LENGTH or "/" in name or name.strip() != name:
+        raise InvalidInputError(
+            f"schedule name must be 1 to {MAX_NAME_LENGTH} characters, without '/' or "
+            f"surrounding spaces, not {name!r}"
+        )
+    if not croniter.is_valid(cron, second_at_beginning=True):
+        raise InvalidInputError(
+            f"invalid cron expression {cron!r}: five fields (minute hour day month weekday), "
+            "or six with seconds first"
+        )
+    if strategy not in SCHEDULE_STRATEGIES:
+        raise InvalidInputError(
+            f"a schedule's multitask_strategy is one of {', '.join(SCHEDULE_STRATEGIES)}, "
+            f"not {strategy!r} (interrupting or rolling back a run on a timer is refused)"
+        )
+    if timezone_name is not None:
+        try:
+            ZoneInfo(timezone_name)
+        except Exception as exc:
+            raise InvalidInputError(f"unknown time zone {timezone_name!r}") from exc
+
+
+def is_helix_schedule(row: dict[str, Any]) -> bool:
+    return row.get("workflow_name") == FIRING_WORKFLOW and isinstance(row.get("context"), dict)
+
+
+def schedule_info(row: dict[str, Any], now: datetime | None = None) -> ScheduleInfo:
+    """A DBOS schedule row (its context deserialized) as a `ScheduleInfo`."""
+    spec = ScheduleSpec.model_validate(row["context"])
+    active = row.get("status", "ACTIVE") == "ACTIVE"
+    tz_name = row.get("cron_timezone")
+    last = row.get("last_fired_at")
+    return ScheduleInfo(
+        name=row["schedule_name"],
+        agent=spec.agent,
+        cron=row["schedule"],
+        status="active" if active else "paused",
+        input=spec.input,
+        session_id=spec.session_id,
+        state=spec.state,
+        multitask_strategy=spec.multitask_strategy,
+        timezone=tz_name,
+        automatic_backfill=bool(row.get("automatic_backfill")),
+        last_fired_at=datetime.fromisoformat(last) if last else None,
+        next_fire_at=next_fire(row["schedule"], tz_name, now) if active else None,
+    )
+
+
+def next_fire(cron: str, tz_name: str | None, now: datetime | None = None) -> datetime:
+    """The first firing time of `cron` after `now` (in its time zone, as DBOS reads it)."""
+    tz = ZoneInfo(tz_name) if tz_name else timezone.utc
+    start = (now or datetime.now(timezone.utc)).astimezone(tz)
+    found: datetime = croniter(cron, start, second_at_beginning=True).get_next(datetime)
+    return found
