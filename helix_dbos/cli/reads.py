@@ -23,6 +23,7 @@ from helix_dbos.server import queries
 
 class RunStatus(str, Enum):
     waiting = "waiting"
+    queued = "queued"
     running = "running"
     paused = "paused"
     completed = "completed"
@@ -50,10 +51,18 @@ def run_detail(run: dict[str, Any]) -> str:
 
 
 def run_worker(run: dict[str, Any]) -> str:
-    """The worker executing a live run, or the queue it waits on."""
+    """The worker executing a live run, or the queue it waits on (for a worker, or for a
+    call slot of its model)."""
+    if run.get("queued_for") and run["status"] == "running":
+        return f"queued ({run['queued_for']})"
     if run["workflow_status"] == "ENQUEUED":
         return f"queued ({run['queue_name']})"
     return run["worker"] or ""
+
+
+def shown_status(run: dict[str, Any]) -> str:
+    """A live run waiting for a call slot of its model shows as `queued`."""
+    return "queued" if run["status"] == "running" and run.get("queued_for") else run["status"]
 
 
 RUN_COLUMNS = [
@@ -110,6 +119,7 @@ def runs(
                 "session_id": sessions_short[r["session_id"]],
                 "detail": run_detail(r),
                 "where": run_worker(r),
+                "status": shown_status(r),
             }
             for r in found
         ]

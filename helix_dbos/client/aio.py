@@ -141,6 +141,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
         priority: int | None = None,
         idempotency_key: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> RunStarted:
         """Start a run (`POST /start`); with `idempotency_key`, at most once per key."""
         return await self._send(
@@ -152,6 +153,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
                 priority=priority,
                 idempotency_key=idempotency_key,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -354,6 +356,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         """One turn to its end (`status` "waiting" when a human must answer first)."""
         return await self._send(
@@ -363,6 +366,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -373,6 +377,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         return await self._send(
             calls.chat_invoke(
@@ -380,6 +385,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -391,6 +397,7 @@ class AsyncHelixClient(AsyncScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         return await self._send(
             calls.add_ai_message(
@@ -399,5 +406,6 @@ class AsyncHelixClient(AsyncScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )

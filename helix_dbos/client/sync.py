@@ -141,6 +141,7 @@ class HelixClient(ScheduleCalls):
         priority: int | None = None,
         idempotency_key: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> RunStarted:
         """Start a run (`POST /start`); with `idempotency_key`, at most once per key."""
         return self._send(
@@ -152,6 +153,7 @@ class HelixClient(ScheduleCalls):
                 priority=priority,
                 idempotency_key=idempotency_key,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -346,6 +348,7 @@ class HelixClient(ScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         """One turn to its end (`status` "waiting" when a human must answer first)."""
         return self._send(
@@ -355,6 +358,7 @@ class HelixClient(ScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -365,6 +369,7 @@ class HelixClient(ScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         return self._send(
             calls.chat_invoke(
@@ -372,6 +377,7 @@ class HelixClient(ScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )
 
@@ -383,6 +389,7 @@ class HelixClient(ScheduleCalls):
         agent: str | None = None,
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> ChatResponse:
         return self._send(
             calls.add_ai_message(
@@ -391,5 +398,6 @@ class HelixClient(ScheduleCalls):
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,
+                tenant=tenant,
             )
         )

@@ -46,6 +46,10 @@ class LLMConfig:
     max_attempts: int = 6
     retry_interval_seconds: float = 1.0
     retry_backoff: float = 2.0
+    # Fleet-wide limits on this model's calls (docs/limits.md): at most `max_concurrent`
+    # at once and `rate_limit=(n, seconds)` started per period, across every worker.
+    max_concurrent: int | None = None
+    rate_limit: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.retry_interval_seconds < 0 or self.retry_backoff < 1:
@@ -53,6 +57,22 @@ class LLMConfig:
                 "LLMConfig: max_attempts must be >= 1, retry_interval_seconds >= 0 "
                 "and retry_backoff >= 1"
             )
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise AgentDefinitionError("LLMConfig: max_concurrent must be at least 1")
+        if self.rate_limit is not None:
+            if len(self.rate_limit) != 2 or self.rate_limit[0] < 1 or self.rate_limit[1] <= 0:
+                raise AgentDefinitionError(
+                    f"LLMConfig: rate_limit is (calls, seconds) with calls >= 1 and seconds "
+                    f"> 0, not {self.rate_limit!r}"
+                )
+            object.__setattr__(
+                self, "rate_limit", (int(self.rate_limit[0]), float(self.rate_limit[1]))
+            )
+
+    @property
+    def limited(self) -> bool:
+        """Whether this model's calls take a slot on its fleet-wide queue first."""
+        return self.max_concurrent is not None or self.rate_limit is not None
 
     @property
     def provider(self) -> str:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from helix_dbos.definitions.agent import Agent
 
 AGENT_QUEUE_PREFIX = "helix.agent."
-PartitionBy = Literal["model", "provider"]
+PartitionBy = Literal["model", "provider", "tenant"]
+DEFAULT_TENANT = "default"  # the partition of a run started without a tenant
 
 
 def agent_queue(agent_name: str) -> str:
@@ -50,6 +51,8 @@ class RunQueue:
     on one worker; `rate_limit` caps how many runs start per period. With `partition_by`
     ("model" or "provider"), `per_partition_concurrency` and `per_partition_rate_limit`
     apply to each model (or provider) separately: one queue, one limit per API quota.
+    With `partition_by="tenant"` they apply to each tenant (`execute(..., tenant=...)`),
+    and DBOS visits the tenants in turn: one tenant's burst cannot starve another.
     A worker listens to the queue only if it serves every one of its agents.
     """
 
@@ -90,8 +93,11 @@ class RunQueue:
     def agent_names(self) -> tuple[str, ...]:
         return tuple(a if isinstance(a, str) else a.name for a in self.agents)
 
-    def partition_key(self, model: str) -> str | None:
-        """The partition a run of an agent on `model` (`provider:name`) goes to."""
+    def partition_key(self, model: str, tenant: str | None = None) -> str | None:
+        """The partition a run of an agent on `model` (`provider:name`), for `tenant`,
+        goes to."""
         if self.partition_by is None:
             return None
+        if self.partition_by == "tenant":
+            return tenant or DEFAULT_TENANT
         return model.partition(":")[0] if self.partition_by == "provider" else model

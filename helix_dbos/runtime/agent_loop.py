@@ -40,6 +40,7 @@ from helix_dbos.orchestration.next_step import (
 from helix_dbos.orchestration.planning import calls_to_run
 from helix_dbos.orchestration.terminating import response_text
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime import model_limits
 from helix_dbos.runtime.commit import (
     StepCommit,
     WriteAhead,
@@ -128,6 +129,8 @@ class AgentLoop:
                 self.limits,
                 self.counters,
             )
+            # A model with fleet-wide limits: a call slot first (runtime/model_limits.py).
+            slot = await self._take_slot(step) if self.agent.llm.limited else None
             try:
                 reply = await DBOS.run_step_async(
                     llm_step_options(self.agent.llm),
@@ -141,7 +144,11 @@ class AgentLoop:
                     ahead,
                 )
             except Exception as exc:
+                if slot is not None:
+                    await model_limits.free_slot(slot, step)
                 return await self._llm_failed(step, exc)
+            if slot is not None:
+                await model_limits.free_slot(slot, step)
             if isinstance(reply, InterruptRequested):
                 return await self._interrupted(step - 1)
             if isinstance(reply, RunNotOpened):
@@ -158,6 +165,9 @@ class AgentLoop:
                     self._unwritten = taken.commit
                 case Complete() | Fail() | Interrupted():
                     return await self._end(taken.commit)
+
+    async def _take_slot(self, step: int) -> str:
+        return await model_limits.take_slot(self.agent, self.run_id, step, self.options.tenant)
 
     # --- one step -------------------------------------------------------------------------
 

@@ -133,7 +133,9 @@ class Dispatch:
         queue = self._registered.get(queue_name) or DBOS.retrieve_queue(queue_name)
         if queue is None:
             raise RuntimeError(f"queue {queue_name} is not registered: call helix.launch()")
-        partition = shared.partition_key(agent.llm.model) if shared is not None else None
+        partition = (
+            shared.partition_key(agent.llm.model, options.tenant) if shared is not None else None
+        )
         with (
             SetWorkflowID(workflow_id),
             SetEnqueueOptions(priority=priority, queue_partition_key=partition),

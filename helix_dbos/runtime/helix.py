@@ -23,7 +23,7 @@ from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
-from helix_dbos.runtime import worker_process
+from helix_dbos.runtime import model_limits, worker_process
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import sync_twin
 from helix_dbos.runtime.handle import RunHandle
@@ -164,6 +164,7 @@ class HelixDBOS(
         from then on)."""
         if _add(self.agents, agent) and self.lease is not None:  # registered after launch
             self.dispatch.register_agent(agent.name)
+            model_limits.register([agent], listen=self.executes_runs)
             if self.executes_runs:
                 self.lease.serve(agent.name)
 
@@ -211,6 +212,7 @@ class HelixDBOS(
         priority: int | None = None,
         resource_id: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
@@ -225,7 +227,11 @@ class HelixDBOS(
         happens when the session already has a live run: `"reject"` raises
         `AgentAlreadyRunningError`; `"enqueue"`, `"interrupt"`, `"rollback"` and
         `"steer"` store the message and return a handle whose `result()` waits for the
-        run it ends up in (docs/double-texting.md)."""
+        run it ends up in (docs/double-texting.md).
+
+        `tenant` (a customer, say) gives the run its tenant's share of a limited model's
+        calls and of a `RunQueue(partition_by="tenant")` (docs/limits.md); it is
+        `helix.runs.tenant` in SQL."""
         if resource_id is not None:  # memory (issue 36): bound before the run opens
             check_storable(resource_id=resource_id, session_id=session_id)
             session_id = session_id or new_id("ses")
@@ -238,6 +244,7 @@ class HelixDBOS(
             terminating=terminating,
             priority=priority,
             multitask_strategy=multitask_strategy,
+            tenant=tenant,
         )
         return opened if isinstance(opened, QueuedRunHandle) else self._handle(opened)
 

@@ -90,8 +90,11 @@ class RunStarts:
         terminating: TerminatingConfig | None,
         priority: int | None,
         multitask_strategy: MultitaskStrategy | None = None,
+        tenant: str | None = None,
     ) -> OpenedRun | QueuedRunHandle:
-        check_storable(input=input, session_id=session_id)
+        check_storable(input=input, session_id=session_id, tenant=tenant)
+        if tenant is not None and not (isinstance(tenant, str) and tenant.strip()):
+            raise InvalidInputError("tenant must be a non-empty string")
         check_priority(priority)
         definition = self.agent(agent)
         strategy = check_strategy(multitask_strategy or definition.multitask_strategy)
@@ -102,7 +105,7 @@ class RunStarts:
         messages = [Message(role="user", content=input)] if input is not None else []
         if terminating is not None:
             definition.check_terminating(terminating)
-        options = RunOptions(terminating=terminating)
+        options = RunOptions(terminating=terminating, tenant=tenant)
         began = time.monotonic()
         try:
             if strategy != "reject" and session_id is not None and self.queue is not None:
@@ -161,7 +164,7 @@ class RunStarts:
         while the session has a live run (whose end starts it)."""
         agent = self.agent(message.agent_name)
         options = queued_options(message)
-        effective = RunOptions(terminating=run_terminating(agent, options))
+        effective = RunOptions(run_terminating(agent, options), options.tenant)
         request = OpenRunRequest.queued_message(agent, message, effective.to_json())
         return await on_target_loop(
             lambda: self._open_and_start_locked(request, agent, options, None)
@@ -195,7 +198,7 @@ class RunStarts:
         run_id: str | None = None,
     ) -> OpenedRun:
         options = options or RunOptions()
-        effective = RunOptions(terminating=run_terminating(agent, options))
+        effective = RunOptions(run_terminating(agent, options), options.tenant)
         request = OpenRunRequest.top_level(
             kind,
             agent,
@@ -376,7 +379,8 @@ async def open_or_refuse(conn: repo.SQLConnection, request: OpenRunRequest) -> O
 def queued_options(message: QueuedMessage) -> RunOptions:
     """The options of the run a stored message starts (as given with the message)."""
     terminating = message.options.get("terminating")
-    return RunOptions(TerminatingConfig.from_dict(terminating) if terminating else None)
+    config = TerminatingConfig.from_dict(terminating) if terminating else None
+    return RunOptions(config, message.options.get("tenant"))
 
 
 def stale_reason(status: WorkflowStatus | None) -> str:

@@ -26,10 +26,17 @@ class RunOptions:
     overrides the agent's."""
 
     terminating: TerminatingConfig | None = None
+    # Who the run is for (docs/limits.md): its share of a limited model's calls.
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The shape stored in `helix.runs.options`."""
-        return {"terminating": self.terminating.to_dict()} if self.terminating else {}
+        """The shape stored in `helix.runs.options` (`tenant` is also a column of its own)."""
+        shape: dict[str, Any] = (
+            {"terminating": self.terminating.to_dict()} if self.terminating else {}
+        )
+        if self.tenant is not None:
+            shape["tenant"] = self.tenant
+        return shape
 
 
 # --- the LLM step ---------------------------------------------------------------

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
-from helix_dbos.runtime import dbos_internals
+from helix_dbos.runtime import dbos_internals, model_limits
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
 from helix_dbos.runtime.message_recheck import MessageRecheck
@@ -233,6 +233,7 @@ class WorkerProcess:
                 self._listen(identity)
                 DBOS.launch()
             self.dispatch.register(agents)
+            model_limits.register(agents.values(), listen=False)
             self._recheck.start()  # one re-check for every waiting recv, not one each
         except BaseException:
             self.runtime.lease_check = no_lease
@@ -285,7 +286,8 @@ class WorkerProcess:
         told to listen to; an application that chose its own queues keeps its choice."""
         if dbos_internals.listening_queues() is not None:
             return
-        DBOS.listen_queues(self.dispatch.listen_list(me.agents))
+        served = [a for name, a in self.runtime.agents.items() if name in me.agents]
+        DBOS.listen_queues(self.dispatch.listen_list(me.agents) + model_limits.queue_names(served))
 
     def shutdown(self) -> None:
         if self._sweep is not None:  # first: it would open the statement pool again

@@ -68,6 +68,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
             body.message,
             body.terminating_config,
             body.multitask_strategy,
+            body.tenant,
         )
 
     @router.post(
@@ -76,7 +77,13 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def invoke(body: ChatInvokeRequest, principal: Who) -> Any:
         require_own_new_session(principal, body.context_id)
         return await run_turn(
-            ctx, body.context_id, body.agent, None, body.terminating_config, body.multitask_strategy
+            ctx,
+            body.context_id,
+            body.agent,
+            None,
+            body.terminating_config,
+            body.multitask_strategy,
+            body.tenant,
         )
 
     @router.post(
@@ -93,6 +100,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
             body.prompt,
             body.terminating_config,
             body.multitask_strategy,
+            body.tenant,
         )
 
     return router
@@ -105,6 +113,7 @@ async def run_turn(
     message: str | None,
     config: TerminatingConfigModel | None,
     strategy: MultitaskStrategy | None = None,
+    tenant: str | None = None,
 ) -> Any:
     ctx.check_ids(context_id=context_id, agent=agent)
     helix = ctx.helix
@@ -116,6 +125,7 @@ async def run_turn(
         session_id=context_id,
         terminating=terminating,
         multitask_strategy=strategy,
+        tenant=tenant,
     )
     # A stored message (double texting): the turn is the run it starts or joins.
     handle = await queued.started() if isinstance(queued, QueuedRunHandle) else queued

@@ -65,6 +65,12 @@ class StartRequest(_Request):
         "run the first one started (a remote parent's replayed step, a client's retry)",
     )
     multitask_strategy: MultitaskStrategy | None = Field(None, description=STRATEGY_HELP)
+    tenant: str | None = Field(
+        None,
+        min_length=1,
+        description="Who the run is for: its tenant's share of a limited model's calls "
+        "(docs/limits.md); helix.runs.tenant in SQL",
+    )
 
 
 class ResumeRequest(_Request):
@@ -214,6 +220,10 @@ class RunSummary(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    tenant: str | None = Field(None, description="Who the run is for (`execute(tenant=...)`)")
+    queued_for: str | None = Field(
+        None, description="The model queue a running run waits on for a call slot"
+    )
     root_session_id: str | None = Field(
         None, description="The root of the run's session tree (itself for a root session)"
     )
@@ -291,6 +301,12 @@ class _ChatRequest(_Request):
     agent: str | None = Field(None, description="Agent name (default: the server's default)")
     terminating_config: TerminatingConfigModel | None = None
     multitask_strategy: MultitaskStrategy | None = Field(None, description=STRATEGY_HELP)
+    tenant: str | None = Field(
+        None,
+        min_length=1,
+        description="Who the run is for: its tenant's share of a limited model's calls "
+        "(docs/limits.md); helix.runs.tenant in SQL",
+    )
 
 
 class ChatRequest(_ChatRequest):

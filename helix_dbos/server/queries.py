@@ -17,7 +17,8 @@ WAITING_STATUSES = ("waiting", "paused")
 
 _RUN_COLUMNS = (
     "r.run_id, r.session_id, r.agent_name, r.workflow_id, r.turn, r.status, r.step_count, "
-    "r.waiting_for, r.waiting_since, r.started_at, r.finished_at, r.error"
+    "r.waiting_for, r.waiting_since, r.started_at, r.finished_at, r.error, r.tenant, "
+    "r.queued_for"
 )
 
 
@@ -36,11 +37,14 @@ def session_exists(session_id: str) -> Query:
 def list_runs(
     *, status: str | None = None, session_id: str | None = None, limit: int = 50
 ) -> Query:
-    """Most recent runs first; status `waiting` means waiting for a human (waiting or paused)."""
+    """Most recent runs first; status `waiting` means waiting for a human (waiting or paused),
+    `queued` waiting for a call slot of a limited model (docs/limits.md)."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
     if status == "waiting":
         where.append("r.status IN ('waiting', 'paused')")
+    elif status == "queued":
+        where.append("r.status = 'running' AND r.queued_for IS NOT NULL")
     elif status:
         where.append("r.status = %(status)s")
         params["status"] = status

@@ -16,7 +16,7 @@ from helix_dbos.server.visibility import require_visible, visible_rows
 Who = Annotated[Principal, Depends(current_principal)]
 
 RunStatusFilter = Literal[
-    "waiting", "running", "paused", "completed", "failed", "interrupted", "aborted"
+    "waiting", "queued", "running", "paused", "completed", "failed", "interrupted", "aborted"
 ]
 
 

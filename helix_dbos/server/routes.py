@@ -68,6 +68,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
             state=body.state,
             priority=body.priority,
             multitask_strategy=body.multitask_strategy,
+            tenant=body.tenant,
         )
         return RunStarted(
             session_id=handle.session_id,
