@@ -39,7 +39,7 @@ MODEL_QUEUE_PREFIX = "helix-llm-"
 SLOT_WORKFLOW = "helix.llm_slot"
 POLL_SECONDS = 0.25  # how often a worker looks for a free slot (DBOS's default is 1 s)
 WAIT_SECONDS = 300.0  # one durable wait; a run waits as many of them as it takes
-CHECK_PARENT_SECONDS = 30.0  # a slot whose run ended without a word frees itself then
+CHECK_PARENT_SECONDS = 10.0  # a slot whose run is gone frees itself within this time
 GRANTED = "granted"
 RELEASED = "released"
 
@@ -159,8 +159,11 @@ async def slot_workflow(parent_id: str, run_id: str, step: int) -> None:
         if got is not None:
             return
         status = await DBOS.get_workflow_status_async(parent_id)
-        if status is None or status.status not in ("PENDING", "ENQUEUED"):
-            return  # the run ended (cancelled, say) without freeing its slot
+        if status is None or status.status != "PENDING":
+            # The run ended (cancelled, say) without freeing its slot, or it is back on
+            # its queue after its worker died: were the slot held for it, the runs
+            # waiting for slots could fill every worker it might resume on.
+            return
 
 
 async def _mark_queued(run_id: str, queue_name: str) -> None:
