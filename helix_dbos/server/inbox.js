@@ -363,6 +363,23 @@
     }
   }
 
+  async function loadQueuedRuns() {
+    // Runs waiting for a call slot of a limited model (docs/limits.md): queued, not failed.
+    try {
+      const rows = await api("runs?status=queued&limit=50");
+      document.getElementById("queued-runs").replaceChildren(...rows.map((row) =>
+        el("li", { "data-run-id": row.run_id, "data-session-id": row.session_id, "data-agent": row.agent_name },
+          el("span", { class: "run-status queued" }, "queued"),
+          el("span", { class: "call-title" }, "waiting for ", el("code", {}, row.queued_for)),
+          row.tenant ? el("span", { class: "who" }, "tenant ", el("code", {}, row.tenant)) : null,
+          el("span", { class: "ids" }, el("span", { class: "label" }, "agent"), el("code", {}, row.agent_name), el("span", { class: "label" }, "session"), idChip(row.session_id)))));
+      document.getElementById("queued-heading").hidden = rows.length === 0;
+      document.getElementById("queued-count").textContent = String(rows.length);
+    } catch (error) {
+      document.getElementById("queued-heading").hidden = true;
+    }
+  }
+
   async function loadTranscript(entry) {
     try {
       const messages = await api("sessions/" + encodeURIComponent(entry.run.session_id) + "/messages");
@@ -463,6 +480,8 @@
 
   poll();
   loadAnswered();
+  loadQueuedRuns();
   setInterval(poll, POLL_MS);
+  setInterval(loadQueuedRuns, POLL_MS);
   setInterval(loadAnswered, POLL_MS * 2);
 })();
