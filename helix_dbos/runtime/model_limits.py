@@ -15,6 +15,12 @@ While it waits, the run's row says so (`helix.runs.queued_for`, the queue's name
 Every part is a DBOS operation of the run or of the slot, so a crash anywhere
 recovers: the slot keeps its id, and a run replays what it already received.
 Models without limits never come here: the agent loop checks one attribute.
+
+A slot frees itself if its run is no longer PENDING (it ended, or went back to its queue
+when its worker died: held, the slot could wait for a run that waits for a worker whose
+every place is taken by runs waiting for slots). So right after a crash, a recovered run
+that was granted a slot makes its call without one: the limit can be exceeded, once, by
+the calls of the runs the dead worker held.
 """
 
 from __future__ import annotations
@@ -88,20 +94,21 @@ def register(agents: Iterable[Agent], *, listen: bool) -> None:
     """Persist each limited model's queue (after launch); `listen` also adds it to a
     launched worker's queues (an agent registered after launch)."""
     for name, limits in limits_of(agents).items():
-        if name not in _registered:
-            rate = limits.rate_limit
-            limiter = None if rate is None else {"limit": rate[0], "period": rate[1]}
-            # Partitioned by tenant: a partition limit as high as the queue's own, which
-            # only makes DBOS visit the tenants in turn.
-            _registered[name] = _register_queue(
-                name,
-                global_concurrency=limits.max_concurrent,
-                partition_concurrency=limits.max_concurrent,
-                limiter=limiter,
-                partition_limiter=limiter if limits.max_concurrent is None else None,
-                polling_interval_sec=POLL_SECONDS,
-                on_conflict="always_update",
-            )
+        # Every launch registers again: this process may have launched on another
+        # database before (DBOS keeps a queue's settings in the system database).
+        rate = limits.rate_limit
+        limiter = None if rate is None else {"limit": rate[0], "period": rate[1]}
+        # Partitioned by tenant: a partition limit as high as the queue's own, which
+        # only makes DBOS visit the tenants in turn.
+        _registered[name] = _register_queue(
+            name,
+            global_concurrency=limits.max_concurrent,
+            partition_concurrency=limits.max_concurrent,
+            limiter=limiter,
+            partition_limiter=limiter if limits.max_concurrent is None else None,
+            polling_interval_sec=POLL_SECONDS,
+            on_conflict="always_update",
+        )
         if listen:
             dbos_internals.listen_also(name)
 
