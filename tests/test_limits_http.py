@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+from dbos import DBOS
 from live_server import serve
 from test_inbox_browser import browser_page  # noqa: F401 - fixture
 
 from helix_dbos import AgentHooks, AsyncHelixClient, LLMConfig
+from helix_dbos.runtime import model_limits
 from helix_dbos.server import create_app
+
+
+@pytest.fixture(autouse=True)
+def drop_model_queues(helix) -> Iterator[None]:
+    """The session's HelixDBOS would poll this test's model queues (4 times a second)
+    for the rest of the session: they go, as `make_agent`'s agent queues do."""
+    yield
+    with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
+        for model in ("mock:slot-http", "mock:slot-inbox"):
+            thread.submit(DBOS.delete_queue, model_limits.model_queue(model)).result()
 
 
 async def test_tenants_over_http_and_a_run_queued_for_its_models_slot(helix, make_agent, mock_llm):
