@@ -45,19 +45,21 @@ async def test_tenants_over_http_and_a_run_queued_for_its_models_slot(helix, mak
     )
     with serve(create_app(helix, allow_unauthenticated=True)) as url:
         async with AsyncHelixClient(url) as client:
-            first = await client.start(agent.name, "first", tenant="acme")
+            first = await client.start(agent.name, "first", tenant="acme-http")
             await asyncio.to_thread(entered.wait, 60)
-            second = await client.start(agent.name, "second", tenant="globex")
+            second = await client.start(agent.name, "second", tenant="globex-http")
             for _ in range(600):
                 queued = await client.list_runs(status="queued")
                 if queued:
                     break
                 await asyncio.sleep(0.05)
             assert [(r.run_id, r.tenant, r.queued_for, r.status) for r in queued] == [
-                (second.run_id, "globex", "helix-llm-mock:slot-http", "running")
+                (second.run_id, "globex-http", "helix-llm-mock:slot-http", "running")
             ]
             gate.set()
-            chat = await client.chat(f"ses_{agent.name}", "third", agent=agent.name, tenant="acme")
+            chat = await client.chat(
+                f"ses_{agent.name}", "third", agent=agent.name, tenant="acme-http"
+            )
             assert chat.status == "completed"
             for started in (first, second):
                 result = await (await helix.get_handle(started.run_id)).result()
@@ -67,7 +69,10 @@ async def test_tenants_over_http_and_a_run_queued_for_its_models_slot(helix, mak
         "WHERE agent_name = :agent GROUP BY tenant ORDER BY tenant",
         {"agent": agent.name},
     )
-    assert [(r.tenant, r.runs, r.queued) for r in rows] == [("acme", 2, 0), ("globex", 1, 0)]
+    assert [(r.tenant, r.runs, r.queued) for r in rows] == [
+        ("acme-http", 2, 0),
+        ("globex-http", 1, 0),
+    ]
 
 
 async def test_the_inbox_lists_a_run_queued_for_its_models_slot(
@@ -92,9 +97,9 @@ async def test_the_inbox_lists_a_run_queued_for_its_models_slot(
     mock_llm.add_responses(
         *[{"type": "text", "content": f"answer {i}"} for i in range(2)], agent=agent.name
     )
-    first = await helix.execute(agent, "first", tenant="acme")
+    first = await helix.execute(agent, "first", tenant="acme-http")
     await asyncio.to_thread(entered.wait, 60)
-    second = await helix.execute(agent, "second", tenant="globex")
+    second = await helix.execute(agent, "second", tenant="globex-http")
     try:
         with serve(create_app(helix, allow_unauthenticated=True)) as url:
             await page.goto(f"{url}/inbox")
@@ -102,7 +107,7 @@ async def test_the_inbox_lists_a_run_queued_for_its_models_slot(
             await expect(row).to_be_visible(timeout=15_000)
             await expect(row.locator(".run-status")).to_have_text("queued")
             await expect(row).to_contain_text("helix-llm-mock:slot-inbox")
-            await expect(row).to_contain_text("globex")
+            await expect(row).to_contain_text("globex-http")
             await expect(page.locator("#queued-count")).to_have_text("1")
             gate.set()
             await expect(row).to_have_count(0, timeout=20_000)
