@@ -139,6 +139,12 @@ def test_a_small_tenant_progresses_while_a_big_one_has_a_backlog(database_url, t
         small_done,
     )[0][0]
     assert big_after >= 20, f"the small tenant waited for the big one's backlog ({big_after})"
+    assert sql(
+        database_url,
+        "SELECT queue_name, queue_partition_key, count(*) FROM dbos.workflow_status "
+        "WHERE workflow_uuid = ANY(%s) GROUP BY 1, 2 ORDER BY 2",
+        [f"helix-{r}" for r in run_ids],
+    ) == [("limits-runs", "big", 50), ("limits-runs", "small", 2)], "RunQueue by tenant"
     made = calls(tmp_path)
     assert len(made) == 52
     assert max_overlap([(c[2], c[3]) for c in made]) <= 2
