@@ -25,7 +25,7 @@ def drop_model_queues(helix) -> Iterator[None]:
     for the rest of the session: they go, as `make_agent`'s agent queues do."""
     yield
     with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
-        for model in ("mock:slot-http", "mock:slot-inbox"):
+        for model in ("mock:slot-http", "mock:slot-inbox", "mock:slot-interrupt"):
             thread.submit(DBOS.delete_queue, model_limits.model_queue(model)).result()
 
 
@@ -117,3 +117,36 @@ async def test_the_inbox_lists_a_run_queued_for_its_models_slot(
     assert (await first.result()).status == "completed"
     assert (await second.result()).status == "completed"
     assert errors == [], errors
+
+
+async def test_an_interrupt_of_a_run_waiting_for_a_slot_asks_no_model(helix, make_agent, mock_llm):
+    entered, gate = threading.Event(), threading.Event()
+    asked: list[str] = []
+
+    async def hold(event) -> None:
+        asked.append(event.context.run_id)
+        entered.set()
+        await asyncio.to_thread(gate.wait, 60)
+
+    agent = make_agent(
+        llm=LLMConfig(model="mock:slot-interrupt", max_concurrent=1),
+        hooks=AgentHooks(before_llm_call=hold),
+    )
+    mock_llm.add_responses({"type": "text", "content": "first"}, agent=agent.name)
+    first = await helix.execute(agent, "first")
+    await asyncio.to_thread(entered.wait, 60)
+    second = await helix.execute(agent, "second")
+    try:
+        for _ in range(600):
+            rows = await helix.sql(
+                "SELECT queued_for FROM helix.runs WHERE run_id = :r", {"r": second.run_id}
+            )
+            if rows[0].queued_for:
+                break
+            await asyncio.sleep(0.05)
+        await helix.interrupt(second.session_id, reason="not now")
+    finally:
+        gate.set()
+    assert (await second.result()).status == "interrupted"
+    assert (await first.result()).status == "completed"
+    assert asked == [first.run_id], "the interrupted run asked no model"

@@ -167,7 +167,9 @@ class AgentLoop:
                     return await self._end(taken.commit)
 
     async def _take_slot(self, step: int) -> str:
-        return await model_limits.take_slot(self.agent, self.run_id, step, self.options.tenant)
+        return await model_limits.take_slot(
+            self.agent, self.session_id, self.run_id, step, self.options.tenant
+        )
 
     # --- one step -------------------------------------------------------------------------
 

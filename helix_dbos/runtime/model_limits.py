@@ -129,9 +129,15 @@ def _topic(what: str, step: int) -> str:
     return f"helix.llm_slot.{what}.{step}"
 
 
-async def take_slot(agent: Agent, run_id: str, step: int, tenant: str | None) -> str:
+async def take_slot(
+    agent: Agent, session_id: str, run_id: str, step: int, tenant: str | None
+) -> str:
     """Inside the run's workflow: wait for a call slot of the agent's model (the run is
-    `queued_for` its queue meanwhile); returns the slot's id, for `free_slot`."""
+    `queued_for` its queue meanwhile); returns the slot's id, for `free_slot`.
+
+    A new session's first step reads no transcript (this process seeded it, see
+    `take_new_run`), so it would not see an interrupt sent while the run waited: the
+    seed is dropped, and the step reads the transcript, and the interrupt, afresh."""
     workflow_id = DBOS.workflow_id
     assert workflow_id is not None, "a call slot is taken inside a run's workflow"
     name = model_queue(agent.llm.model)
@@ -147,6 +153,7 @@ async def take_slot(agent: Agent, run_id: str, step: int, tenant: str | None) ->
         await queue.enqueue_async(slot_workflow, workflow_id, run_id, step)
     while await DBOS.recv_async(_topic(GRANTED, step), timeout_seconds=WAIT_SECONDS) is None:
         pass  # each wait is checkpointed: a replay passes the ones already waited
+    current_runtime().history.take_new_run(session_id, run_id)
     return slot_id
 
 
