@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import re
-import resource
 import socket
 import statistics
 import sys
@@ -57,7 +56,7 @@ from helix_dbos.store.database import redact_url
 
 TALKER, BURSTER = "bench_talker", "bench_burster"
 PIECE = re.compile(r"<(\d+)>")
-GO_TIMEOUT_S = 30.0
+GO_TIMEOUT_S = 120.0
 
 
 @tool
@@ -166,21 +165,6 @@ def delivery_figures(group: list[Reader]) -> dict[str, Any]:
     }
 
 
-async def sse_clients_main(base: str, session_id: str, run_id: str, readers: int) -> None:
-    """The child process of the SSE throughput run: `readers` httpx SSE clients. Prints
-    `attached` once every client has its first chunk, then one JSON line of figures."""
-    group = [Reader() for _ in range(readers)]
-    limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=readers + 10)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
-        tasks = [asyncio.create_task(read_sse(client, base, session_id, run_id, r)) for r in group]
-        await asyncio.wait_for(asyncio.gather(*(r.attached.wait() for r in group)), GO_TIMEOUT_S)
-        print("attached", flush=True)
-        await asyncio.wait_for(asyncio.gather(*tasks), 300)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    figures = {**delivery_figures(group), "cpu_s": usage.ru_utime + usage.ru_stime}
-    print(json.dumps(figures), flush=True)
-
-
 class SSEServer:
     """`create_app(helix)` under uvicorn on 127.0.0.1 (free port) in its own thread.
 
@@ -188,7 +172,8 @@ class SSEServer:
     it again and the server's helix calls hop to that loop."""
 
     def __init__(self, helix: HelixDBOS) -> None:
-        app = create_app(helix, allow_unauthenticated=True)
+        # as many streams of one session as the benchmark has readers (the default caps 16)
+        app = create_app(helix, allow_unauthenticated=True, max_streams_per_session=1000)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         port = self.sock.getsockname()[1]
@@ -222,6 +207,7 @@ class Bench:
         self.llm = llm
         self.sse = sse
         self.client: Any = None
+        self.client_processes = 4
         if sse is not None:
             limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
             self.client = httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits)
@@ -302,41 +288,61 @@ class Bench:
         )
 
     async def throughput_sse_process(self, readers: int) -> dict[str, Any]:
+        """`readers` lean SSE clients spread over `client_processes` child processes."""
         assert self.sse is not None
         self.llm.arm()
         handle = await self.helix.execute(BURSTER, "go")
         sid, rid = handle.session_id, handle.run_id
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--sse-clients",
-            self.sse.base,
-            sid,
-            rid,
-            str(readers),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert child.stdout is not None
+        shares = [readers // self.client_processes] * self.client_processes
+        for i in range(readers % self.client_processes):
+            shares[i] += 1
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(Path(__file__).resolve().parent / "sse_readers.py"),
+                self.sse.base,
+                sid,
+                rid,
+                str(share),
+                stdout=asyncio.subprocess.PIPE,
+                limit=1 << 26,  # its figures are one long JSON line
+            )
+            for share in shares
+            if share
+        ]
+        parts: list[dict[str, Any]] = []
         try:
-            line = await asyncio.wait_for(child.stdout.readline(), GO_TIMEOUT_S + 15)
-            if line.strip() != b"attached":
-                raise RuntimeError(f"SSE client process: {line!r}")
+            for child in children:
+                assert child.stdout is not None
+                line = await asyncio.wait_for(child.stdout.readline(), GO_TIMEOUT_S + 15)
+                if line.strip() != b"attached":
+                    raise RuntimeError(f"SSE client process: {line!r}")
             go, go_wall = time.perf_counter(), time.time()
             self.llm.go.set()
             await self.helix.wait_for_run_end(sid, rid)
             producer_s = time.perf_counter() - go
-            line = await asyncio.wait_for(child.stdout.readline(), 300)
-            figures = json.loads(line)
+            for child in children:
+                assert child.stdout is not None
+                parts.append(json.loads(await asyncio.wait_for(child.stdout.readline(), 300)))
         finally:
-            if child.returncode is None:
-                await asyncio.wait_for(child.wait(), 30)
+            for child in children:
+                if child.returncode is None:
+                    await asyncio.wait_for(child.wait(), 30)
         result = await handle.result()
         if result.status != "completed":
             raise RuntimeError(f"benchmark run did not complete: {result}")
-        row = self._throughput_row(
-            readers, "sse", producer_s, figures["finished_wall"] - go_wall, figures
-        )
-        row["client_process_cpu_s"] = figures["cpu_s"]
+        lat = [x for part in parts for x in part["latencies_ms"]]
+        figures = {
+            "counts": sorted({c for part in parts for c in part["counts"]}),
+            "custom_events": parts[0]["custom_events"],
+            "latency_p50_ms": percentile(lat, 50),
+            "latency_p99_ms": percentile(lat, 99),
+            "latency_max_ms": max(lat),
+        }
+        finished = max(part["finished_wall"] for part in parts)
+        row = self._throughput_row(readers, "sse", producer_s, finished - go_wall, figures)
+        row["client_process_cpu_s"] = sum(part["cpu_s"] for part in parts)
+        row["client_processes"] = len(children)
         return row
 
     @staticmethod
@@ -474,6 +480,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 sse_error = "--no-sse"
             bench = Bench(helix, llm, sse)
+            bench.client_processes = args.client_processes
             figures = await measure(bench, args)
         finally:
             if bench is not None:
@@ -508,17 +515,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--pyinstrument", metavar="PREFIX", help="profile the throughput runs into PREFIX-*.txt"
     )
-    parser.add_argument("--sse-clients", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--client-processes", type=int, default=4, help="processes the SSE readers use (4)"
+    )
     parser.add_argument("--no-sse", action="store_true", help="skip the HTTP SSE server")
     parser.add_argument(
         "--database-url",
         help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",
     )
     args = parser.parse_args(argv)
-    if args.sse_clients:  # the child process of the SSE throughput run
-        base, session_id, run_id, readers = args.sse_clients
-        asyncio.run(sse_clients_main(base, session_id, run_id, int(readers)))
-        return
     if args.pieces < 1 or args.repeats < 1 or args.readers < 1 or args.bursts < 1:
         parser.error("--pieces, --repeats, --readers and --bursts must be >= 1")
     if args.gap <= 0.05:

@@ -34,6 +34,7 @@ from helix_dbos.server.session_routes import (
     SubmitHandler,
 )
 from helix_dbos.server.sse import event_stream, parse_last_event_id
+from helix_dbos.server.sse_fanout import SessionFanout
 from helix_dbos.server.streams import SlotStreamingResponse
 from helix_dbos.server.visibility import require_own_new_session, require_visible
 
@@ -131,6 +132,7 @@ def _add_queue_routes(router: APIRouter, ctx: ServerContext) -> None:
 def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:
     """Following a session: its chunks live over SSE, and its state."""
     helix = ctx.helix
+    fanout = SessionFanout(lambda sid, after, rid: helix.stream(sid, after_seq=after, run_id=rid))
 
     @router.get(
         "/sse",
@@ -167,12 +169,10 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:
                 status_code=404, detail=f"Run '{run_id}' is not in session '{session_id}'"
             )
         release = ctx.streams.acquire(session_id)  # 503 past the caps
-        chunks = helix.stream(
-            session_id, after_seq=resumed if resumed is not None else after_seq, run_id=run_id
-        )
+        start = resumed if resumed is not None else after_seq
         return SlotStreamingResponse(
             event_stream(
-                chunks,
+                fanout.subscription(session_id, run_id, start),
                 keepalive_seconds=ctx.keepalive_seconds,
                 max_seconds=ctx.max_stream_seconds,
             ),

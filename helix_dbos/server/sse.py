@@ -15,15 +15,15 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
 
-from helix_dbos.runtime.outage import is_transient_db_error
-from helix_dbos.runtime.process_runtime import logger
 from helix_dbos.streaming.chunks import StreamChunk
 
+if TYPE_CHECKING:
+    from helix_dbos.server.sse_fanout import Subscription
+
 RETRY_MS = 3000
-_END = object()
-_RESUME = object()
 
 
 def format_chunk(chunk: StreamChunk) -> str:
@@ -46,61 +46,37 @@ def parse_last_event_id(value: str | None) -> int | None:
 
 
 async def event_stream(
-    chunks: AsyncIterator[StreamChunk],
+    subscription: AbstractAsyncContextManager[Subscription],
     *,
     keepalive_seconds: float,
     max_seconds: float = float("inf"),
 ) -> AsyncIterator[str]:
-    """SSE text for `chunks`, with keep-alive comments while no chunk arrives.
-
-    The chunk iterator runs in its own task feeding a queue, so waiting for the
-    next chunk can time out into a keep-alive without cancelling the reader.
-    """
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
-
-    async def pump() -> None:
-        try:
-            async for chunk in chunks:
-                await queue.put(format_chunk(chunk))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if is_transient_db_error(exc):  # the database went away: the client reconnects
-                logger.warning("helix SSE stream lost the database, client to resume: %s", exc)
-                await queue.put(_RESUME)
-                return
-            logger.warning("helix SSE stream failed: %s", exc)  # tell the client, then end
-            await queue.put(format_event("error", {"error": str(exc)}))
-        await queue.put(_END)
-
-    task = asyncio.create_task(pump())
-    getter: asyncio.Future[Any] | None = None
+    """SSE text for a stream's subscription (`sse_fanout`), with keep-alive comments while
+    no chunk arrives; everything that arrived since the last write goes as one write."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_seconds
-    try:
+    async with subscription as sub:
         yield f"retry: {RETRY_MS}\n: connected\n\n"
         while True:
-            if getter is None:
-                getter = asyncio.ensure_future(queue.get())
             left = deadline - loop.time()
             if left <= 0:
                 yield ": stream lifetime reached; reconnect with Last-Event-ID\n\n"
                 return
-            done, _ = await asyncio.wait({getter}, timeout=min(keepalive_seconds, left))
-            if not done:
-                if deadline - loop.time() > 0:
-                    yield ": keep-alive\n\n"
+            if not sub.wake.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), min(keepalive_seconds, left))
+                if not sub.wake.is_set():
+                    if deadline - loop.time() > 0:
+                        yield ": keep-alive\n\n"
+                    continue
+            text = sub.take()
+            if text:
+                yield text
+            if sub.outcome is None:
                 continue
-            item, getter = getter.result(), None
-            if item is _RESUME:
+            if sub.outcome == "resume":
                 return  # no `end`: the client reconnects with Last-Event-ID and resumes
-            if item is _END:
-                break
-            yield item
-        yield format_event("end", {})
-    finally:
-        for pending in (getter, task):
-            if pending is not None and not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await pending
+            if sub.outcome != "end":
+                yield sub.outcome  # the error event, then `end`
+            yield format_event("end", {})
+            return
