@@ -43,7 +43,6 @@ from dbos import DBOS
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import worker_process
 from helix_dbos.store.database import libpq_url, redact_url
 
 AGENT_NAME = "sat_agent"
@@ -434,10 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         "--database-url",
         help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",
     )
-    parser.add_argument("--dbos-pool-kept", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.dbos_pool_kept:  # an experiment: the connections DBOS's pool keeps
-        worker_process.DBOS_POOL_KEPT = args.dbos_pool_kept  # type: ignore[misc]
     asyncio.run(child_main(args) if args.child else run(args))
 
 

@@ -25,6 +25,7 @@ from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.runtime import dbos_internals, model_limits
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
+from helix_dbos.runtime.idle_pool import IdleTrimmedQueuePool
 from helix_dbos.runtime.message_recheck import MessageRecheck
 from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.run_starts import RunStarts
@@ -49,7 +50,6 @@ from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 DEFAULT_APP_VERSION = "helix-4"
 ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
 DBOS_POOL_MAX = 20  # DBOS's own default
-DBOS_POOL_KEPT = 3
 DATASOURCE_SCHEMA = "dbos"
 DEFAULT_SCHEDULER_POLL_SECONDS = 5.0
 
@@ -67,13 +67,15 @@ def configure_dbos(
         "log_level": os.environ.get("HELIX_LOG_LEVEL", "WARNING"),
         # No ping before each system-database call (a round trip per DBOS operation,
         # four per step): DBOS retries an operation whose connection was lost.
-        # DBOS's pool, of up to 20 as DBOS sizes it, keeps 2 connections (besides its
-        # LISTEN one): the others close when given back, so an idle worker holds what
-        # its queue and scheduler threads use, not what its launch burst opened.
+        # DBOS's pool, of up to 20 as DBOS sizes it, keeps those in use and closes all
+        # but 3 (besides its LISTEN one) once idle for a while (idle_pool.py), so an
+        # idle worker holds what its queue and scheduler threads use, and a busy one
+        # does not open a connection per call.
         "db_engine_kwargs": {
             "pool_pre_ping": False,
-            "pool_size": DBOS_POOL_KEPT,
-            "max_overflow": DBOS_POOL_MAX - DBOS_POOL_KEPT,
+            "poolclass": IdleTrimmedQueuePool,
+            "pool_size": DBOS_POOL_MAX,
+            "max_overflow": 0,
             "pool_timeout": 30,
             "connect_args": {"application_name": "dbos_transact", "connect_timeout": 10},
         },

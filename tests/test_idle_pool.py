@@ -1,0 +1,65 @@
+"""DBOS's system-database pool (runtime/idle_pool.py): a busy process reuses its
+connections instead of opening one per call; an idle one comes down to `keep`."""
+
+from __future__ import annotations
+
+import time
+
+import sqlalchemy as sa
+from helpers import sql
+
+from helix_dbos.runtime.idle_pool import IdleTrimmedQueuePool
+from helix_dbos.store.database import sqlalchemy_url
+
+APP = "idle-pool-test"
+
+
+def backends(database_url: str, expected: int) -> int:
+    """The pool's connections the server lists, once it lists `expected` (a closed
+    connection's backend leaves pg_stat_activity a moment after the close), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        count = sql(database_url, query, APP)[0][0]
+        if count == expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
+def test_a_busy_pool_reuses_its_connections_and_an_idle_one_closes_all_but_keep(
+    database_url, monkeypatch
+):
+    monkeypatch.setattr(IdleTrimmedQueuePool, "idle_seconds", 0.5)
+    monkeypatch.setattr(IdleTrimmedQueuePool, "trim_every_seconds", 0.0)
+    engine = sa.create_engine(
+        sqlalchemy_url(database_url),
+        poolclass=IdleTrimmedQueuePool,
+        pool_size=8,
+        max_overflow=0,
+        connect_args={"application_name": APP},
+    )
+    created: list[object] = []
+    sa.event.listen(engine, "connect", lambda conn, record: created.append(conn))
+    try:
+        for _ in range(5):  # 6 at a time, five times over: 6 connections, not 30
+            held = [engine.connect() for _ in range(6)]
+            for conn in held:
+                conn.execute(sa.text("SELECT 1"))
+            for conn in held:
+                conn.close()
+        assert len(created) == 6
+        assert engine.pool.checkedin() == 6 and backends(database_url, 6) == 6
+
+        time.sleep(0.6)  # unused past idle_seconds: the next return closes the extras
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        assert engine.pool.checkedin() == IdleTrimmedQueuePool.keep
+        keep = IdleTrimmedQueuePool.keep
+        assert backends(database_url, keep) == keep
+
+        held = [engine.connect() for _ in range(8)]  # up to pool_size again
+        assert len(created) == 6 + 8 - IdleTrimmedQueuePool.keep
+        for conn in held:
+            conn.close()
+    finally:
+        engine.dispose()
