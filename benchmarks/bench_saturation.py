@@ -13,6 +13,12 @@ One fresh database, one sitting:
    all sessions, then two with half each, started together; steps/s over the window
    they share.
 
+Per phase it also reports this process's CPU per agent step, the local PostgreSQL's
+(its postmaster and backends, from /proc; the ramp-up and drain included), and how
+many connections were opened (pg_stat_database.sessions), which are steadier than
+steps/s on a shared box. `--py-spy PATH` records where the GIL goes (every thread)
+during one more helix phase (`pip install py-spy`).
+
 usage: .venv/bin/python benchmarks/bench_saturation.py [--sessions 200] [--database-url URL]
 """
 
@@ -21,11 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import cProfile
-import io
 import json
 import os
-import pstats
 import statistics
 import sys
 import tempfile
@@ -315,14 +318,6 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
 # --- the sitting -----------------------------------------------------------------------
 
 
-def top_costs(profile: cProfile.Profile, limit: int) -> str:
-    out = io.StringIO()
-    stats = pstats.Stats(profile, stream=out)
-    stats.sort_stats("tottime").print_stats(limit)
-    stats.sort_stats("cumulative").print_stats(limit)
-    return out.getvalue()
-
-
 async def measure(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"helix": [], "bare": []}
     helix, mock = build_helix(database_url, args.steps, f"sat-{uuid.uuid4().hex[:8]}")
@@ -357,16 +352,6 @@ async def measure(database_url: str, args: argparse.Namespace) -> dict[str, Any]
             row.pop("stamps_wall")
             out["helix_py_spy"] = row
             print(f"py-spy (GIL holders, raw stacks) of one helix phase: {args.py_spy}", flush=True)
-        if args.profile:
-            profile = cProfile.Profile()
-            profile.enable()
-            row = await bench.phase("helix")
-            profile.disable()
-            row.pop("stamps_wall")
-            out["helix_profiled"] = row
-            profile.dump_stats(args.profile)
-            Path(args.profile + ".txt").write_text(top_costs(profile, 45))
-            print(f"cProfile of one helix phase: {args.profile}(.txt)", flush=True)
     finally:
         helix.shutdown()
     if not args.skip_workers:
@@ -403,6 +388,15 @@ async def run(args: argparse.Namespace) -> None:
     for kind_ in ("helix", "bare"):
         cells = " ".join(f"{r['steps_per_s']:>10.1f}" for r in out[kind_])
         print(f"  {kind_:<8} {cells}   steps/s")
+    for kind_ in ("helix", "bare"):
+        rows = out[kind_]
+        print(
+            f"  {kind_:<8} per step: this process "
+            f"{statistics.median(r['cpu_ms_per_step'] for r in rows):.2f} ms CPU, PostgreSQL "
+            f"{statistics.median(r['pg_cpu_ms_per_step'] for r in rows):.2f} ms CPU; "
+            f"connections opened per step "
+            f"{statistics.median(r['connections_opened'] / r['steps_in_window'] for r in rows):.2f}"
+        )
     print(
         f"  median: helix {s['helix_steps_per_s']:.1f} / bare DBOS {s['bare_steps_per_s']:.1f} "
         f"steps/s = ratio {s['ratio']:.2f}"
@@ -426,7 +420,6 @@ def main(argv: list[str] | None = None) -> None:
         "--fresh-sessions", action="store_true", help="a new session per run (not turns)"
     )
     parser.add_argument("--skip-workers", action="store_true", help="no worker processes")
-    parser.add_argument("--profile", metavar="PATH", help="cProfile one more helix phase")
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy --gil one more helix phase")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument(
