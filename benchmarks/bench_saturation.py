@@ -99,7 +99,9 @@ def make_responder(steps: int) -> Callable[[LLMRequest], dict[str, Any]]:
     return respond
 
 
-def build_helix(database_url: str, steps: int, executor_id: str) -> tuple[HelixDBOS, MockLLM]:
+def build_helix(
+    database_url: str, steps: int, executor_id: str, pool_size: int = 20
+) -> tuple[HelixDBOS, MockLLM]:
     mock = MockLLM(make_responder(steps))
     agent = Agent(AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=steps + 5)
     helix = HelixDBOS(
@@ -108,7 +110,7 @@ def build_helix(database_url: str, steps: int, executor_id: str) -> tuple[HelixD
         llm=mock,
         executor_id=executor_id,
         application_version="helix-bench-saturation",
-        pool_size=20,
+        pool_size=pool_size,
     )
     return helix, mock
 
@@ -253,7 +255,8 @@ async def child_main(args: argparse.Namespace) -> None:
     """One worker process: its own HelixDBOS on the shared database; waits for the go
     file, drives its sessions, prints one JSON line (stamps in epoch seconds)."""
     database_url, sessions, go = args.child[0], int(args.child[1]), Path(args.child[2])
-    helix, mock = build_helix(database_url, args.steps, f"sat-{uuid.uuid4().hex[:8]}")
+    executor = f"sat-{uuid.uuid4().hex[:8]}"
+    helix, mock = build_helix(database_url, args.steps, executor, args.worker_pool_size)
     helix.launch()
     print("ready", flush=True)
     while not go.exists():
@@ -272,6 +275,7 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
     cmd = [sys.executable, str(Path(__file__).resolve())]
     opts = [
         *(["--fresh-sessions"] if args.fresh_sessions else []),
+        *("--worker-pool-size", str(args.worker_pool_size)),
         "--steps",
         str(args.steps),
         "--warmup",
@@ -320,6 +324,9 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
 
 async def measure(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"helix": [], "bare": []}
+    if args.workers_only:
+        await measure_workers(database_url, args, out)
+        return out
     helix, mock = build_helix(database_url, args.steps, f"sat-{uuid.uuid4().hex[:8]}")
     helix.launch()  # on this loop
     try:
@@ -355,18 +362,28 @@ async def measure(database_url: str, args: argparse.Namespace) -> dict[str, Any]
     finally:
         helix.shutdown()
     if not args.skip_workers:
-        half = args.sessions // 2
-        for counts in ([args.sessions], [half, args.sessions - half]):
-            row = await workers_phase(database_url, counts, args)
-            out.setdefault("workers", []).append(row)
-            print(f"  {len(counts)} worker(s): {row['steps_per_s']:8.1f} steps/s", flush=True)
+        await measure_workers(database_url, args, out)
     return out
 
 
+async def measure_workers(database_url: str, args: argparse.Namespace, out: dict) -> None:
+    if args.workers_only:  # the database is migrated by the first HelixDBOS launched on it
+        helix, _ = build_helix(database_url, args.steps, f"sat-{uuid.uuid4().hex[:8]}")
+        helix.launch()
+        helix.shutdown()
+    half = args.sessions // 2
+    for counts in ([args.sessions], [half, args.sessions - half]):
+        row = await workers_phase(database_url, counts, args)
+        out.setdefault("workers", []).append(row)
+        print(f"  {len(counts)} worker(s): {row['steps_per_s']:8.1f} steps/s", flush=True)
+
+
 def summary(out: dict[str, Any]) -> dict[str, Any]:
-    helix = statistics.median(r["steps_per_s"] for r in out["helix"])
-    bare = statistics.median(r["steps_per_s"] for r in out["bare"])
-    result = {"helix_steps_per_s": helix, "bare_steps_per_s": bare, "ratio": helix / bare}
+    result: dict[str, Any] = {}
+    if out["helix"]:
+        helix = statistics.median(r["steps_per_s"] for r in out["helix"])
+        bare = statistics.median(r["steps_per_s"] for r in out["bare"])
+        result = {"helix_steps_per_s": helix, "bare_steps_per_s": bare, "ratio": helix / bare}
     if "workers" in out:
         one, two = out["workers"]
         result["one_worker_process"] = one["steps_per_s"]
@@ -385,10 +402,10 @@ async def run(args: argparse.Namespace) -> None:
     print(f"code: {Path(helix_dbos.__file__).parent}; cores {os.cpu_count()}; load at start {load}")
     print(f"{args.sessions} sessions x {args.steps}-step runs, window {args.seconds} s")
     print(f"  {'':<8} " + " ".join(f"{'round ' + str(i + 1):>10}" for i in range(args.rounds)))
-    for kind_ in ("helix", "bare"):
+    for kind_ in ("helix", "bare") if out["helix"] else ():
         cells = " ".join(f"{r['steps_per_s']:>10.1f}" for r in out[kind_])
         print(f"  {kind_:<8} {cells}   steps/s")
-    for kind_ in ("helix", "bare"):
+    for kind_ in ("helix", "bare") if out["helix"] else ():
         rows = out[kind_]
         print(
             f"  {kind_:<8} per step: this process "
@@ -397,10 +414,11 @@ async def run(args: argparse.Namespace) -> None:
             f"connections opened per step "
             f"{statistics.median(r['connections_opened'] / r['steps_in_window'] for r in rows):.2f}"
         )
-    print(
-        f"  median: helix {s['helix_steps_per_s']:.1f} / bare DBOS {s['bare_steps_per_s']:.1f} "
-        f"steps/s = ratio {s['ratio']:.2f}"
-    )
+    if "ratio" in s:
+        print(
+            f"  median: helix {s['helix_steps_per_s']:.1f} / bare DBOS "
+            f"{s['bare_steps_per_s']:.1f} steps/s = ratio {s['ratio']:.2f}"
+        )
     if "workers" in out:
         print(
             f"  worker processes: one {s['one_worker_process']:.1f}, two "
@@ -418,6 +436,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="helix/bare alternations (2)")
     parser.add_argument(
         "--fresh-sessions", action="store_true", help="a new session per run (not turns)"
+    )
+    parser.add_argument("--workers-only", action="store_true", help="only the processes")
+    parser.add_argument(
+        "--worker-pool-size",
+        type=int,
+        default=8,
+        help="each worker process's pool_size (8: two fit in 100 connections)",
     )
     parser.add_argument("--skip-workers", action="store_true", help="no worker processes")
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy --gil one more helix phase")
