@@ -4,7 +4,7 @@ SQLAlchemy's `QueuePool` either keeps `pool_size` connections for good or closes
 connection beyond them the moment it is given back. Helix kept 3 (an idle worker holds
 few connections), so under load most of DBOS's system-database calls opened and closed a
 connection (a PostgreSQL backend each): at 200 concurrent runs, about two per agent
-step, a third of PostgreSQL's CPU per step (benchmarks/bench_saturation.py). This pool
+step, more than half of PostgreSQL's CPU per step (benchmarks/bench_saturation.py). This pool
 holds up to `pool_size` connections while they are used, hands out the most recently
 returned first, and closes those beyond `keep` once unused for `idle_seconds`, so an
 idle worker still comes down to `keep`.
