@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from helix_dbos.runtime.outage import is_transient_db_error
@@ -45,11 +46,25 @@ def parse_last_event_id(value: str | None) -> int | None:
     return seq
 
 
+@dataclass(frozen=True)
+class SSEWire:
+    """How items, a failure and the end are written: helix's own events by default; a
+    protocol mapping (protocols/) passes its own and keeps the keep-alives and lifetime."""
+
+    item: Callable[[Any], str] = format_chunk
+    error: Callable[[str], str] = lambda message: format_event("error", {"error": message})
+    end: str = format_event("end", {})
+
+
+HELIX_WIRE = SSEWire()
+
+
 async def event_stream(
-    chunks: AsyncIterator[StreamChunk],
+    chunks: AsyncIterator[Any],
     *,
     keepalive_seconds: float,
     max_seconds: float = float("inf"),
+    wire: SSEWire = HELIX_WIRE,
 ) -> AsyncIterator[str]:
     """SSE text for `chunks`, with keep-alive comments while no chunk arrives.
 
@@ -61,7 +76,7 @@ async def event_stream(
     async def pump() -> None:
         try:
             async for chunk in chunks:
-                await queue.put(format_chunk(chunk))
+                await queue.put(wire.item(chunk))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -70,7 +85,7 @@ async def event_stream(
                 await queue.put(_RESUME)
                 return
             logger.warning("helix SSE stream failed: %s", exc)  # tell the client, then end
-            await queue.put(format_event("error", {"error": str(exc)}))
+            await queue.put(wire.error(str(exc)))
         await queue.put(_END)
 
     task = asyncio.create_task(pump())
@@ -97,7 +112,7 @@ async def event_stream(
             if item is _END:
                 break
             yield item
-        yield format_event("end", {})
+        yield wire.end
     finally:
         for pending in (getter, task):
             if pending is not None and not pending.done():

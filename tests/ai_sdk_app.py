@@ -1,0 +1,87 @@
+"""A real helix server process for the Vercel AI SDK tests: started, SIGKILLed, relaunched.
+
+usage: ai_sdk_app.py DATABASE_URL PORT EXECUTOR_ID MARKER_DIR
+
+Serves the agent `assistant` (the server's default agent) with the bearer token
+"ai-sdk-secret". The LLM is a function of the transcript, so a relaunched process answers
+as the killed one would have. What the last user message asks:
+- "hello": a text answer;
+- "weather <city>": the `lookup` tool, then a text answer with its result;
+- "delete <path>": the approval-gated `delete_file` tool, then what became of it;
+- "slow <label>": the `slow` tool, which blocks until MARKER_DIR/release_<label> exists.
+Every tool execution is appended to a file in MARKER_DIR, so the test can count them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos.orchestration.types import LLMRequest
+from helix_dbos.server import bearer_token, create_app
+
+TOKEN = "ai-sdk-secret"
+database_url, port, executor_id, marker_dir = sys.argv[1:5]
+markers = Path(marker_dir)
+
+
+def mark(name: str, line: str = "x") -> None:
+    with open(markers / name, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@tool
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    mark("lookup.log", city)
+    return f"sunny in {city}"
+
+
+@tool(require_approval=True)
+def delete_file(path: str) -> str:
+    """Deletes a file, once a human approved."""
+    mark("delete_file.log", path)
+    return f"deleted {path}"
+
+
+@tool
+async def slow(label: str) -> str:
+    """Blocks until the test releases the label."""
+    mark(f"slow_{label}.log")
+    while not (markers / f"release_{label}").exists():
+        await asyncio.sleep(0.05)
+    return f"slept on {label}"
+
+
+def respond(request: LLMRequest) -> dict:
+    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    words = str(request.messages[last_user].content).split()
+    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    verb, arg = words[0], " ".join(words[1:])
+    tools = {"weather": "lookup", "delete": "delete_file", "slow": "slow"}
+    if verb in tools and not results:
+        name = tools[verb]
+        key = {"lookup": "city", "delete_file": "path", "slow": "label"}[name]
+        call = {"id": f"call_{name}_{len(request.messages)}", "name": name, "arguments": {key: arg}}
+        return {"type": "tool_calls", "tool_calls": [call]}
+    if results:
+        return {"type": "text", "content": f"Result: {results[-1].content}"}
+    return {"type": "text", "content": "Hello there! How can I help?"}
+
+
+helix = HelixDBOS(
+    [Agent("assistant", tools=[lookup, delete_file, slow])],
+    database_url=database_url,
+    llm=MockLLM(respond),
+    executor_id=executor_id,
+    application_version="ai-sdk-test",
+)
+app = create_app(helix, authenticate=bearer_token(TOKEN), default_agent="assistant")
+uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
