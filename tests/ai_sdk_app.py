@@ -8,7 +8,8 @@ as the killed one would have. What the last user message asks:
 - "hello": a text answer;
 - "weather <city>": the `lookup` tool, then a text answer with its result;
 - "delete <path>": the approval-gated `delete_file` tool, then what became of it;
-- "slow <label>": the `slow` tool, which blocks until MARKER_DIR/release_<label> exists.
+- "slow <label>": the `slow` tool, which blocks until MARKER_DIR/release_<label> exists;
+- "locate <who>": the client-side tool `locate` (the browser runs it).
 Every tool execution is appended to a file in MARKER_DIR, so the test can count them.
 """
 
@@ -60,15 +61,21 @@ async def slow(label: str) -> str:
     return f"slept on {label}"
 
 
+@tool(execute="client")
+def locate(who: str) -> dict:
+    """Where someone is: the browser knows."""
+    raise AssertionError("a client tool runs in the client")
+
+
 def respond(request: LLMRequest) -> dict:
     last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
     words = str(request.messages[last_user].content).split()
     results = [m for m in request.messages[last_user:] if m.role == "tool"]
     verb, arg = words[0], " ".join(words[1:])
-    tools = {"weather": "lookup", "delete": "delete_file", "slow": "slow"}
+    tools = {"weather": "lookup", "delete": "delete_file", "slow": "slow", "locate": "locate"}
     if verb in tools and not results:
         name = tools[verb]
-        key = {"lookup": "city", "delete_file": "path", "slow": "label"}[name]
+        key = {"lookup": "city", "delete_file": "path", "slow": "label", "locate": "who"}[name]
         call = {"id": f"call_{name}_{len(request.messages)}", "name": name, "arguments": {key: arg}}
         return {"type": "tool_calls", "tool_calls": [call]}
     if results:
@@ -77,7 +84,7 @@ def respond(request: LLMRequest) -> dict:
 
 
 helix = HelixDBOS(
-    [Agent("assistant", tools=[lookup, delete_file, slow])],
+    [Agent("assistant", tools=[lookup, delete_file, slow, locate])],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,

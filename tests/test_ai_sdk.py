@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from docs_text import PAGES, REPO
 from helpers import lines, sql, wait_for
 
 APP = Path(__file__).with_name("ai_sdk_app.py")
@@ -36,9 +37,7 @@ def node_client() -> Path:
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Node.js and npm are needed for the AI SDK tests")
     if not (JS / "node_modules" / "ai").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600
-        )
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600)
     return JS / "chat.mjs"
 
 
@@ -62,7 +61,9 @@ class Server:
     def start(self) -> Server:
         args = [sys.executable, str(APP), self.database_url, str(self.port)]
         log = open(self.markers / "server.out", "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen([*args, self.executor, str(self.markers)], stdout=log, stderr=log)
+        self.proc = subprocess.Popen(
+            [*args, self.executor, str(self.markers)], stdout=log, stderr=log
+        )
         deadline = time.monotonic() + 90
         while True:
             assert self.proc.poll() is None, (self.markers / "server.out").read_text()
@@ -194,6 +195,14 @@ def test_plain_run_tool_call_and_approvals(server: Server, node_client: Path) ->
         [(_, status, completed)] = completed_chunks(server.database_url, session)
         assert status == "completed" and completed == 1
 
+    # A client-side tool: the browser runs it (onToolCall, addToolOutput), the run goes on.
+    located = run_node(node_client, "send", *base, "chat-client", "locate ada", "client")
+    message = assistant(located)
+    [part] = tool_parts(message)
+    assert part["type"] == "tool-locate" and part["output"] == {"place": "the desk of ada"}
+    assert texts(message) == ['Result: {"place":"the desk of ada"}']
+    assert located["finishes"] == ["tool-calls", "stop"]
+
     # A reloaded page with nothing live: 204, and the chat stays empty and ready.
     idle = run_node(node_client, "resume", *base, "chat-plain")
     assert idle["messages"] == [] and idle["status"] == "ready"
@@ -256,7 +265,13 @@ def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
         (post({"id": "x", "messages": [{"role": "user", "parts": []}]}), 422, "no text"),
         (post({"id": "x" * 500, "messages": [{"role": "user", "parts": []}]}), 422, "limit"),
         (
-            post({"id": "x", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hello"}]}], "agent": "ghost"}),
+            post(
+                {
+                    "id": "x",
+                    "messages": [{"role": "user", "parts": [{"type": "text", "text": "hello"}]}],
+                    "agent": "ghost",
+                }
+            ),
             404,
             "ghost",
         ),
@@ -266,12 +281,23 @@ def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
             "nothing-waits",
         ),
         (
-            post({"id": "x", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}], "trigger": "regenerate-message"}),
+            post(
+                {
+                    "id": "x",
+                    "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+                    "trigger": "regenerate-message",
+                }
+            ),
             422,
             "regenerate",
         ),
         (
-            httpx.post(url, headers={**AUTH, "content-type": "application/json"}, content=b"{nope", timeout=10),
+            httpx.post(
+                url,
+                headers={**AUTH, "content-type": "application/json"},
+                content=b"{nope",
+                timeout=10,
+            ),
             400,
             "JSON",
         ),
@@ -281,7 +307,72 @@ def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
         body = response.json()
         assert body["type"] == "error" and words in body["errorText"], body
     assert httpx.post(url, json={"id": "x", "messages": []}, timeout=10).status_code == 401
+    hello = {
+        "id": "raw",
+        "messages": [{"role": "user", "parts": [{"type": "text", "text": "hello"}]}],
+    }
+    with httpx.stream("POST", url, headers=AUTH, json=hello, timeout=60) as response:
+        assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert response.headers["content-type"].startswith("text/event-stream")
+        wire = response.read().decode()
+    assert wire.rstrip().endswith("data: [DONE]")
+    # A second user message while nothing is live starts the next turn; one while the
+    # chat's run waits for an approval is refused in the protocol's shape.
+    waiting = {**hello, "id": "busy"}
+    waiting["messages"] = [{"role": "user", "parts": [{"type": "text", "text": "delete /x"}]}]
+    with httpx.stream("POST", url, headers=AUTH, json=waiting, timeout=60) as response:
+        assert '"tool-approval-request"' in response.read().decode()
+    busy = post(waiting)
+    assert busy.status_code == 409 and busy.json()["type"] == "error", busy.text
     resume = httpx.get(f"{server.url}/ai-sdk/chat/never-seen/stream", headers=AUTH, timeout=10)
     assert resume.status_code == 204
     paths = httpx.get(f"{server.url}/openapi.json", headers=AUTH, timeout=10).json()["paths"]
     assert "/ai-sdk/chat" in paths and "/ai-sdk/chat/{chat_id}/stream" in paths
+
+
+def test_the_docs_example_drives_the_example_server(database_url, node_client, tmp_path):
+    """docs/protocols/ai-sdk.md's Node program (examples/ai_sdk_chat.mjs, included in the
+    page) against examples/server.py: it asks, approves, and prints what the page says."""
+    page = PAGES["docs/protocols/ai-sdk.md"]
+    assert '--8<-- "examples/ai_sdk_chat.mjs"' in page
+    script = tmp_path / "ai_sdk_chat.mjs"
+    shutil.copy(REPO / "examples" / "ai_sdk_chat.mjs", script)
+    (tmp_path / "node_modules").symlink_to(JS / "node_modules")
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
+    }
+    env |= {"HELIX_DATABASE_URL": database_url, "PORT": str(port)}
+    log = open(tmp_path / "server.out", "wb")  # noqa: SIM115  (the process's)
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "server.py")], env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            assert server.poll() is None, (tmp_path / "server.out").read_text()
+            try:
+                return httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, timeout=90)
+        done = subprocess.run(
+            ["node", str(script)],
+            env={**env, "HELIX_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == [
+        'approving tool-delete_file {"path":"/tmp/helix-ai-sdk-demo.txt"}',
+        "finish: stop",
+        "The clean-up is done.",
+    ]
+    assert "\n".join(printed) in page

@@ -90,9 +90,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {
-                    "application/json": {"schema": AISDKChatRequest.model_json_schema()}
-                },
+                "content": {"application/json": {"schema": AISDKChatRequest.model_json_schema()}},
             }
         },
     )
@@ -214,7 +212,9 @@ async def _answer(
         ctx.check_result_size("output", part.output if part.errorText is None else part.errorText)
         if part.approval is not None:
             ctx.check_result_size("reason", part.approval.get("reason"))
-    after_seq = await _request_seq(ctx, session_id, run.run_id, {c.tool_call_id for _, c in answers})
+    after_seq = await _request_seq(
+        ctx, session_id, run.run_id, {c.tool_call_id for _, c in answers}
+    )
     for part, call in answers:
         await _apply(ctx, session_id, part, call)
         await record_answerer(helix, session_id, call.tool_call_id, principal.name or "AI SDK")
@@ -224,6 +224,7 @@ async def _answer(
             mapper.announced.add(part.toolCallId)
             if part.approval is not None:
                 mapper.approvals.add(part.toolCallId)
+    mapper.client_outputs |= {c.tool_call_id for _, c in answers if c.kind != "approval"}
     return _stream(ctx, mapper, after_seq=after_seq)
 
 
@@ -284,7 +285,9 @@ def _stream(ctx: ServerContext, mapper: UIPartMapper, *, after_seq: int) -> Resp
     )
 
 
-async def ui_chunks(ctx: ServerContext, mapper: UIPartMapper, after_seq: int) -> AsyncIterator[UIChunk]:
+async def ui_chunks(
+    ctx: ServerContext, mapper: UIPartMapper, after_seq: int
+) -> AsyncIterator[UIChunk]:
     """The run's chunks after `after_seq` as UI message chunks, until the run ends or
     waits for answers only the client can give."""
     helix, sid = ctx.helix, mapper.session_id

@@ -55,8 +55,7 @@ class AISDKChatRequest(BaseModel):
     messageId: str | None = None
     agent: str | None = Field(
         None,
-        description="The agent to run; default: the session's own, else the server's "
-        "default_agent",
+        description="The agent to run; default: the session's own, else the server's default_agent",
     )
 
 

@@ -62,6 +62,7 @@ class UIPartMapper:
     announced: set[str] = field(default_factory=set)
     approvals: set[str] = field(default_factory=set)
     denied: set[str] = field(default_factory=set)
+    client_outputs: set[str] = field(default_factory=set)  # the client holds these outputs
     finished: bool = False
 
     def start(self) -> list[UIChunk]:
@@ -70,75 +71,77 @@ class UIPartMapper:
     def own(self, chunk: StreamChunk) -> bool:
         return chunk.run_id == self.run_id and chunk.via_run_id is None
 
-    def map(self, chunk: StreamChunk, resolved: dict[str, tuple[bool, str | None]]) -> list[UIChunk]:
+    def map(
+        self, chunk: StreamChunk, resolved: dict[str, tuple[bool, str | None]]
+    ) -> list[UIChunk]:
         """The UI chunks for `chunk`. `resolved` holds, for a `run_resumed` chunk, the
         approvals it closed: call id -> (approved, reason)."""
+        kind, p, own = chunk.type, chunk.payload, self.own(chunk)
         out: list[UIChunk] = []
-        kind, p = chunk.type, chunk.payload
-        opens = kind in STEP_CHUNKS and chunk.step is not None and chunk.step != self.step
-        if self.own(chunk) and opens:
-            out += self._close_step()
-            out.append({"type": "start-step"})
+        if own and kind in STEP_CHUNKS and chunk.step is not None and chunk.step != self.step:
+            out += [*self._close_step(), {"type": "start-step"}]
             self.step = chunk.step
-        if kind == "text_delta" and self.own(chunk):
-            if self.text_id is None:
-                self.text_count += 1
-                self.text_id = f"{self.run_id}-text-{self.text_count}"
-                out.append({"type": "text-start", "id": self.text_id})
-            out.append({"type": "text-delta", "id": self.text_id, "delta": str(p.get("delta", ""))})
-        elif kind == "thinking" and self.own(chunk):
-            out += self._close_text()
-            self.reasoning_count += 1
-            rid = f"{self.run_id}-reasoning-{self.reasoning_count}"
-            out += [
-                {"type": "reasoning-start", "id": rid},
-                {"type": "reasoning-delta", "id": rid, "delta": str(p.get("text", ""))},
-                {"type": "reasoning-end", "id": rid},
-            ]
-        elif kind == "tool_start" and self.own(chunk):
-            out += self._announce(p["tool_call_id"], p["tool_name"], p.get("arguments"))
-        elif kind in HUMAN_REQUESTS:
-            call_id = p["tool_call_id"]
-            out += self._announce(call_id, p["tool_name"], p.get("input"))
-            if kind == "tool_approval_request":
-                self.approvals.add(call_id)
-                out.append(
-                    {"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}
-                )
-        elif kind == "run_resumed":
+        if kind in HUMAN_REQUESTS:
+            return out + self._request(kind, p)
+        if kind == "run_resumed":
             for call_id in p.get("tool_call_ids", []):
                 if call_id in resolved:
                     out += self._approval_answered(call_id, *resolved[call_id])
-        elif kind == "tool_end" and p.get("tool_call_id") in self.announced:
-            out += self._tool_end(p)
-        elif kind == "tool_end" and self.own(chunk):  # its start was never seen: say it now
+            return out
+        if kind == "tool_end" and (own or p.get("tool_call_id") in self.announced):
+            # a start never seen is said now (its input is not in the end's payload)
             out += self._announce(p["tool_call_id"], p["tool_name"], None)
-            out += self._tool_end(p)
-        elif kind == "state_patch" and self.own(chunk):
-            out.append({"type": "data-helix-state", "data": p})
-        elif kind == "custom" and self.own(chunk):
-            out.append({"type": data_type(str(p.get("event", ""))), "data": p.get("data")})
-        elif kind == "output" and self.own(chunk):
-            if isinstance(p.get("output"), str):
-                return out  # the answer's text: its text parts say it already
-            out.append({"type": "data-helix-output", "data": p.get("output")})
-        elif kind in FINISH_REASONS and self.own(chunk):
-            out += self._finish(kind, p)
-        elif kind in EVENT_CHUNKS or not self.own(chunk):
+            return out + self._tool_end(p)
+        if own and kind in FINISH_REASONS:
+            return out + self._finish(kind, p)
+        if own and kind in OWN_PARTS:
+            return out + OWN_PARTS[kind](self, p)
+        if kind in EVENT_CHUNKS or not own:
+            out.append(_event(chunk))
+        return out
+
+    def _text(self, p: dict[str, Any]) -> list[UIChunk]:
+        out: list[UIChunk] = []
+        if self.text_id is None:
+            self.text_count += 1
+            self.text_id = f"{self.run_id}-text-{self.text_count}"
+            out.append({"type": "text-start", "id": self.text_id})
+        out.append({"type": "text-delta", "id": self.text_id, "delta": str(p.get("delta", ""))})
+        return out
+
+    def _thinking(self, p: dict[str, Any]) -> list[UIChunk]:
+        self.reasoning_count += 1
+        rid = f"{self.run_id}-reasoning-{self.reasoning_count}"
+        return [
+            *self._close_text(),
+            {"type": "reasoning-start", "id": rid},
+            {"type": "reasoning-delta", "id": rid, "delta": str(p.get("text", ""))},
+            {"type": "reasoning-end", "id": rid},
+        ]
+
+    def _tool_start(self, p: dict[str, Any]) -> list[UIChunk]:
+        return self._announce(p["tool_call_id"], p["tool_name"], p.get("arguments"))
+
+    def _request(self, kind: str, p: dict[str, Any]) -> list[UIChunk]:
+        call_id = p["tool_call_id"]
+        out = self._announce(call_id, p["tool_name"], p.get("input"))
+        if kind == "tool_approval_request":
+            self.approvals.add(call_id)
             out.append(
-                {
-                    "type": "data-helix-event",
-                    "data": {
-                        "type": kind,
-                        "session_id": chunk.session_id,
-                        "run_id": chunk.run_id,
-                        "agent_name": chunk.agent_name,
-                        "payload": p,
-                    },
-                    "transient": True,
-                }
+                {"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}
             )
         return out
+
+    def _state(self, p: dict[str, Any]) -> list[UIChunk]:
+        return [{"type": "data-helix-state", "data": p}]
+
+    def _custom(self, p: dict[str, Any]) -> list[UIChunk]:
+        return [{"type": data_type(str(p.get("event", ""))), "data": p.get("data")}]
+
+    def _output(self, p: dict[str, Any]) -> list[UIChunk]:
+        if isinstance(p.get("output"), str):
+            return []  # the answer's text: its text parts say it already
+        return [{"type": "data-helix-output", "data": p.get("output")}]
 
     def waiting(self) -> list[UIChunk]:
         """The end of this response while the run waits for the client's answers."""
@@ -175,14 +178,18 @@ class UIPartMapper:
 
     def _tool_end(self, p: dict[str, Any]) -> list[UIChunk]:
         call_id = p["tool_call_id"]
-        if call_id in self.denied:
-            return []  # `tool-output-denied` said it already
+        if call_id in self.denied or call_id in self.client_outputs:
+            return []  # `tool-output-denied` said it already, or the client gave the output
         out = self._close_text()
         if p.get("success"):
-            out.append({"type": "tool-output-available", "toolCallId": call_id, "output": p.get("result")})
+            out.append(
+                {"type": "tool-output-available", "toolCallId": call_id, "output": p.get("result")}
+            )
         else:
             error = p.get("error") or "The tool failed"
-            out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": str(error)})
+            out.append(
+                {"type": "tool-output-error", "toolCallId": call_id, "errorText": str(error)}
+            )
         return out
 
     def _finish(self, kind: str, p: dict[str, Any]) -> list[UIChunk]:
@@ -206,3 +213,25 @@ class UIPartMapper:
             return self._close_text()
         self.step = None
         return [*self._close_text(), {"type": "finish-step"}]
+
+
+def _event(chunk: StreamChunk) -> UIChunk:
+    """A chunk with no part of its own, for `onData` (transient: not kept in the message)."""
+    data = {
+        "type": chunk.type,
+        "session_id": chunk.session_id,
+        "run_id": chunk.run_id,
+        "agent_name": chunk.agent_name,
+        "payload": chunk.payload,
+    }
+    return {"type": "data-helix-event", "data": data, "transient": True}
+
+
+OWN_PARTS = {
+    "text_delta": UIPartMapper._text,
+    "thinking": UIPartMapper._thinking,
+    "tool_start": UIPartMapper._tool_start,
+    "state_patch": UIPartMapper._state,
+    "custom": UIPartMapper._custom,
+    "output": UIPartMapper._output,
+}

@@ -1,17 +1,20 @@
 // The AI SDK's own chat client (AbstractChat + DefaultChatTransport, as useChat runs it)
 // against a helix server. Prints one JSON line per event, for tests/test_ai_sdk.py.
 //
-//   node chat.mjs send   BASE_URL TOKEN CHAT_ID TEXT [approve|deny]
+//   node chat.mjs send   BASE_URL TOKEN CHAT_ID TEXT [approve|deny|client]
 //   node chat.mjs resume BASE_URL TOKEN CHAT_ID
 //
 // `send` sends TEXT like useChat's sendMessage; when the run asks for an approval it
 // answers with addToolApprovalResponse and the chat sends the answer on its own
-// (sendAutomaticallyWhen), as a useChat front end does. `resume` is a reloaded page:
+// (sendAutomaticallyWhen), as a useChat front end does; with `client` it runs the
+// client-side tool `locate` in onToolCall (addToolOutput) and the chat sends its output
+// on its own too. `resume` is a reloaded page:
 // an empty chat with that id calls resumeStream() (useChat's `resume: true`).
 import {
   AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
+  lastAssistantMessageIsCompleteWithToolCalls,
 } from "ai";
 
 const [command, baseUrl, token, chatId, text, answer] = process.argv.slice(2);
@@ -52,7 +55,20 @@ const chat = new AbstractChat({
     api: `${baseUrl}/ai-sdk/chat`,
     headers: { Authorization: `Bearer ${token}` },
   }),
-  sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  sendAutomaticallyWhen: (options) =>
+    lastAssistantMessageIsCompleteWithApprovalResponses(options) ||
+    (answer === "client" && lastAssistantMessageIsCompleteWithToolCalls(options)),
+  onToolCall: ({ toolCall }) => {
+    print({ event: "tool-call", toolName: toolCall.toolName, input: toolCall.input });
+    if (answer === "client" && toolCall.toolName === "locate") {
+      // Not awaited inside onToolCall (the chat's own advice): it queues behind this job.
+      void chat.addToolOutput({
+        tool: "locate",
+        toolCallId: toolCall.toolCallId,
+        output: { place: `the desk of ${toolCall.input.who}` },
+      });
+    }
+  },
   onFinish: ({ finishReason, isError, isDisconnect }) => {
     finishes.push(finishReason);
     print({ event: "finish", finishReason, isError, isDisconnect });
@@ -70,12 +86,16 @@ const idle = async () => {
 if (command === "send") {
   await chat.sendMessage({ text });
   await idle();
+  if (answer === "client") {
+    while (finishes.length < 2) await new Promise((resolve) => setTimeout(resolve, 20));
+    await idle();
+  }
   const last = chat.messages.at(-1);
   const asked = (last?.parts ?? []).filter((p) => p.state === "approval-requested");
   for (const part of asked) {
     print({ event: "approval-requested", toolCallId: part.toolCallId, approvalId: part.approval.id });
   }
-  if (answer && asked.length > 0) {
+  if ((answer === "approve" || answer === "deny") && asked.length > 0) {
     const before = finishes.length;
     for (const part of asked) {
       await chat.addToolApprovalResponse({ id: part.approval.id, approved: answer === "approve" });
