@@ -324,6 +324,20 @@ def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
         assert '"tool-approval-request"' in response.read().decode()
     busy = post(waiting)
     assert busy.status_code == 409 and busy.json()["type"] == "error", busy.text
+    [(call_id,)] = sql(
+        server.database_url, "SELECT tool_call_id FROM helix.tool_calls WHERE session_id = 'busy'"
+    )
+    part = {"type": "tool-delete_file", "toolCallId": call_id, "state": "approval-responded"}
+    answer = {"id": "busy", "messages": [{"role": "assistant", "parts": [part]}]}
+    part["approval"] = {"id": call_id, "approved": "yes"}
+    unclear = post(answer)
+    assert unclear.status_code == 422 and "boolean" in unclear.json()["errorText"]
+    part["approval"] = {"id": call_id, "approved": False, "reason": "x" * 2_000_000}
+    assert post(answer).status_code == 413  # the edge guard's body limit
+    [(status,)] = sql(
+        server.database_url, "SELECT status FROM helix.tool_calls WHERE session_id = 'busy'"
+    )
+    assert status == "pending"  # nothing was applied
     resume = httpx.get(f"{server.url}/ai-sdk/chat/never-seen/stream", headers=AUTH, timeout=10)
     assert resume.status_code == 204
     paths = httpx.get(f"{server.url}/openapi.json", headers=AUTH, timeout=10).json()["paths"]

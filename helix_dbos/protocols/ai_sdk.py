@@ -212,6 +212,11 @@ async def _answer(
         ctx.check_result_size("output", part.output if part.errorText is None else part.errorText)
         if part.approval is not None:
             ctx.check_result_size("reason", part.approval.get("reason"))
+            if not isinstance(part.approval.get("approved"), bool):
+                raise HTTPException(
+                    status_code=422,
+                    detail=f"approval.approved of tool call '{part.toolCallId}' must be a boolean",
+                )
     after_seq = await _request_seq(
         ctx, session_id, run.run_id, {c.tool_call_id for _, c in answers}
     )
