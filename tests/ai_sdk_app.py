@@ -9,7 +9,10 @@ as the killed one would have. What the last user message asks:
 - "weather <city>": the `lookup` tool, then a text answer with its result;
 - "delete <path>": the approval-gated `delete_file` tool, then what became of it;
 - "slow <label>": the `slow` tool, which blocks until MARKER_DIR/release_<label> exists;
-- "locate <who>": the client-side tool `locate` (the browser runs it).
+- "locate <who>": the client-side tool `locate` (the browser runs it);
+- "report <topic>": the `report` tool, which emits a `progress` event and sets state;
+- "broken <x>": the `broken` tool, which fails;
+- "think <x>": an answer with the model's reasoning.
 Every tool execution is appended to a file in MARKER_DIR, so the test can count them.
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import uvicorn
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.server import bearer_token, create_app
 
@@ -61,6 +64,20 @@ async def slow(label: str) -> str:
     return f"slept on {label}"
 
 
+@tool
+async def report(topic: str, ctx: ToolContext) -> str:
+    """Reports on a topic, telling the client how far it got."""
+    ctx.update_state({"topic": topic})
+    await ctx.emit("progress", {"topic": topic, "percent": 100})
+    return f"report on {topic}"
+
+
+@tool
+def broken(x: str) -> str:
+    """Always fails."""
+    raise RuntimeError(f"broken on {x}")
+
+
 @tool(execute="client")
 def locate(who: str) -> dict:
     """Where someone is: the browser knows."""
@@ -72,19 +89,30 @@ def respond(request: LLMRequest) -> dict:
     words = str(request.messages[last_user].content).split()
     results = [m for m in request.messages[last_user:] if m.role == "tool"]
     verb, arg = words[0], " ".join(words[1:])
-    tools = {"weather": "lookup", "delete": "delete_file", "slow": "slow", "locate": "locate"}
+    tools = {
+        "weather": "lookup",
+        "delete": "delete_file",
+        "slow": "slow",
+        "locate": "locate",
+        "report": "report",
+        "broken": "broken",
+    }
     if verb in tools and not results:
         name = tools[verb]
-        key = {"lookup": "city", "delete_file": "path", "slow": "label", "locate": "who"}[name]
+        keys = {"lookup": "city", "delete_file": "path", "slow": "label", "locate": "who"}
+        key = {**keys, "report": "topic", "broken": "x"}[name]
         call = {"id": f"call_{name}_{len(request.messages)}", "name": name, "arguments": {key: arg}}
         return {"type": "tool_calls", "tool_calls": [call]}
     if results:
         return {"type": "text", "content": f"Result: {results[-1].content}"}
+    if verb == "think":
+        thinking = [{"text": f"pondering {arg}"}]
+        return {"type": "text", "content": f"Thought about {arg}", "thinking": thinking}
     return {"type": "text", "content": "Hello there! How can I help?"}
 
 
 helix = HelixDBOS(
-    [Agent("assistant", tools=[lookup, delete_file, slow, locate])],
+    [Agent("assistant", tools=[lookup, delete_file, slow, locate, report, broken])],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,

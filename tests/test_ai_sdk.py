@@ -135,7 +135,14 @@ class Node:
 
 
 def run_node(script: Path, *args: str) -> dict[str, Any]:
-    return Node(script, *args).finish()
+    """The final `messages` event, with every event before it under `_events`."""
+    node = Node(script, *args)
+    final = node.finish()
+    return {**final, "_events": node.events}
+
+
+def reported_events(final: dict[str, Any]) -> list[dict[str, Any]]:
+    return final["_events"]
 
 
 def assistant(event: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +209,25 @@ def test_plain_run_tool_call_and_approvals(server: Server, node_client: Path) ->
     assert part["type"] == "tool-locate" and part["output"] == {"place": "the desk of ada"}
     assert texts(message) == ['Result: {"place":"the desk of ada"}']
     assert located["finishes"] == ["tool-calls", "stop"]
+
+    # Reasoning, a tool's custom event and state as data parts, a failing tool.
+    thought = assistant(run_node(node_client, "send", *base, "chat-think", "think hard"))
+    assert [(p["type"], p.get("text")) for p in thought["parts"] if p["type"] != "step-start"] == [
+        ("text", "Thought about hard"),  # helix writes a reply's thinking once it is in
+        ("reasoning", "pondering hard"),
+    ]
+    reported = run_node(node_client, "send", *base, "chat-report", "report owls")
+    message = assistant(reported)
+    [progress] = [p for p in message["parts"] if p["type"] == "data-progress"]
+    assert progress["data"] == {"topic": "owls", "percent": 100}
+    [state] = [p for p in message["parts"] if p["type"] == "data-helix-state"]
+    assert state["data"]["set"] == {"topic": "owls"}
+    assert {"event": "data", "type": "data-progress", "data": progress["data"]} in [
+        {k: e.get(k) for k in ("event", "type", "data")} for e in reported_events(reported)
+    ]
+    failed = assistant(run_node(node_client, "send", *base, "chat-broken", "broken glass"))
+    [part] = tool_parts(failed)
+    assert part["state"] == "output-error" and "broken on glass" in part["errorText"]
 
     # A reloaded page with nothing live: 204, and the chat stays empty and ready.
     idle = run_node(node_client, "resume", *base, "chat-plain")
