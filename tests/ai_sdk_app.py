@@ -12,7 +12,9 @@ as the killed one would have. What the last user message asks:
 - "locate <who>": the client-side tool `locate` (the browser runs it);
 - "report <topic>": the `report` tool, which emits a `progress` event and sets state;
 - "broken <x>": the `broken` tool, which fails;
-- "think <x>": an answer with the model's reasoning.
+- "think <x>": an answer with the model's reasoning;
+- "delegate <path>": the sub-agent `helper`, which asks to delete the path (an approval
+  asked in the sub-agent's session, answered through the chat's).
 Every tool execution is appended to a file in MARKER_DIR, so the test can count them.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import uvicorn
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.server import bearer_token, create_app
 
@@ -103,6 +105,13 @@ def respond(request: LLMRequest) -> dict:
         key = {**keys, "report": "topic", "broken": "x"}[name]
         call = {"id": f"call_{name}_{len(request.messages)}", "name": name, "arguments": {key: arg}}
         return {"type": "tool_calls", "tool_calls": [call]}
+    if verb == "delegate" and not results:
+        call = {
+            "id": "call_delegate",
+            "name": "subagent__helper",
+            "arguments": {"message": f"delete {arg}"},
+        }
+        return {"type": "tool_calls", "tool_calls": [call]}
     if results:
         return {"type": "text", "content": f"Result: {results[-1].content}"}
     if verb == "think":
@@ -111,8 +120,10 @@ def respond(request: LLMRequest) -> dict:
     return {"type": "text", "content": "Hello there! How can I help?"}
 
 
+helper = Agent("helper", tools=[delete_file])
+tools = [lookup, delete_file, slow, locate, report, broken, sub_agent_tool(helper)]
 helix = HelixDBOS(
-    [Agent("assistant", tools=[lookup, delete_file, slow, locate, report, broken])],
+    [Agent("assistant", tools=tools), helper],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -104,7 +105,10 @@ class Node:
 
     def __init__(self, script: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            ["node", str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ["node", str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,  # unbuffered: `select` sees every line not yet read
         )
         self.events: list[dict[str, Any]] = []
 
@@ -113,6 +117,9 @@ class Node:
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if not ready:
+                continue
             line = self.proc.stdout.readline()
             if not line:
                 break
@@ -120,6 +127,7 @@ class Node:
             self.events.append(event)
             if predicate(event):
                 return event
+        self.proc.kill()
         stderr = self.proc.stderr.read().decode() if self.proc.stderr else ""
         raise AssertionError(f"no such event in {self.events}; stderr: {stderr}")
 
@@ -201,6 +209,16 @@ def test_plain_run_tool_call_and_approvals(server: Server, node_client: Path) ->
     for session in ("chat-approve", "chat-deny"):
         [(_, status, completed)] = completed_chunks(server.database_url, session)
         assert status == "completed" and completed == 1
+
+    # A sub-agent's approval: a tool part of the chat's message, answered through the chat.
+    delegated = run_node(node_client, "send", *base, "chat-delegate", "delegate /tmp/c", "approve")
+    message = assistant(delegated)
+    parts = {p["type"]: p for p in tool_parts(message)}
+    assert parts["tool-delete_file"]["approval"]["approved"] is True
+    assert parts["tool-delete_file"]["output"] == "deleted /tmp/c"
+    assert parts["tool-subagent__helper"]["state"] == "output-available"
+    assert texts(message) == ["Result: Result: deleted /tmp/c"]
+    assert delegated["finishes"] == ["tool-calls", "stop"]
 
     # A client-side tool: the browser runs it (onToolCall, addToolOutput), the run goes on.
     located = run_node(node_client, "send", *base, "chat-client", "locate ada", "client")

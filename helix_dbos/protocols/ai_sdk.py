@@ -230,7 +230,7 @@ async def _answer(
             if part.approval is not None:
                 mapper.approvals.add(part.toolCallId)
     mapper.client_outputs |= {c.tool_call_id for _, c in answers if c.kind != "approval"}
-    return _stream(ctx, mapper, after_seq=after_seq)
+    return _stream(ctx, mapper, after_seq=after_seq, answered=True)
 
 
 def _answers(part: UIPart, call: PendingToolCall) -> bool:
@@ -275,11 +275,13 @@ async def _request_seq(ctx: ServerContext, session_id: str, run_id: str, call_id
     return last
 
 
-def _stream(ctx: ServerContext, mapper: UIPartMapper, *, after_seq: int) -> Response:
+def _stream(
+    ctx: ServerContext, mapper: UIPartMapper, *, after_seq: int, answered: bool = False
+) -> Response:
     release = ctx.streams.acquire(mapper.session_id)  # 503 past the caps
     return SlotStreamingResponse(
         event_stream(
-            ui_chunks(ctx, mapper, after_seq),
+            ui_chunks(ctx, mapper, after_seq, answered=answered),
             keepalive_seconds=ctx.keepalive_seconds,
             max_seconds=ctx.max_stream_seconds,
             wire=UI_WIRE,
@@ -291,13 +293,18 @@ def _stream(ctx: ServerContext, mapper: UIPartMapper, *, after_seq: int) -> Resp
 
 
 async def ui_chunks(
-    ctx: ServerContext, mapper: UIPartMapper, after_seq: int
+    ctx: ServerContext, mapper: UIPartMapper, after_seq: int, *, answered: bool = False
 ) -> AsyncIterator[UIChunk]:
     """The run's chunks after `after_seq` as UI message chunks, until the run ends or
-    waits for answers only the client can give."""
+    waits for answers only the client can give (`answered`: the client just sent some;
+    if it still owes others, the response ends at once)."""
     helix, sid = ctx.helix, mapper.session_id
     for part in mapper.start():
         yield part
+    if answered and await _waits_for_client(ctx, sid, mapper):
+        for part in mapper.waiting():
+            yield part
+        return
     async for chunk in helix.stream(sid, run_id=mapper.run_id, after_seq=after_seq):
         resolved: dict[str, tuple[bool, str | None]] = {}
         if chunk.type == "run_resumed" and chunk.run_id is not None:

@@ -41,6 +41,7 @@ FINISH_REASONS = {
 STEP_CHUNKS = frozenset(
     {"text_delta", "thinking", "tool_start", "tool_end", "state_patch", "custom"} | HUMAN_REQUESTS
 )
+SUB_AGENT_STEP = -1  # the step opened for sub-agents' requests (helix steps count from 0)
 _DATA_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -81,6 +82,12 @@ class UIPartMapper:
         if own and kind in STEP_CHUNKS and chunk.step is not None and chunk.step != self.step:
             out += [*self._close_step(), {"type": "start-step"}]
             self.step = chunk.step
+        if kind in HUMAN_REQUESTS and not own and self.step != SUB_AGENT_STEP:
+            # A sub-agent's request in a step of its own: `useChat` sends the answers on
+            # its own once every tool part of the last step is answered, and the
+            # sub-agent's call in the step before stays open until the sub-agent ends.
+            out += [*self._close_step(), {"type": "start-step"}]
+            self.step = SUB_AGENT_STEP
         if kind in HUMAN_REQUESTS:
             return out + self._request(kind, p)
         if kind == "run_resumed":
