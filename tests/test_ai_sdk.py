@@ -297,7 +297,7 @@ def test_server_sigkill_mid_run_resumes_and_finishes_once(
     assert answers == [(2,)]  # the tool call and the answer, each once
 
 
-def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
+def test_bad_input_gets_the_protocols_error_shape(server: Server, node_client: Path) -> None:
     url = f"{server.url}/ai-sdk/chat"
 
     def post(body: Any, **kw: Any) -> httpx.Response:
@@ -382,6 +382,11 @@ def test_bad_input_gets_the_protocols_error_shape(server: Server) -> None:
         server.database_url, "SELECT status FROM helix.tool_calls WHERE session_id = 'busy'"
     )
     assert status == "pending"  # nothing was applied
+    # A page reloaded while the run waits for the approval shows the request again.
+    reloaded = run_node(node_client, "resume", server.url, TOKEN, "busy")
+    [part] = tool_parts(assistant(reloaded))
+    assert part["state"] == "approval-requested" and part["approval"]["id"] == call_id
+    assert reloaded["finishes"] == ["tool-calls"]
     resume = httpx.get(f"{server.url}/ai-sdk/chat/never-seen/stream", headers=AUTH, timeout=10)
     assert resume.status_code == 204
     paths = httpx.get(f"{server.url}/openapi.json", headers=AUTH, timeout=10).json()["paths"]
