@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from helix_dbos.protocols import a2a
+from helix_dbos.protocols import a2a, ai_sdk
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, schedules, timeline
@@ -130,6 +130,7 @@ def create_app(
     app.include_router(schedules.build_router(ctx))  # scheduled agents (issue 34)
     app.include_router(inbox.build_router(ctx))
     app.include_router(timeline.build_router())
+    app.include_router(ai_sdk.build_router(ctx))
     app.include_router(assets.build_router(title, api_docs=api_docs))
     a2a.mount(app, ctx)  # A2A 1.0 at /a2a/{agent}, when a2a-sdk is installed
     if mcp_agents:  # the extra `mcp`, imported only when asked for
