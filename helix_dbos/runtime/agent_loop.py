@@ -25,6 +25,7 @@ from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.definitions.request_tools import with_client_tools
 from helix_dbos.log_events import LLM_FAILED, log_event
 from helix_dbos.orchestration.next_step import (
     Complete,
@@ -380,7 +381,10 @@ async def agent_run_workflow(
     run_id: str, session_id: str, agent_name: str, options: RunOptions
 ) -> AgentResult:
     rt = current_runtime()
-    loop = AgentLoop(rt, run_id, session_id, rt.agent(agent_name), options)
+    agent = with_client_tools(rt.agent(agent_name), options.client_tools)
+    if options.client_tools:  # its steps look the agent up by name: they find this one
+        rt.run_agents[DBOS.workflow_id or ""] = agent
+    loop = AgentLoop(rt, run_id, session_id, agent, options)
     await rt.wait_opened(run_id, session_id)  # started alongside the open of its run
     try:
         result = await loop.run()
@@ -388,6 +392,8 @@ async def agent_run_workflow(
         logger.exception("Agent run %s failed with an unexpected error", run_id)
         error = f"Internal error: {type(exc).__name__}: {exc}"
         result = await loop.end_without_step(loop.steps_taken, Fail(error))
+    finally:
+        rt.run_agents.pop(DBOS.workflow_id or "", None)
     await stop_with_parent(rt, loop.agent, session_id, run_id)  # companions that end with it
     if rt.after_run is not None:  # the session's next stored message starts its run
         await rt.after_run(session_id)

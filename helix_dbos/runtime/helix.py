@@ -20,6 +20,7 @@ from typing import Any
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
+from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
@@ -213,6 +214,7 @@ class HelixDBOS(
         resource_id: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        client_tools: Sequence[ClientToolSpec] = (),
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
@@ -231,7 +233,9 @@ class HelixDBOS(
 
         `tenant` (a customer, say) gives the run its tenant's share of a limited model's
         calls and of a `RunQueue(partition_by="tenant")` (docs/limits.md); it is
-        `helix.runs.tenant` in SQL."""
+        `helix.runs.tenant` in SQL. `client_tools` are offered to the
+        model for this run only, executed by the client (`ClientToolSpec`; with
+        `multitask_strategy="reject"`)."""
         if resource_id is not None:  # memory (issue 36): bound before the run opens
             check_storable(resource_id=resource_id, session_id=session_id)
             session_id = session_id or new_id("ses")
@@ -245,6 +249,7 @@ class HelixDBOS(
             priority=priority,
             multitask_strategy=multitask_strategy,
             tenant=tenant,
+            client_tools=tuple(client_tools),
         )
         return opened if isinstance(opened, QueuedRunHandle) else self._handle(opened)
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from dbos import AsyncSQLAlchemyDatasource
+from dbos import DBOS, AsyncSQLAlchemyDatasource
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -165,8 +165,15 @@ class Runtime:
         # Set by HelixDBOS: awaited by a run's workflow once the run has ended, to start
         # its session's next stored message (double texting, `runtime/session_queue.py`).
         self.after_run: Callable[[str], Awaitable[None]] | None = None
+        # Runs under way here with client tools of their own, by workflow id (see `agent`).
+        self.run_agents: dict[str, Agent] = {}
 
     def agent(self, name: str) -> Agent:
+        # A run with client tools of its own works with its agent extended by them
+        # (`definitions/request_tools.py`): its steps find it by their workflow id.
+        own = self.run_agents.get(DBOS.workflow_id or "") if self.run_agents else None
+        if own is not None and own.name == name:
+            return own
         try:
             return self.agents[name]
         except KeyError:

@@ -18,6 +18,7 @@ from dbos import DBOS, WorkflowStatus
 from psycopg_pool import PoolTimeout
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.definitions.request_tools import ClientToolSpec, check_client_tools
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotRegisteredError,
@@ -91,6 +92,7 @@ class RunStarts:
         priority: int | None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        client_tools: tuple[ClientToolSpec, ...] = (),
     ) -> OpenedRun | QueuedRunHandle:
         check_storable(input=input, session_id=session_id, tenant=tenant)
         if tenant is not None and not (isinstance(tenant, str) and tenant.strip()):
@@ -98,6 +100,9 @@ class RunStarts:
         check_priority(priority)
         definition = self.agent(agent)
         strategy = check_strategy(multitask_strategy or definition.multitask_strategy)
+        check_client_tools(definition, client_tools)
+        if client_tools and strategy != "reject":  # a stored message keeps no tools
+            raise InvalidInputError("client_tools need multitask_strategy='reject'")
         if self.dispatch.executes_runs:  # the environment may have changed since launch()
             self.runtime.check_agents([definition])
         initial_state = definition.initial_state(state) if state is not None else None
@@ -105,7 +110,7 @@ class RunStarts:
         messages = [Message(role="user", content=input)] if input is not None else []
         if terminating is not None:
             definition.check_terminating(terminating)
-        options = RunOptions(terminating=terminating, tenant=tenant)
+        options = RunOptions(terminating=terminating, tenant=tenant, client_tools=client_tools)
         began = time.monotonic()
         try:
             if strategy != "reject" and session_id is not None and self.queue is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from helix_dbos.definitions.agent import TerminatingConfig
+from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
 from helix_dbos.store.repository import ToolCallKind
@@ -23,11 +24,13 @@ FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
 @dataclass(frozen=True)
 class RunOptions:
     """Per-run settings, a workflow input: a run's terminating config (seed 004)
-    overrides the agent's."""
+    overrides the agent's; `client_tools` are declared by the caller for this run only
+    (`definitions/request_tools.py`)."""
 
     terminating: TerminatingConfig | None = None
     # Who the run is for (docs/limits.md): its share of a limited model's calls.
     tenant: str | None = None
+    client_tools: tuple[ClientToolSpec, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in `helix.runs.options` (`tenant` is also a column of its own)."""
@@ -36,6 +39,8 @@ class RunOptions:
         )
         if self.tenant is not None:
             shape["tenant"] = self.tenant
+        if self.client_tools:
+            shape["client_tools"] = [t.name for t in self.client_tools]
         return shape
 
 

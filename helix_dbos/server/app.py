@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from helix_dbos.protocols import a2a, ai_sdk
+from helix_dbos.protocols import a2a, ag_ui, ai_sdk
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, schedules, timeline
@@ -129,6 +129,7 @@ def create_app(
     app.include_router(checkpoints.build_router(ctx))
     app.include_router(schedules.build_router(ctx))  # scheduled agents (issue 34)
     app.include_router(inbox.build_router(ctx))
+    app.include_router(ag_ui.build_router(ctx))
     app.include_router(timeline.build_router())
     app.include_router(ai_sdk.build_router(ctx))
     app.include_router(assets.build_router(title, api_docs=api_docs))
