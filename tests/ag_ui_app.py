@@ -60,7 +60,10 @@ async def gate() -> str:
 
 
 def call(name: str, arguments: dict) -> dict:
-    return {"type": "tool_calls", "tool_calls": [{"id": f"call_{name}", "name": name, "arguments": arguments}]}
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": f"call_{name}", "name": name, "arguments": arguments}],
+    }
 
 
 async def respond(request: LLMRequest) -> dict:

@@ -235,7 +235,6 @@ def test_an_approval_ends_the_run_with_an_interrupt_and_resume_answers_it(
     assert interrupt["toolCallId"] == interrupt["id"] == "call_transfer"
     assert "TOOL_CALL_START" in types(asked) and "TOOL_CALL_RESULT" not in types(asked)
     assert done(lines, "p1")["pending"] == ["call_transfer"]
-    assert marks(server, "transfer.log") == []  # nothing ran before the answer
 
     answered = events(lines, "p2")
     assert types(answered)[0] == "RUN_STARTED" and answered[0]["runId"] == "p2"

@@ -203,7 +203,8 @@ class RunStarts:
         run_id: str | None = None,
     ) -> OpenedRun:
         options = options or RunOptions()
-        effective = RunOptions(run_terminating(agent, options), options.tenant)
+        terminating = run_terminating(agent, options)
+        effective = RunOptions(terminating, options.tenant, options.client_tools)
         request = OpenRunRequest.top_level(
             kind,
             agent,

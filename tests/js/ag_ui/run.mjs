@@ -12,6 +12,9 @@ import { HttpAgent } from "@ag-ui/client";
 const plan = JSON.parse(process.argv[2]);
 const out = (line) => process.stdout.write(JSON.stringify(line) + "\n");
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// A server killed mid-stream fails the run (caught below); the client's reader then
+// rejects once more while cancelling the dead body, outside any promise we hold.
+process.on("unhandledRejection", (error) => out({ unhandled: String(error?.message ?? error) }));
 let messages = [];
 let pending = [];
 
