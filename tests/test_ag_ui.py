@@ -202,18 +202,32 @@ def test_a_plain_run_streams_text_and_the_thread_keeps_its_history(server: Serve
 
 
 def test_a_tool_call_streams_its_call_and_result(server: Server) -> None:
-    lines = run_client(plan(server, {"runId": "w1", "message": "weather in Paris"}))
+    args = plan(server, {"runId": "w1", "message": "weather in Paris"})
+    lines = run_client(args)
     evs = events(lines, "w1")
     [start] = [e for e in evs if e["type"] == "TOOL_CALL_START"]
     assert start["toolCallName"] == "lookup"
-    args = "".join(e["delta"] for e in evs if e["type"] == "TOOL_CALL_ARGS")
-    assert json.loads(args) == {"city": "Paris"}
+    arguments = "".join(e["delta"] for e in evs if e["type"] == "TOOL_CALL_ARGS")
+    assert json.loads(arguments) == {"city": "Paris"}
     [result] = [e for e in evs if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == start["toolCallId"]
     assert result["content"] == "sunny in Paris"
     assert text(evs) == "tool said: sunny in Paris"
     assert types(evs).index("TOOL_CALL_END") < types(evs).index("TOOL_CALL_RESULT")
     assert marks(server, "lookup.log") == ["Paris"]
+
+    # Sent again with Last-Event-ID (the seq of the tool's result): the same run, after it.
+    [(seq,)] = sql(
+        server.database_url,
+        "SELECT seq FROM helix.stream_chunks WHERE session_id = %s AND type = 'tool_end'",
+        args["threadId"],
+    )
+    again = {**args, "steps": [{"runId": "w1", "headers": {"Last-Event-ID": str(seq)}}]}
+    after = events(run_client(again), "w1")
+    assert "TOOL_CALL_RESULT" not in types(after) and "TOOL_CALL_START" not in types(after)
+    assert text(after) == "tool said: sunny in Paris"
+    assert types(after)[0] == "RUN_STARTED" and types(after)[-1] == "RUN_FINISHED"
+    assert marks(server, "lookup.log") == ["Paris"]  # no second run
 
 
 def test_an_approval_ends_the_run_with_an_interrupt_and_resume_answers_it(

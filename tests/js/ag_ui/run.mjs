@@ -5,7 +5,8 @@
 // runAgent call: {runId, message?, tools?, resume?: [{status, payload}] (answers the
 // agent's pending interrupts in order), abortOn?: {type, toolCallName?} (abort the first
 // attempt there, then write releaseFile and send the same input again), retry?: true
-// (send the same input again after an error, e.g. while the server is relaunched)}.
+// (send the same input again after an error, e.g. while the server is relaunched),
+// headers?: {...} (e.g. Last-Event-ID)}.
 import { writeFileSync } from "node:fs";
 import { HttpAgent } from "@ag-ui/client";
 
@@ -18,10 +19,10 @@ process.on("unhandledRejection", (error) => out({ unhandled: String(error?.messa
 let messages = [];
 let pending = [];
 
-function agentWith(history) {
+function agentWith(history, headers) {
   const agent = new HttpAgent({
     url: plan.url,
-    headers: { Authorization: `Bearer ${plan.token}` },
+    headers: { Authorization: `Bearer ${plan.token}`, ...headers },
     threadId: plan.threadId,
     initialMessages: history,
   });
@@ -30,7 +31,7 @@ function agentWith(history) {
 }
 
 async function attempt(step, n, history) {
-  const agent = agentWith(history);
+  const agent = agentWith(history, step.headers ?? {});
   let aborted = false;
   const resume = step.resume?.map((answer, i) => ({ interruptId: pending[i].id, ...answer }));
   out({ step: step.runId, attempt: n });
