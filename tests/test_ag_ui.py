@@ -277,6 +277,8 @@ def test_a_front_end_tool_runs_as_a_client_tool_of_that_run(server: Server) -> N
         server,
         {"runId": "c1", "message": "pick a color", "tools": [pick]},
         {"runId": "c2", "tools": [pick], "resume": [{"status": "resolved", "payload": "teal"}]},
+        {"runId": "c3", "message": "pick a color", "tools": [pick]},
+        {"runId": "c4", "tools": [pick], "toolResult": '"amber"'},
     )
     lines = run_client(args)
     asked = events(lines, "c1")
@@ -288,12 +290,14 @@ def test_a_front_end_tool_runs_as_a_client_tool_of_that_run(server: Server) -> N
     [interrupt] = asked[-1]["outcome"]["interrupts"]
     assert interrupt["reason"] == "client_tool" and interrupt["id"] == start["toolCallId"]
     assert text(events(lines, "c2")) == "tool said: teal"
-    [(options,)] = sql(
+    # A tool message answering the call (AG-UI's front-end tool convention) does as well.
+    assert text(events(lines, "c4")) == "tool said: amber"
+    options = sql(
         server.database_url,
-        "SELECT options FROM helix.runs WHERE session_id = %s",
+        "SELECT options FROM helix.runs WHERE session_id = %s ORDER BY turn",
         args["threadId"],
     )
-    assert options["client_tools"] == ["pick_color"]  # declared for that run only
+    assert [o["client_tools"] for (o,) in options] == [["pick_color"], ["pick_color"]]
 
 
 def test_reconnecting_mid_run_streams_the_same_run_to_its_end(server: Server) -> None:

@@ -27,7 +27,13 @@ from fastapi.responses import StreamingResponse
 
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.errors import SessionNotFoundError
-from helix_dbos.protocols.ag_ui_answers import ResumePoint, apply_resume, entries_of
+from helix_dbos.protocols.ag_ui_answers import (
+    ResumePoint,
+    apply_resume,
+    entries_of,
+    find_requests,
+    trailing_tool_results,
+)
 from helix_dbos.protocols.ag_ui_events import HUMAN_REQUESTS, Frame, Translator
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.server.auth import Principal, current_principal
@@ -115,8 +121,11 @@ async def _resume_point(
         if body.resume:
             raise
         return None
-    pending = await helix.pending_tool_calls(body.thread_id) if not body.resume else []
-    entries = entries_of(body, {p.tool_call_id for p in pending if p.kind == "client"})
+    results = {m.tool_call_id for m in trailing_tool_results(body)} if not body.resume else set()
+    asked = await find_requests(helix, body.thread_id, results) if results else []
+    entries = entries_of(
+        body, {c.payload["tool_call_id"] for c in asked if c.type == "client_tool_request"}
+    )
     if not entries:
         return None
     if session.agent_name != agent:

@@ -40,22 +40,27 @@ class ResumePoint:
     call_ids: frozenset[str]
 
 
-def entries_of(body: RunAgentInput, pending_client: set[str]) -> list[ResumeEntry]:
-    """The input's `resume`, or else its trailing tool messages that answer pending
-    client tools (AG-UI's front-end tool convention: the result as a tool message)."""
-    if body.resume:
-        return list(body.resume)
-    entries: list[ResumeEntry] = []
+def trailing_tool_results(body: RunAgentInput) -> list[ToolMessage]:
+    """The tool messages that end the input (AG-UI's front-end tool convention: the
+    client sends its tool's result as a tool message and runs the agent again)."""
+    found: list[ToolMessage] = []
     for message in reversed(body.messages):
         if not isinstance(message, ToolMessage):
             break
-        if message.tool_call_id in pending_client:
-            entries.append(
-                ResumeEntry(
-                    interrupt_id=message.tool_call_id, status="resolved", payload=_parsed(message)
-                )
-            )
-    return entries[::-1]
+        found.append(message)
+    return found[::-1]
+
+
+def entries_of(body: RunAgentInput, client_calls: set[str]) -> list[ResumeEntry]:
+    """The input's `resume`, or else its trailing tool messages that answer client tool
+    calls of the thread (`client_calls`)."""
+    if body.resume:
+        return list(body.resume)
+    return [
+        ResumeEntry(interrupt_id=m.tool_call_id, status="resolved", payload=_parsed(m))
+        for m in trailing_tool_results(body)
+        if m.tool_call_id in client_calls
+    ]
 
 
 def _parsed(message: ToolMessage) -> Any:

@@ -6,7 +6,8 @@
 // agent's pending interrupts in order), abortOn?: {type, toolCallName?} (abort the first
 // attempt there, then write releaseFile and send the same input again), retry?: true
 // (send the same input again after an error, e.g. while the server is relaunched),
-// headers?: {...} (e.g. Last-Event-ID)}.
+// headers?: {...} (e.g. Last-Event-ID), toolResult?: "..." (answers the first pending
+// interrupt with a tool message instead)}.
 import { writeFileSync } from "node:fs";
 import { HttpAgent } from "@ag-ui/client";
 
@@ -60,6 +61,13 @@ async function attempt(step, n, history) {
 for (const step of plan.steps) {
   if (step.message) {
     messages = [...messages, { id: `u-${step.runId}`, role: "user", content: step.message }];
+  }
+  if (step.toolResult !== undefined) {
+    // AG-UI's front-end tool convention instead of `resume`: the result as a tool message.
+    const answer = { id: `t-${step.runId}`, role: "tool", toolCallId: pending[0].id,
+                     content: step.toolResult };
+    messages = [...messages, answer];
+    pending = [];
   }
   const history = messages;
   for (let n = 1; ; n++) {
