@@ -342,6 +342,19 @@ def test_a_run_survives_a_sigkill_of_the_server_and_finishes_once(server: Server
     assert [status for _, status in runs(server, args["threadId"])] == ["completed"]
     assert marks(server, "lookup.log") == ["Oslo"]
 
+    # A run waiting for a front-end tool keeps its declared tools across a SIGKILL: they
+    # are part of its workflow input, so the recovered run takes the client's result.
+    pick = {"name": "pick_color", "description": "Ask the user for a color"}
+    asked = plan(server, {"runId": "f1", "message": "pick a color", "tools": [pick]})
+    assert done(run_client(asked), "f1")["pending"] == ["call_pick_color"]
+    server.kill()
+    server.start("again")
+    answer = {"interruptId": "call_pick_color", "status": "resolved", "payload": "teal"}
+    resumed = {**asked, "steps": [{"runId": "f2", "resume": [answer], "retry": True}]}
+    evs = events(run_client(resumed), "f2")
+    assert text(evs) == "tool said: teal" and evs[-1]["outcome"]["type"] == "success"
+    assert [status for _, status in runs(server, asked["threadId"])] == ["completed"]
+
 
 def test_bad_input_is_a_json_4xx_and_the_route_is_documented(server: Server) -> None:
     url = f"{server.url}/ag-ui/assistant"

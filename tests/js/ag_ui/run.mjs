@@ -34,7 +34,7 @@ function agentWith(history, headers) {
 async function attempt(step, n, history) {
   const agent = agentWith(history, step.headers ?? {});
   let aborted = false;
-  const resume = step.resume?.map((answer, i) => ({ interruptId: pending[i].id, ...answer }));
+  const resume = step.resume?.map((answer, i) => ({ interruptId: pending[i]?.id, ...answer }));
   out({ step: step.runId, attempt: n });
   let finished = null;
   await agent.runAgent(
