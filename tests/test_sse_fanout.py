@@ -13,8 +13,7 @@ from live_server import serve
 
 from helix_dbos import tool
 from helix_dbos.server import create_app, sse_fanout
-from helix_dbos.server.sse import event_stream
-from helix_dbos.server.sse_fanout import SessionFanout
+from helix_dbos.server.sse_fanout import SessionFanout, event_stream
 
 READERS = 12
 

@@ -33,8 +33,8 @@ from helix_dbos.server.session_routes import (
     StreamHandler,
     SubmitHandler,
 )
-from helix_dbos.server.sse import event_stream, parse_last_event_id
-from helix_dbos.server.sse_fanout import SessionFanout
+from helix_dbos.server.sse import parse_last_event_id
+from helix_dbos.server.sse_fanout import SessionFanout, event_stream
 from helix_dbos.server.streams import SlotStreamingResponse
 from helix_dbos.server.visibility import require_own_new_session, require_visible
 

@@ -7,6 +7,8 @@ terminal chunk, or the session has nothing live), an `end` event tells clients
 not to reconnect. A stream open longer than its lifetime closes without `end`, so
 an EventSource reconnects with Last-Event-ID and misses nothing; so does one whose
 database went away (it resumes after its last event once the database is back).
+helix's own `/sse` writes a shared subscription (`sse_fanout.event_stream`); a protocol
+mapping writes its own items through `mapped_event_stream` and an `SSEWire`.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.process_runtime import logger
 from helix_dbos.streaming.chunks import StreamChunk
-
-if TYPE_CHECKING:
-    from helix_dbos.server.sse_fanout import Subscription
 
 RETRY_MS = 3000
 _END = object()
@@ -61,43 +59,6 @@ class SSEWire:
 
 
 HELIX_WIRE = SSEWire()
-
-
-async def event_stream(
-    subscription: AbstractAsyncContextManager[Subscription],
-    *,
-    keepalive_seconds: float,
-    max_seconds: float = float("inf"),
-) -> AsyncIterator[str]:
-    """SSE text for a stream's subscription (`sse_fanout`), with keep-alive comments while
-    no chunk arrives; everything that arrived since the last write goes as one write."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_seconds
-    async with subscription as sub:
-        yield f"retry: {RETRY_MS}\n: connected\n\n"
-        while True:
-            left = deadline - loop.time()
-            if left <= 0:
-                yield ": stream lifetime reached; reconnect with Last-Event-ID\n\n"
-                return
-            if not sub.wake.is_set():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(sub.wake.wait(), min(keepalive_seconds, left))
-                if not sub.wake.is_set():
-                    if deadline - loop.time() > 0:
-                        yield ": keep-alive\n\n"
-                    continue
-            text = sub.take()
-            if text:
-                yield text
-            if sub.outcome is None:
-                continue
-            if sub.outcome == "resume":
-                return  # no `end`: the client reconnects with Last-Event-ID and resumes
-            if sub.outcome != "end":
-                yield sub.outcome  # the error event, then `end`
-            yield format_event("end", {})
-            return
 
 
 async def mapped_event_stream(

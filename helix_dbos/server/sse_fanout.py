@@ -19,11 +19,12 @@ import asyncio
 import bisect
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.process_runtime import logger
-from helix_dbos.server.sse import format_chunk, format_event
+from helix_dbos.server.sse import RETRY_MS, format_chunk, format_event
 from helix_dbos.streaming.chunks import StreamChunk
 
 MAX_BACKLOG = 20_000  # chunks waiting for one reader before it is told to reconnect
@@ -161,3 +162,40 @@ class SessionFanout:
     def _forget(self, feed: Feed) -> None:
         if self._feeds.get(feed.key) is feed:
             del self._feeds[feed.key]
+
+
+async def event_stream(
+    subscription: AbstractAsyncContextManager[Subscription],
+    *,
+    keepalive_seconds: float,
+    max_seconds: float = float("inf"),
+) -> AsyncIterator[str]:
+    """SSE text for a stream's subscription (`sse_fanout`), with keep-alive comments while
+    no chunk arrives; everything that arrived since the last write goes as one write."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_seconds
+    async with subscription as sub:
+        yield f"retry: {RETRY_MS}\n: connected\n\n"
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                yield ": stream lifetime reached; reconnect with Last-Event-ID\n\n"
+                return
+            if not sub.wake.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), min(keepalive_seconds, left))
+                if not sub.wake.is_set():
+                    if deadline - loop.time() > 0:
+                        yield ": keep-alive\n\n"
+                    continue
+            text = sub.take()
+            if text:
+                yield text
+            if sub.outcome is None:
+                continue
+            if sub.outcome == "resume":
+                return  # no `end`: the client reconnects with Last-Event-ID and resumes
+            if sub.outcome != "end":
+                yield sub.outcome  # the error event, then `end`
+            yield format_event("end", {})
+            return
