@@ -13,7 +13,7 @@ from typing import Any
 
 import dbos._dbos as _dbos_module
 import sqlalchemy as sa
-from dbos import AsyncSQLAlchemyDatasource
+from dbos import AsyncSQLAlchemyDatasource, SendMessage, WorkflowSerializationFormat
 from dbos._context import get_local_dbos_context
 from dbos._core import WorkflowHandleAsyncTask
 from dbos._datasource_postgres import PostgresAsyncDatasource
@@ -198,4 +198,42 @@ def unmigrated_datasource(url: str, engine: AsyncEngine, schema: str) -> AsyncSQ
         engine=engine,
         schema=schema,
         serializer=DBOSDefaultSerializer,
+    )
+
+
+def sends_in_transaction() -> bool:
+    """A transaction on helix's engine can carry a DBOS message (see `send_in_transaction`)
+    when it runs outside any workflow or step (inside one, `DBOS.send` records itself as
+    a step, which the plain transaction would not)."""
+    ctx = get_local_dbos_context()
+    return ctx is None or not (ctx.is_workflow() or ctx.is_step())
+
+
+def system_database_is(url: sa.URL) -> bool:
+    """Whether DBOS's system database is the database `url` names (same server, same
+    database), so helix's transactions can write DBOS's tables."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is None or instance._sys_db_field is None:
+        return False
+    sys_url = instance._sys_db.engine.url
+
+    def where(u: sa.URL) -> tuple[Any, ...]:
+        return (u.host, u.port, u.database, u.query.get("host"), u.query.get("port"))
+
+    return where(sys_url) == where(url)
+
+
+def send_in_transaction(
+    conn: sa.Connection, destination_id: str, message: Any, topic: str, idempotency_key: str
+) -> None:
+    """`DBOS.send` in the caller's transaction, which must be on DBOS's system database:
+    the message lands with the caller's commit, atomically with the caller's writes.
+    What `DBOSClient.send_in_transaction` does, through the running DBOS's system
+    database (a client would open a pool of its own)."""
+    _dbos_module._get_dbos_instance()._sys_db.send_bulk_with_connection(
+        [SendMessage(destination_id, message, topic, idempotency_key)],
+        conn,
+        serialization_type=WorkflowSerializationFormat.DEFAULT,
+        function_name="DBOS.send",
+        send_to_forks=False,
     )

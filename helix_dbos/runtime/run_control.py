@@ -25,6 +25,7 @@ from helix_dbos.errors import (
 )
 from helix_dbos.log_events import RUN_ABORTED, gate_event, log_event
 from helix_dbos.runtime import dbos_internals
+from helix_dbos.runtime.answer_send import send_with_claim
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
@@ -98,7 +99,7 @@ class RunControl:
                 claimed = await claim_answer(conn, session_id, tool_call_id, kind)
                 if claimed is not None:  # the usual case, one statement
                     await self._check_client_result(conn, claimed, payload)
-                    await self._send_answer(claimed, kind, payload)
+                    await self._send_answer(claimed, kind, payload, conn)
                     return claimed
                 row = await repo.find_tool_call(conn, session_id, tool_call_id, for_update=True)
                 if row is None:
@@ -116,7 +117,7 @@ class RunControl:
                     )
                 await self._check_client_result(conn, row, payload)
                 await repo.mark_answered(conn, row.run_id, tool_call_id)
-                await self._send_answer(row, kind, payload)
+                await self._send_answer(row, kind, payload, conn)
                 return row
 
         row = await on_target_loop(tx)
@@ -134,15 +135,21 @@ class RunControl:
         )
 
     async def _send_answer(
-        self, row: repo.ToolCallRow, kind: GateKind, payload: dict[str, Any]
+        self,
+        row: repo.ToolCallRow,
+        kind: GateKind,
+        payload: dict[str, Any],
+        conn: repo.SQLConnection,
     ) -> None:
-        """Inside the claiming transaction: exactly once, under the call's key."""
-        await DBOS.send_async(
-            row.workflow_id,
-            payload,
-            TOPICS[kind],
-            idempotency_key=f"{row.run_id}:{row.tool_call_id}",
-        )
+        """Inside the claiming transaction: exactly once, under the call's key. Where
+        DBOS's tables share helix's database, the message is written in that very
+        transaction (`answer_send`): one commit for the claim and the answer."""
+        key = f"{row.run_id}:{row.tool_call_id}"
+        if await send_with_claim(
+            self.runtime.engine, conn, row.workflow_id, payload, TOPICS[kind], key
+        ):
+            return
+        await DBOS.send_async(row.workflow_id, payload, TOPICS[kind], idempotency_key=key)
 
     async def _check_client_result(
         self, conn: repo.SQLConnection, row: repo.ToolCallRow, payload: dict[str, Any]

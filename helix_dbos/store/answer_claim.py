@@ -5,11 +5,21 @@ and is unanswered, and mark it answered before sending the answer. That was two 
 trips (a locking read, then the update) on the path from `approve()` to the tool; this
 is one. When it claims nothing, the caller takes the slower path, which explains why
 (no such call, another kind, answered already).
+
+On psycopg, the transaction's `BEGIN` and the claim go out together in pipeline mode, so
+the claim costs one round trip before the answer's `DBOS.send`, not two; the commit
+still follows the send (a SIGKILL between them leaves the call unclaimed and the answer,
+if sent, is taken by the run as before).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import AsyncConnection as PsycopgConnection
+from psycopg.pq import TransactionStatus
 from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.store.repository import _TOOL_CALL_COLUMNS, SQLConnection, ToolCallRow
 
@@ -20,7 +30,7 @@ _RETURNED = ", ".join(f"t.{c.strip()}" for c in _TOOL_CALL_COLUMNS.split(","))
 # (session_id, tool_call_id), where an `OR` over the two scanned the whole table. The
 # update locks the row; under READ COMMITTED a concurrent answer's commit is seen when
 # the lock is granted, and the row no longer qualifies.
-_CLAIM: TextClause = text(
+_CLAIM_SQL = (
     "UPDATE helix.tool_calls AS t SET answered_at = now() FROM ("
     "SELECT run_id, tool_call_id FROM ("
     "SELECT run_id, tool_call_id, created_at, true AS own FROM helix.tool_calls "
@@ -34,12 +44,38 @@ _CLAIM: TextClause = text(
     "AND t.kind = :kind AND t.status = 'pending' AND t.answered_at IS NULL "
     f"RETURNING {_RETURNED}"
 )
+_CLAIM: TextClause = text(_CLAIM_SQL)
+# The same statement in psycopg's own parameter style, for the pipelined path.
+_CLAIM_PG = _CLAIM_SQL.replace(":sid", "%(sid)s").replace(":tcid", "%(tcid)s")
+_CLAIM_PG = _CLAIM_PG.replace(":kind", "%(kind)s")
 
 
 async def claim_answer(
     conn: SQLConnection, session_id: str, tool_call_id: str, kind: str
 ) -> ToolCallRow | None:
     """The call, now marked answered, if it was pending, unanswered and of `kind`."""
-    result = await conn.execute(_CLAIM, {"sid": session_id, "tcid": tool_call_id, "kind": kind})
-    row = result.first()
+    params = {"sid": session_id, "tcid": tool_call_id, "kind": kind}
+    pg = await _idle_psycopg(conn)
+    if pg is None:
+        result = await conn.execute(_CLAIM, params)
+        row = result.first()
+    else:
+        cursor = pg.cursor()
+        async with pg.pipeline():  # BEGIN and the UPDATE in one round trip
+            await cursor.execute(_CLAIM_PG, params)
+        row = await cursor.fetchone()
     return ToolCallRow(*row) if row else None
+
+
+async def _idle_psycopg(conn: SQLConnection) -> PsycopgConnection[Any] | None:
+    """The psycopg connection under `conn` if the claim opens its transaction (nothing
+    sent on it yet, not autocommit): then `BEGIN` can go out with the claim."""
+    if not isinstance(conn, AsyncConnection):
+        return None
+    raw = await conn.get_raw_connection()
+    pg = raw.driver_connection
+    if not isinstance(pg, PsycopgConnection) or pg.autocommit:
+        return None
+    if pg.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    return pg
