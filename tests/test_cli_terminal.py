@@ -156,7 +156,7 @@ def test_help_is_plain_ordered_and_fits_80_columns():
     runs_help = subprocess.run(
         [*CLI, "runs", "--help"], capture_output=True, text=True, env=env, timeout=60
     ).stdout
-    assert "<waiting|running|paused|completed|failed|interrupted|aborted>" in runs_help
+    assert "<waiting|queued|running|paused|completed|failed|interrupted|aborted>" in runs_help
 
 
 async def test_the_readmes_runs_sample_is_what_a_user_gets(database_url, waiting_run):
