@@ -1,13 +1,19 @@
-"""A real uvicorn on 127.0.0.1 (free port) in a background thread, for HTTP and browser tests."""
+"""Real servers on 127.0.0.1 (free port) for HTTP, browser and crash tests: `serve` runs an
+app in a background thread; `ServerProcess` runs one as a subprocess that can be SIGKILLed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
+import httpx
 import uvicorn
 
 
@@ -34,3 +40,57 @@ def serve(app, *, timeout: float = 20.0) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(url: str, headers: Mapping[str, str] | None = None) -> Callable[[], bool]:
+    """A readiness check: GET `url` answers 200."""
+    return lambda: httpx.get(url, headers=headers, timeout=2).status_code == 200
+
+
+class ServerProcess:
+    """A server subprocess on a port of its own, its output appended to `log`. `launch`
+    again after `kill()` relaunches it on the same port (and, with the same argv, the same
+    database and executor id, so DBOS recovers its runs)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self, argv: Sequence[str], ready: Callable[[], object], timeout: float = 90) -> None:
+        """Start `argv` and return once `ready()` is true; fail if the process dies first
+        (with its log) or `timeout` passes (with the check's last error)."""
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(list(argv), stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        error: Exception | None = None
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if ready():
+                    return
+            except Exception as exc:  # not up yet: refused, reset, 5xx...
+                error = exc
+            assert time.monotonic() < deadline, f"the server did not start: {error!r}"
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)

@@ -6,13 +6,9 @@ delegating to an A2A child served by a second server (parent SIGKILLed mid-call)
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -45,7 +41,7 @@ from a2a.utils.errors import (
 from conftest import _new_database
 from docs_text import code_blocks, env_for, run_pasted, section
 from helpers import lines, sql, wait_for
-from live_server import serve
+from live_server import ServerProcess, answers, serve
 
 from helix_dbos import tool
 from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
@@ -58,56 +54,22 @@ VERSION = {"A2A-Version": "1.0"}
 pytestmark = pytest.mark.crash
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
+class Server(ServerProcess):
     """One helix server process (tests/a2a_app.py); `start()` again after `kill()`."""
 
     def __init__(self, database_url: str, markers: Path, child_url: str = "") -> None:
-        self.database_url, self.markers, self.child_url = database_url, markers, child_url
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.executor = f"a2a-{uuid.uuid4().hex[:8]}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = markers / f"server-{self.port}.out"
+        super().__init__(markers / f"{self.executor}.out")  # two servers share `markers`
+        self.database_url, self.markers, self.child_url = database_url, markers, child_url
 
     def start(self) -> Server:
         args = [sys.executable, str(APP), self.database_url, str(self.port), self.executor]
         args += [str(self.markers)] + ([self.child_url] if self.child_url else [])
-        log = open(self.log, "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                card = httpx.get(f"{self.agent('echo')}/.well-known/agent-card.json", headers=AUTH)
-                if card.status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        self.launch(args, answers(f"{self.agent('echo')}/.well-known/agent-card.json", AUTH))
+        return self
 
     def agent(self, name: str) -> str:
         return f"{self.url}/a2a/{name}"
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @contextmanager

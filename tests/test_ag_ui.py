@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ import httpx
 import pytest
 from conftest import _new_database
 from helpers import skip_or_fail_in_ci, sql
+from live_server import ServerProcess, answers
 
 APP = Path(__file__).with_name("ag_ui_app.py")
 CLIENT_DIR = Path(__file__).parent / "js" / "ag_ui"
@@ -45,49 +44,18 @@ def node_client() -> Path:
     return CLIENT_DIR
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
+class Server(ServerProcess):
     """One server process on its database; `start(life)` again after `kill()`."""
 
     def __init__(self, database_url: str, markers: Path) -> None:
+        super().__init__(markers / "server.out")
         self.database_url, self.markers = database_url, markers
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.executor = f"ag-ui-{uuid.uuid4().hex[:8]}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, life: str = "first") -> Server:
         args = [sys.executable, str(APP), self.database_url, str(self.port), self.executor]
-        log = open(self.markers / "server.out", "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen([*args, str(self.markers), life], stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, (self.markers / "server.out").read_text()
-            try:
-                httpx.get(f"{self.url}/openapi.json", headers=AUTH, timeout=2).raise_for_status()
-                return self
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        self.launch([*args, str(self.markers), life], answers(f"{self.url}/openapi.json", AUTH))
+        return self
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ import json
 import os
 import select
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import httpx
 import pytest
 from docs_text import PAGES, REPO
 from helpers import lines, sql, wait_for
+from live_server import ServerProcess, answers, free_port
 
 APP = Path(__file__).with_name("ai_sdk_app.py")
 JS = Path(__file__).parent / "js" / "ai_sdk"
@@ -42,53 +41,21 @@ def node_client() -> Path:
     return JS / "chat.mjs"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
+class Server(ServerProcess):
     """The helix server process; `start()` again after `kill()` relaunches it as it was
     (same port, database and executor id, so DBOS recovers its runs)."""
 
     def __init__(self, database_url: str, markers: Path) -> None:
+        super().__init__(markers / "server.out")
         self.database_url, self.markers = database_url, markers
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.executor = f"ai-sdk-{uuid.uuid4().hex[:8]}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
         args = [sys.executable, str(APP), self.database_url, str(self.port)]
-        log = open(self.markers / "server.out", "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen(
-            [*args, self.executor, str(self.markers)], stdout=log, stderr=log
+        self.launch(
+            [*args, self.executor, str(self.markers)], answers(f"{self.url}/openapi.json", AUTH)
         )
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, (self.markers / "server.out").read_text()
-            try:
-                httpx.get(f"{self.url}/openapi.json", headers=AUTH, timeout=2).raise_for_status()
-                return self
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        return self
 
 
 @pytest.fixture

@@ -6,12 +6,9 @@ server mid-run, and bad input answered in the protocol's shape."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -29,6 +26,7 @@ import httpx2
 import mcp_types as types
 from docs_text import REPO, code_blocks, env_for, section
 from helpers import lines, sql, wait_for
+from live_server import ServerProcess, answers, free_port
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -52,51 +50,19 @@ class NoTaskId(types.Request[types.RequestParams, Literal["tasks/get"]]):
     params: types.RequestParams
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
+class Server(ServerProcess):
     """The MCP server process; `start()` again after `kill()` relaunches it as it was."""
 
     def __init__(self, database_url: str, markers: Path) -> None:
+        super().__init__(markers / "server.out")
         self.database_url, self.markers = database_url, markers
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.url = f"{self.base}/mcp"
+        self.base, self.url = self.url, f"{self.url}/mcp"
         self.executor = f"mcp-{uuid.uuid4().hex[:8]}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
         args = [sys.executable, str(APP), self.database_url, str(self.port), self.executor]
-        log = open(self.markers / "server.out", "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen([*args, str(self.markers)], stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, (self.markers / "server.out").read_text()
-            try:
-                if httpx.get(f"{self.base}/openapi.json", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        self.launch([*args, str(self.markers)], answers(f"{self.base}/openapi.json"))
+        return self
 
 
 @contextmanager

@@ -6,8 +6,6 @@ the child's `worker` through `remote_sub_agent_tool`; the tests drive the parent
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ import pytest
 from conftest import _new_database
 from docs_text import code_blocks, section
 from helpers import lines, sql, wait_for
+from live_server import ServerProcess
 
 from helix_dbos import HelixClient
 from helix_dbos.runtime.remote_children import remote_session_id
@@ -29,53 +28,21 @@ APP = Path(__file__).with_name("remote_app.py")
 TOKEN = "remote-secret"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """One helix server process; `restart()` after `kill()` relaunches it as it was."""
+class Server(ServerProcess):
+    """One helix server process; `start()` again after `kill()` relaunches it as it was."""
 
     def __init__(self, role: str, database_url: str, markers: Path, child_url: str = "") -> None:
+        super().__init__(markers / f"{role}.out")
         self.role, self.database_url, self.markers = role, database_url, markers
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.executor = f"remote-{role}-{uuid.uuid4().hex[:8]}"
         self.child_url = child_url
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
         args = [sys.executable, str(APP), self.role, self.database_url, str(self.port)]
         args += [self.executor, str(self.markers)] + ([self.child_url] if self.child_url else [])
-        log = open(self.markers / f"{self.role}.out", "ab")  # noqa: SIM115  (the process's)
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
         with HelixClient(self.url, token=TOKEN, max_retries=0, timeout=2) as client:
-            while True:
-                assert self.proc.poll() is None, (self.markers / f"{self.role}.out").read_text()
-                try:
-                    client.workspaces()
-                    return self
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            self.launch(args, lambda: client.workspaces() is not None)
+        return self
 
 
 @contextmanager
