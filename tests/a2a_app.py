@@ -16,11 +16,11 @@ execution and LLM call is appended to a file in MARKER_DIR.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import uvicorn
+from app_marks import marker
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -31,12 +31,7 @@ database_url, port, executor_id, marker_dir = sys.argv[1:5]
 child_url = sys.argv[5] if len(sys.argv) > 5 else "http://127.0.0.1:9/a2a/reader"
 markers = Path(marker_dir)
 
-
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool

@@ -14,11 +14,11 @@ LLM call is appended to a file in MARKER_DIR.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import uvicorn
+from app_marks import marker
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -28,12 +28,7 @@ TOKEN = "ag-ui-secret"
 database_url, port, executor_id, marker_dir, life = sys.argv[1:6]
 markers = Path(marker_dir)
 
-
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool

@@ -21,11 +21,11 @@ Every tool execution is appended to a file in MARKER_DIR, so the test can count 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import uvicorn
+from app_marks import marker
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -35,12 +35,7 @@ TOKEN = "ai-sdk-secret"
 database_url, port, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
-
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
