@@ -63,6 +63,6 @@ helix = HelixDBOS([assistant], llm=None if model else MockLLM(scripted_model))
 if __name__ == "__main__":
     import uvicorn
 
-    from helix_dbos.server import create_app
+    from helix_dbos import create_app
 
     uvicorn.run(create_app(helix, allow_unauthenticated=True), host="127.0.0.1", port=8000)

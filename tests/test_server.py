@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import AsyncIterator
 
@@ -486,6 +487,13 @@ async def test_openapi_documents_every_endpoint_with_its_schemas(client):
     schemas = doc["components"]["schemas"]
     assert set(schemas["ChatResponse"]["required"]) >= {"response", "generated_messages"}
     assert schemas["ErrorResponse"]["required"] == ["detail"]
+    # Every reference resolves inside the document (a protocol route's hand-written body
+    # schema once carried pydantic's `#/$defs/...`, which ReDoc cannot render).
+    refs = re.findall(r'"\$ref": ?"([^"]+)"', json.dumps(doc))
+    assert refs and all(ref.startswith("#/components/schemas/") for ref in refs), {
+        ref for ref in refs if not ref.startswith("#/components/schemas/")
+    }
+    assert all(ref.rsplit("/", 1)[-1] in schemas for ref in refs)
 
 
 # --- chat (seed 004) ----------------------------------------------------------------------

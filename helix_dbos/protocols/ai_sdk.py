@@ -21,7 +21,13 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from helix_dbos.errors import HelixError, SessionNotFoundError
-from helix_dbos.protocols.ai_sdk_models import AISDKChatRequest, AISDKError, UIMessage, UIPart
+from helix_dbos.protocols.ai_sdk_models import (
+    AISDKChatRequest,
+    AISDKError,
+    UIMessage,
+    UIPart,
+    request_schema,
+)
 from helix_dbos.protocols.ai_sdk_parts import HUMAN_REQUESTS, UIChunk, UIPartMapper
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.results import PendingToolCall
@@ -90,7 +96,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": AISDKChatRequest.model_json_schema()}},
+                "content": {"application/json": {"schema": request_schema()}},
             }
         },
     )

@@ -64,3 +64,24 @@ class AISDKError(BaseModel):
 
     type: Literal["error"] = "error"
     errorText: str
+
+
+def request_schema() -> dict[str, Any]:
+    """`AISDKChatRequest`'s JSON schema with its `$defs` inlined: the route documents its
+    body through `openapi_extra`, where a `#/$defs/...` reference resolves against the
+    whole OpenAPI document (ReDoc and other renderers then fail)."""
+    schema = AISDKChatRequest.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return inline(defs[ref.removeprefix("#/$defs/")])  # the models are not recursive
+        return {key: inline(value) for key, value in node.items()}
+
+    result: dict[str, Any] = inline(schema)
+    return result
