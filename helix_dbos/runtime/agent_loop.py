@@ -46,7 +46,6 @@ from helix_dbos.runtime.commit import (
     StepCommit,
     WriteAhead,
     announce_run_end,
-    write_head,
 )
 from helix_dbos.runtime.companions import companion_notices, stop_with_parent
 from helix_dbos.runtime.final_write import (
@@ -57,7 +56,6 @@ from helix_dbos.runtime.final_write import (
     write_final,
 )
 from helix_dbos.runtime.hitl import INTERRUPT_TOPIC, interrupted_message
-from helix_dbos.runtime.live_chunks import LIVE_TOOL_START_SECONDS
 from helix_dbos.runtime.llm_step import (
     describe_llm_failure,
     failed_llm_usage,
@@ -68,6 +66,8 @@ from helix_dbos.runtime.llm_step import (
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply, step_limits
 from helix_dbos.runtime.results import TERMINAL_STATUSES, AgentResult, run_result
+from helix_dbos.runtime.shared_values import shared
+from helix_dbos.runtime.slow_head import SlowHead
 from helix_dbos.runtime.step_ahead import StepAhead, TakenStep, finish_step
 from helix_dbos.runtime.step_rows import conclude, log_invalid_outputs, reply_rows, tool_rows
 from helix_dbos.runtime.step_types import (
@@ -101,8 +101,8 @@ class AgentLoop:
         self.agent = agent
         self.options = options
         self.terminating = run_terminating(agent, options)
-        self.mode = agent.completion_for(self.terminating)
-        self.limits = step_limits(agent, self.terminating, self.mode)
+        self.mode = shared(agent.completion_for(self.terminating))
+        self.limits = shared(step_limits(agent, self.terminating, self.mode))
         self.counters = Counters()  # after the steps taken, adopted with each step
         self.steps_taken = 0  # before the current step (an internal error ends the run there)
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
@@ -202,14 +202,13 @@ class AgentLoop:
         run_failed: bool,
     ) -> ToolsDone:
         batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow)
-        head = asyncio.get_running_loop().create_task(_write_head_if_slow(self.rt, commit))
+        head = SlowHead(self.rt, commit)
         try:
             done = await batch.run(
                 calls, state, in_order=terminating_call is not None, run_failed=run_failed
             )
         finally:
-            head.cancel()
-            await asyncio.gather(head, return_exceptions=True)
+            await head.stop()
         return tool_rows(commit, self.agent, calls, done, state, terminating_call)
 
     async def _companion_notices(self, previous: WriteAhead | None) -> None:
@@ -362,18 +361,6 @@ class AgentLoop:
         )
         result.terminating = self.terminating is not None
         return result
-
-
-async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
-    """Once a step's tools have run for `LIVE_TOOL_START_SECONDS`, write its head (the
-    model's message, its LLM usage), so a slow or aborted step still shows what the model
-    asked for. Live and keyed, like a slow tool's `tool_start`: best effort."""
-    await asyncio.sleep(LIVE_TOOL_START_SECONDS)
-    try:
-        async with rt.statements() as conn:
-            await write_head(conn, commit, durable=False)
-    except Exception as exc:
-        logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)

@@ -249,7 +249,9 @@ class RunStarts:
                     task = await self._start(opened, agent, options, priority)
                 if task is not None:
                     self.local_runs[opened.workflow_id] = task
-                    task.add_done_callback(lambda _: self.local_runs.pop(opened.workflow_id, None))
+                    task.add_done_callback(
+                        functools.partial(_forget_local, self.local_runs, opened.workflow_id)
+                    )
             finally:
                 failed = sys.exc_info()[1] is not None
                 try:
@@ -398,3 +400,9 @@ def stale_reason(status: WorkflowStatus | None) -> str:
     if status.error is not None:
         return f"Run failed: its workflow ended as {status.status}: {status.error}"
     return f"Run failed: its workflow ended as {status.status} without recording its end"
+
+
+def _forget_local(runs: dict[str, asyncio.Future[Any]], workflow_id: str, _: object) -> None:
+    """A local run's task ended: drop it. A partial, not a closure, so that a waiting
+    run's task holds no cell on its `OpenedRun` (issue 34: memory per waiting run)."""
+    runs.pop(workflow_id, None)
