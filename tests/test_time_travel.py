@@ -20,7 +20,7 @@ from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
-from helix_dbos.runtime import agent_loop
+from helix_dbos.runtime import slow_head
 from helix_dbos.store.checkpoints import UNANSWERED
 
 FORK_APP = Path(__file__).with_name("fork_crash_app.py")
@@ -83,7 +83,7 @@ def no_slow_tool_heads(monkeypatch):
     """A step whose tools run past `LIVE_TOOL_START_SECONDS` (0.1 s: any tool on a loaded
     box) has its head written early, and that head is a checkpoint too. These tests count
     checkpoints, so here no tool is ever that slow."""
-    monkeypatch.setattr(agent_loop, "LIVE_TOOL_START_SECONDS", 60.0)
+    monkeypatch.setattr(slow_head, "LIVE_TOOL_START_SECONDS", 60.0)
 
 
 async def three_step_session(helix, make_agent, mock_llm):
