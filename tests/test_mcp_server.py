@@ -12,7 +12,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -418,7 +418,7 @@ def _up(url: str) -> bool:
 def test_run_statuses_map_to_task_statuses(status, pending, expected):
     run = RunInfo(
         run_id="run_1", session_id="mcp_1", workflow_id="w", agent_name="a", turn=1,
-        status=status, step_count=1, started_at=datetime(2026, 11, 26, tzinfo=UTC),
+        status=status, step_count=1, started_at=datetime(2026, 11, 26, tzinfo=timezone.utc),
     )  # fmt: skip
     calls = [
         PendingToolCall(tool_call_id="c1", tool_name="deploy", kind="approval", run_id="run_1")
