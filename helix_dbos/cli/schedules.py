@@ -84,7 +84,9 @@ def _show(info: ScheduleInfo, json_output: bool, verb: str) -> int:
 
 def _when(value: str, flag: str) -> datetime:
     try:
-        parsed = datetime.fromisoformat(value)
+        # Python 3.10's fromisoformat does not read a trailing Z (3.11 does).
+        text = value.strip()
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError as exc:
         raise CLIError(
             f"{flag} must be an ISO 8601 time (2026-01-31T09:00:00Z), not {value!r}"
