@@ -38,8 +38,8 @@ from helix_dbos.protocols.ag_ui_events import HUMAN_REQUESTS, Frame, Translator
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.keyed_start import start_once
-from helix_dbos.server.models import ErrorResponse, RunStarted, StartRequest
-from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.models import RunStarted, StartRequest
+from helix_dbos.server.route_context import ERROR_RESPONSES, SSE_RESPONSES, ServerContext
 from helix_dbos.server.sse import SSEWire, mapped_event_stream, parse_last_event_id
 from helix_dbos.server.streams import SlotStreamingResponse
 from helix_dbos.server.visibility import require_own_new_session, require_visible
@@ -65,13 +65,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         summary="Run an agent over AG-UI",
         description=DESCRIPTION,
         response_class=StreamingResponse,
-        responses={
-            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
-            503: {
-                "model": ErrorResponse,
-                "description": "Too many open streams (per server or per session); see Retry-After",
-            },
-        },
+        responses=SSE_RESPONSES,
     )
     async def run(
         agent: str,

@@ -27,6 +27,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "Malformed body, JSON nested too deep, id too long or bad answer",
     },
 }
+# A route that streams Server-Sent Events, and its refusal when the stream slots are full.
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+    503: {
+        "model": ErrorResponse,
+        "description": "Too many open streams (per server or per session); see Retry-After",
+    },
+}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from helix_dbos.server.models import (
     CancelQueuedRequest,
     ControlRequest,
     ControlResponse,
-    ErrorResponse,
     QueuedMessage,
     ResumeRequest,
     RunStarted,
@@ -26,7 +25,7 @@ from helix_dbos.server.models import (
     SubmitToolResultRequest,
     SubmitToolResultResponse,
 )
-from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.route_context import ERROR_RESPONSES, SSE_RESPONSES, ServerContext
 from helix_dbos.server.session_routes import (
     ControlHandler,
     SessionHandlers,
@@ -140,13 +139,7 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:
         summary="Stream a session's chunks",
         description=SSE_DESCRIPTION,
         response_class=StreamingResponse,
-        responses={
-            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
-            503: {
-                "model": ErrorResponse,
-                "description": "Too many open streams (per server or per session); see Retry-After",
-            },
-        },
+        responses=SSE_RESPONSES,
     )
     async def sse(
         session_id: str,

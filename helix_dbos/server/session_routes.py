@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
@@ -23,24 +23,16 @@ from helix_dbos.server.models import (
     ChatSubmitToolResultRequest,
     ControlRequest,
     ControlResponse,
-    ErrorResponse,
     SubmitToolResultRequest,
     SubmitToolResultResponse,
     Workspace,
 )
+from helix_dbos.server.route_context import SSE_RESPONSES
 
 Who = Annotated[Principal, Depends(current_principal)]
 StreamHandler = Callable[..., Awaitable[StreamingResponse]]
 ControlHandler = Callable[[ControlRequest, Principal], Awaitable[ControlResponse]]
 SubmitHandler = Callable[[SubmitToolResultRequest, Principal], Awaitable[SubmitToolResultResponse]]
-
-_SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
-    503: {
-        "model": ErrorResponse,
-        "description": "Too many open streams (per server or per session); see Retry-After",
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -64,7 +56,7 @@ def add(router: APIRouter, handlers: SessionHandlers) -> None:
         description="The chat route of `GET /sse?session_id=...`: the same Server-Sent "
         "Events, resumable with `Last-Event-ID` (or `after_seq`).",
         response_class=StreamingResponse,
-        responses=_SSE_RESPONSES,
+        responses=SSE_RESPONSES,
     )
 
     @router.post(
