@@ -32,6 +32,9 @@ RUN_ENDED = {
 }
 RUN_SUSPENDED = "run.suspended"  # waits for a human or a client
 RUN_RESUMED = "run.resumed"
+# A long wait for a human let go of its coroutine (`wait_parking.py`), and came back.
+RUN_PARKED = "run.parked"
+RUN_UNPARKED = "run.unparked"
 # LLM calls.
 LLM_RETRY = "llm.retry"  # a retryable provider error: DBOS retries the step
 LLM_FAILED = "llm.failed"  # retries ran out, or the error was not retryable (workflow code)

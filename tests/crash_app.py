@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -30,6 +31,9 @@ from helix_dbos import Agent, AgentHooks, HelixDBOS, MockLLM, RateLimit, RunQueu
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
+if os.environ.get("CRASH_APP_PARK_AFTER"):  # the test waits for `run.parked` on stderr
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("helix_dbos").setLevel(logging.INFO)
 markers = Path(marker_dir)
 
 
@@ -249,6 +253,8 @@ helix = HelixDBOS(
     reconcile_seconds=float(os.environ.get("CRASH_APP_RECONCILE_SECONDS", "60")),
     # a relaunch under the same id waits for the killed one's lease
     worker_lease_seconds=float(os.environ.get("CRASH_APP_LEASE_SECONDS", "4")),
+    # 0: a wait for a human is parked at the next sweep (`wait_parking.py`)
+    park_waiting_runs_after_seconds=float(os.environ.get("CRASH_APP_PARK_AFTER", "60")),
 )
 if os.environ.get("CRASH_APP_SLOW_LAUNCH"):  # DBOS's launch outlasting the fence (2.4 s)
     from dbos import DBOS as _SlowDBOS

@@ -46,10 +46,10 @@ def spawn(
 
 
 def start_run(
-    database_url: str, scenario: str, markers: Path
+    database_url: str, scenario: str, markers: Path, env: dict | None = None
 ) -> tuple[subprocess.Popen, str, str, str]:
     executor = f"crash-{scenario}-{uuid.uuid4().hex[:8]}"
-    proc = spawn("start", database_url, executor, scenario, markers)
+    proc = spawn("start", database_url, executor, scenario, markers, env=env)
     assert proc.stdout is not None
     started = json.loads(proc.stdout.readline())
     return proc, executor, started["run_id"], started["session_id"]
@@ -67,6 +67,10 @@ def relaunch(
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _stderr_of(markers: Path, mode: str) -> str:
+    return "".join(p.read_text() for p in markers.glob(f"stderr-{mode}-*.log"))
 
 
 def sigkill(proc: subprocess.Popen) -> None:
@@ -303,14 +307,21 @@ def test_kill_during_a_batch_of_parallel_tool_calls(database_url, tmp_path):
     assert tool_ids == ["p0", "p1", "p2", "p3", "fin"], "results keep the call order"
 
 
-def test_kill_while_waiting_for_approval_then_approve_after_relaunch(database_url, tmp_path):
-    proc, executor, run_id, session_id = start_run(database_url, "approval", tmp_path)
+@pytest.mark.parametrize("parked", [False, True], ids=["in_memory", "parked"])
+def test_kill_while_waiting_for_approval_then_approve_after_relaunch(
+    database_url, tmp_path, parked
+):
+    # parked: the wait let go of its coroutine first (`wait_parking.py`, swept every 5 s)
+    env = {"CRASH_APP_PARK_AFTER": "0"} if parked else None
+    proc, executor, run_id, session_id = start_run(database_url, "approval", tmp_path, env)
     wait_for(
         lambda: (
             sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id)
             == [("waiting",)]
         )
     )
+    if parked:
+        wait_for(lambda: "parked" in _stderr_of(tmp_path, "start"), timeout=30)
     sigkill(proc)
     assert sql(
         database_url, "SELECT tool_call_id, status FROM helix.tool_calls WHERE run_id = %s", run_id

@@ -15,7 +15,7 @@ import dbos._dbos as _dbos_module
 import sqlalchemy as sa
 from dbos import AsyncSQLAlchemyDatasource, SendMessage, WorkflowSerializationFormat
 from dbos._context import get_local_dbos_context
-from dbos._core import WorkflowHandleAsyncTask
+from dbos._core import WorkflowHandleAsyncTask, execute_dequeued_workflow
 from dbos._datasource_postgres import PostgresAsyncDatasource
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
@@ -23,6 +23,7 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer
+from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # A BaseException, so no `except Exception` in helix catches it: raised where an
@@ -237,3 +238,74 @@ def send_in_transaction(
         function_name="DBOS.send",
         send_to_forks=False,
     )
+
+
+# --- parked waits (`wait_parking.py`) ---------------------------------------------------
+
+
+def is_workflow_task(task: asyncio.Task[Any]) -> bool:
+    """`task` is a workflow's own task (DBOS holds each in `_workflow_tasks`), not a task
+    a workflow started: cancelling it ends that workflow's execution and nothing else."""
+    instance = _dbos_module._dbos_global_instance
+    return instance is not None and task in instance._workflow_tasks
+
+
+def watch_messages(workflow_id: str, topic: str, signal: Any) -> bool:
+    """Register `signal` (anything with `set()`) where DBOS's listener, DBOS's pollers and
+    helix's re-check signal the waiters of `topic`'s messages to `workflow_id`. Returns
+    False if a waiter already there has been signalled (its message is on its way)."""
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    payload, components = sys_db._waiter(workflow_id, topic)
+    sys_db.notifications_map.add(payload, signal, components)
+    key_signal = sys_db.notifications_map.get(payload)
+    if key_signal is None:
+        return True
+    with key_signal._lock:
+        others = [e for e in key_signal._waiters if e is not signal]
+    return not any(e.is_set() for e in others)
+
+
+def unwatch_messages(workflow_id: str, topic: str, signal: Any) -> None:
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    payload, _ = sys_db._waiter(workflow_id, topic)
+    if sys_db.notifications_map.get(payload) is not None:
+        sys_db.notifications_map.pop(payload, signal)
+
+
+def check_messages(workflow_id: str, topic: str, signal: Any) -> None:
+    """`signal.set()` if an unconsumed message on `topic` waits for `workflow_id`
+    (blocking: call it in a thread)."""
+    _dbos_module._get_dbos_instance()._sys_db.recv_check(workflow_id, topic, signal)
+
+
+def new_owner_token() -> str:
+    return generate_uuid()
+
+
+def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
+    """Run a PENDING workflow of this executor again, here, from its start (its recorded
+    steps replay), if the execution holding `owner_xid` still owns it, which must have
+    ended: what DBOS's queue does with a workflow it claims, with a claim that takes the
+    row over from that execution rather than from the queue (blocking: call it in a
+    thread). False: the workflow ended, or another execution owns it by now. A retry
+    after a failure passes the same `new_owner`: a claim that committed is taken again."""
+    dbos = _dbos_module._get_dbos_instance()
+    sys_db = dbos._sys_db
+    ws = sys_db.tables.workflow_status
+    with sys_db.engine.begin() as conn:
+        claimed = conn.execute(
+            ws.update()
+            .where(*sys_db._wf(ws, workflow_id))
+            .where(ws.c.status == "PENDING")
+            .where(ws.c.owner_xid.in_([owner_xid, new_owner]))
+            .where(ws.c.executor_id == GlobalParams.executor_id)
+            .values(owner_xid=new_owner, updated_at=sys_db._now_ms_sql())
+            .returning(ws.c.workflow_uuid)
+        ).fetchall()
+    if not claimed:
+        return False
+    status = sys_db.get_workflow_status(workflow_id)
+    if status is None:
+        return False
+    execute_dequeued_workflow(dbos, status, new_owner)
+    return True

@@ -42,6 +42,7 @@ from helix_dbos.runtime.session_queue_methods import SessionQueueMethods
 from helix_dbos.runtime.session_read_methods import SessionReadMethods
 from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.time_travel_methods import TimeTravelMethods
+from helix_dbos.runtime.wait_parking import WaitParking
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
 from helix_dbos.store.session_queue import QueuedMessage
@@ -93,6 +94,8 @@ class HelixDBOS(
         worker_lease_seconds: float | None = None,
         queues: Sequence[RunQueue] = (),
         listen_queues: Iterable[str] = (),
+        waiting_runs_in_memory: int = 1000,
+        park_waiting_runs_after_seconds: float = 60,
     ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
@@ -117,6 +120,7 @@ class HelixDBOS(
             database_outage_seconds=database_outage_seconds,
             connection_timeout_seconds=connection_timeout_seconds,
         )
+        self.runtime.parking = WaitParking(waiting_runs_in_memory, park_waiting_runs_after_seconds)
         self.reconcile_seconds = reconcile_seconds
         self.worker_lease_seconds = worker_lease_seconds or float(
             os.environ.get("HELIX_WORKER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)

@@ -380,7 +380,9 @@ class HumanWait:
         while waiting:
             now = time.time()  # only sets recv's timeout; recv's recorded result is what replays
             soonest = min(deadlines[c] for c in waiting)
-            message = await DBOS.recv_async(topic, timeout_seconds=max(0.0, soonest - now))
+            timeout = max(0.0, soonest - now)
+            with self.rt.parking.waiting(topic, timeout):  # a long wait lets go of its memory
+                message = await DBOS.recv_async(topic, timeout_seconds=timeout)
             if message is None:
                 for call_id in [c for c in waiting if deadlines[c] <= soonest]:
                     answers[call_id] = Answer(kind, None, (deadlines[call_id] - started) * 1000)

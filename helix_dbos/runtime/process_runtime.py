@@ -25,6 +25,7 @@ from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
 from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_error
+from helix_dbos.runtime.wait_parking import WaitParking
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
@@ -167,6 +168,8 @@ class Runtime:
         self.after_run: Callable[[str], Awaitable[None]] | None = None
         # Runs under way here with client tools of their own, by workflow id (see `agent`).
         self.run_agents: dict[str, Agent] = {}
+        # Waits for a human: the recent ones in memory, the long ones parked.
+        self.parking = WaitParking()
 
     def agent(self, name: str) -> Agent:
         # A run with client tools of its own works with its agent extended by them

@@ -7,7 +7,6 @@ only the safety net. A run started and running in this process is awaited direct
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator
@@ -103,10 +102,16 @@ class RunWaits:
             async def ended() -> Any:
                 return await asyncio.shield(task)
 
-            with contextlib.suppress(Exception):  # cancelled or crashed: read the row
+            try:
                 result = await on_target_loop(ended)
                 if isinstance(result, AgentResult):  # usage included: the last write read it
                     return result.model_copy()  # each caller its own (the task's is shared)
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this caller was cancelled
+                # the run's task was: a wait for a human parked it (`wait_parking.py`)
+            except Exception:  # crashed: read the row
+                pass
         return run_result(await self._wait_for_outcome(session_id, run_id, poll_seconds))
 
     async def _wait_for_outcome(

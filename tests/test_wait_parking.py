@@ -1,0 +1,193 @@
+"""Parked waits (issue 34, item 3): a run that waits long for a human lets go of its
+coroutine; its answer (or its deadline) runs its workflow again here, replaying the
+recorded steps, and the tool runs once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from dbos import DBOS
+from helpers import sql
+
+from helix_dbos import tool
+from helix_dbos.runtime import wait_parking
+from helix_dbos.runtime.message_recheck import MessageRecheck
+
+
+@pytest.fixture
+def parking(helix) -> Iterator[wait_parking.WaitParking]:
+    p = helix.runtime.parking
+    saved = (p.max_in_memory, p.park_after_seconds)
+    yield p
+    p.max_in_memory, p.park_after_seconds = saved
+
+
+def _gated_agent(make_agent, mock_llm, ran: list[str], n: int = 1, **agent_kw):
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    agent = make_agent(tools=[delete_file], **agent_kw)
+    # Each run takes a reply as it gets there: every run's first, then their last.
+    for i in range(n):
+        mock_llm.add_responses(
+            {
+                "type": "tool_calls",
+                "tool_calls": [{"id": "d1", "name": "delete_file", "arguments": {"path": f"/{i}"}}],
+            },
+            agent=agent.name,
+        )
+    mock_llm.add_responses(*[{"type": "text", "content": "done"}] * n, agent=agent.name)
+    return agent
+
+
+async def _until(predicate, timeout: float = 60.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def _waiting(helix, session_id: str) -> bool:
+    return bool(await helix.pending_tool_calls(session_id))
+
+
+async def _parked(helix, parking, session_ids: list[str]) -> None:
+    """Wait until every one of these sessions' runs waits, then park them all."""
+    for sid in session_ids:
+        await _until(lambda sid=sid: _waiting(helix, sid))
+
+    async def in_recv() -> bool:
+        return parking.in_memory >= len(session_ids)
+
+    await _until(in_recv)
+    assert parking.park_all() == len(session_ids)
+    await asyncio.sleep(0.2)  # their tasks end
+
+
+def _workflow_status(database_url: str, workflow_id: str) -> str:
+    return sql(
+        database_url,
+        "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+        workflow_id,
+    )[0][0]
+
+
+async def test_a_parked_run_is_resumed_by_its_approval_and_runs_its_tool_once(
+    helix, make_agent, mock_llm, parking, database_url
+):
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    result_task = asyncio.ensure_future(handle.result())  # a caller already awaiting it
+    resumed = parking.resumed_total
+    await _parked(helix, parking, [handle.session_id])
+    assert parking.parked == 1 and not result_task.done()
+    run = await helix.get_run(handle.run_id)
+    assert run.status == "waiting"
+    assert _workflow_status(database_url, run.workflow_id) == "PENDING"
+
+    await helix.approve(handle.session_id, "d1")
+    result = await asyncio.wait_for(result_task, 60)
+    assert result.status == "completed" and result.output == "done"
+    assert ran == ["/0"]
+    assert parking.resumed_total == resumed + 1 and parking.parked == 0
+    assert _workflow_status(database_url, run.workflow_id) == "SUCCESS"
+    # One tool result, one assistant reply per step: the replay wrote nothing twice.
+    roles = [m.role for m in await helix.get_messages(handle.session_id)]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_raw_dbos_send_resumes_a_parked_run(helix, make_agent, mock_llm, parking):
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await _parked(helix, parking, [handle.session_id])
+    run = await helix.get_run(handle.run_id)
+    await DBOS.send_async(
+        run.workflow_id, {"tool_call_id": "d1", "approved": True}, "helix.approval"
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/0"]
+
+
+async def test_a_parked_run_whose_notification_was_lost_is_found_by_the_recheck(
+    helix, make_agent, mock_llm, parking, database_url
+):
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await _parked(helix, parking, [handle.session_id])
+    sql(database_url, "ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
+    try:
+        await helix.approve(handle.session_id, "d1")
+        await asyncio.sleep(0.5)
+        assert parking.parked == 1, "no notification: still parked"
+        woken = await asyncio.to_thread(MessageRecheck(interval_seconds=3600).sweep)
+    finally:
+        sql(
+            database_url, "ALTER TABLE dbos.notifications ENABLE TRIGGER dbos_notifications_trigger"
+        )
+    assert woken >= 1
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/0"]
+
+
+async def test_a_parked_run_times_out_at_its_deadline(
+    helix, make_agent, mock_llm, parking, monkeypatch
+):
+    monkeypatch.setattr(wait_parking, "NEAR_DEADLINE_SECONDS", 0.5)
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    helix.runtime.approval_timeout_seconds, saved = 4.0, helix.runtime.approval_timeout_seconds
+    try:
+        handle = await helix.execute(agent, "delete it")
+        await _parked(helix, parking, [handle.session_id])
+    finally:
+        helix.runtime.approval_timeout_seconds = saved
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == []
+    tool_rows = [m for m in await helix.get_messages(handle.session_id) if m.role == "tool"]
+    assert "timed out" in str(tool_rows[0].content)
+
+
+async def test_beyond_the_in_memory_limit_the_oldest_waits_are_parked(
+    helix, make_agent, mock_llm, parking
+):
+    parking.max_in_memory = 2
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran, n=4)
+    parked_before = parking.parked_total
+    handles = []
+    for i in range(4):
+        handles.append(await helix.execute(agent, f"delete {i}"))
+        await _until(lambda h=handles[-1]: _waiting(helix, h.session_id))
+    await asyncio.sleep(0.3)
+    assert parking.parked_total - parked_before == 2 and parking.in_memory == 2
+    for h in handles:
+        await helix.approve(h.session_id, "d1")
+    results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
+    assert [r.status for r in results] == ["completed"] * 4
+    assert sorted(ran) == ["/0", "/1", "/2", "/3"]
+
+
+async def test_an_aborted_parked_run_is_not_resumed(
+    helix, make_agent, mock_llm, parking, database_url
+):
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await _parked(helix, parking, [handle.session_id])
+    resumed = parking.resumed_total
+    await helix.abort(handle.session_id, reason="no")
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "aborted" and ran == []
+    await asyncio.sleep(0.5)
+    assert parking.resumed_total == resumed and parking.parked == 0
+    run = await helix.get_run(handle.run_id)
+    assert _workflow_status(database_url, run.workflow_id) == "CANCELLED"
