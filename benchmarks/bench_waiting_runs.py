@@ -230,6 +230,7 @@ async def measure(
         # 2. while they wait
         await asyncio.sleep(1)
         during = Snapshot.take()
+        parking_waiting = parking_counts(helix)
         idle_cpu_waiting = await idle_cpu(args.idle_seconds)
 
         # 3. approve all, drain
@@ -265,6 +266,8 @@ async def measure(
         "waiting": vars(during),
         "after_drain": vars(after),
         "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
+        "parking_while_waiting": parking_waiting,
+        "parking_after_drain": parking_counts(helix),
         "threads_peak_while_starting": peak_threads_start,
         "threads_peak_while_draining": peak_threads_drain,
         "idle_cpu_cores_before": idle_cpu_before,
@@ -386,7 +389,36 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
         f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% while {n} runs wait"
     )
     print(f"drain rate / start rate: {r['drain_over_start_rate']:.2f}")
+    if r.get("parking_while_waiting"):
+        pw, pa = r["parking_while_waiting"], r["parking_after_drain"]
+        print(
+            f"parking: {pw['in_memory']} waits in memory and {pw['parked']} parked while all "
+            f"wait; {pa['resumed_total']} parked runs resumed by the drain"
+        )
     print(f"after the drain: VmRSS {a['rss_mb']:.1f} MB, peak (VmHWM) {a['peak_rss_mb']:.1f} MB")
+
+
+def parking_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Helix's parking policy for this sitting (`wait_parking.py`); helix's defaults
+    unless given (a tree before parking takes neither)."""
+    options: dict[str, Any] = {}
+    if args.in_memory is not None:
+        options["waiting_runs_in_memory"] = args.in_memory
+    if args.park_after is not None:
+        options["park_waiting_runs_after_seconds"] = args.park_after
+    return options
+
+
+def parking_counts(helix: HelixDBOS) -> dict[str, int]:
+    parking = getattr(helix.runtime, "parking", None)
+    if parking is None:
+        return {}
+    return {
+        "in_memory": parking.in_memory,
+        "parked": parking.parked,
+        "parked_total": parking.parked_total,
+        "resumed_total": parking.resumed_total,
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -400,6 +432,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             llm=mock,
             executor_id=f"bench-{uuid.uuid4().hex[:8]}",
             application_version="helix-bench",
+            **parking_options(args),
         )
         helix.launch()  # on this loop
         recheck = getattr(helix._process, "_recheck", None)  # absent before issue 34
@@ -451,6 +484,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each waiting recv re-checks the database on its own timer (DBOS's way), "
         "not helix's one shared re-check: the A side of an A/B",
+    )
+    parser.add_argument(
+        "--in-memory",
+        type=int,
+        help="HelixDBOS(waiting_runs_in_memory=...): waits kept with their coroutine",
+    )
+    parser.add_argument(
+        "--park-after",
+        type=float,
+        help="HelixDBOS(park_waiting_runs_after_seconds=...): a longer wait is parked",
     )
     parser.add_argument(
         "--pyinstrument",

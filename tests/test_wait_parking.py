@@ -191,3 +191,33 @@ async def test_an_aborted_parked_run_is_not_resumed(
     assert parking.resumed_total == resumed and parking.parked == 0
     run = await helix.get_run(handle.run_id)
     assert _workflow_status(database_url, run.workflow_id) == "CANCELLED"
+
+
+async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
+    helix, make_agent, mock_llm, parking, database_url
+):
+    """The answer is in the database but its notification never came (a listener cut
+    off): parking the run looks for it once, and resumes the run without a sweep."""
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await _until(lambda: _waiting(helix, handle.session_id))
+
+    async def in_recv() -> bool:
+        return parking.in_memory >= 1
+
+    await _until(in_recv)
+    resumed = parking.resumed_total
+    sql(database_url, "ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
+    try:
+        await helix.approve(handle.session_id, "d1")
+        await asyncio.sleep(0.3)
+        assert (await helix.get_run(handle.run_id)).status == "waiting"
+        assert parking.park_all() == 1
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        sql(
+            database_url, "ALTER TABLE dbos.notifications ENABLE TRIGGER dbos_notifications_trigger"
+        )
+    assert result.status == "completed" and ran == ["/0"]
+    assert parking.resumed_total == resumed + 1

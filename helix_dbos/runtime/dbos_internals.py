@@ -272,10 +272,22 @@ def unwatch_messages(workflow_id: str, topic: str, signal: Any) -> None:
         sys_db.notifications_map.pop(payload, signal)
 
 
-def check_messages(workflow_id: str, topic: str, signal: Any) -> None:
-    """`signal.set()` if an unconsumed message on `topic` waits for `workflow_id`
-    (blocking: call it in a thread)."""
-    _dbos_module._get_dbos_instance()._sys_db.recv_check(workflow_id, topic, signal)
+def messages_waiting(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of these (workflow id, topic) pairs have an unconsumed message, in one
+    query per thousand workflows (blocking: call it in a thread)."""
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    table = sys_db.tables.notifications
+    wanted = set(keys)
+    ids = sorted({workflow_id for workflow_id, _ in wanted})
+    found: set[tuple[str, str]] = set()
+    for start in range(0, len(ids), _RECHECK_BATCH):
+        query = sa.select(table.c.destination_uuid, table.c.topic).where(
+            table.c.destination_uuid.in_(ids[start : start + _RECHECK_BATCH]),
+            table.c.consumed == False,  # noqa: E712 - SQL
+        )
+        with sys_db.engine.begin() as conn:
+            found |= {(str(a), str(b)) for a, b in conn.execute(query).fetchall()}
+    return found & wanted
 
 
 def new_owner_token() -> str:

@@ -95,6 +95,8 @@ class WaitParking:
         self._sweeper: asyncio.TimerHandle | None = None
         self.parked_total = 0  # parked so far (for tests and benchmarks)
         self._cancelling = 0  # parked runs whose task has not ended yet
+        self._to_check: list[_ParkedWait] = []  # parked runs to look for a message once
+        self._checking = False
         _quiet_dbos_about_parking(self)
         self.resumed_total = 0  # brought back so far
 
@@ -192,17 +194,31 @@ class WaitParking:
             self._resume(parked)
         elif self._parked.get(parked.workflow_id) is parked:
             # A message whose notification came before the watch, or that the recv's
-            # own check set but did not consume: look for it once.
-            assert self._loop is not None
-            self._loop.create_task(self._check_once(parked))
+            # own check saw but did not consume: looked for once, with the others
+            # parked meanwhile (one query, not a thread each).
+            self._to_check.append(parked)
+            if not self._checking:
+                self._checking = True
+                assert self._loop is not None
+                self._loop.create_task(self._check_parked())
 
-    async def _check_once(self, parked: _ParkedWait) -> None:
+    async def _check_parked(self) -> None:
         try:
-            await asyncio.to_thread(
-                dbos_internals.check_messages, parked.workflow_id, parked.topic, parked.signal
-            )
-        except Exception:  # the minute's re-check and the deadline timer remain
-            logger.warning("helix could not check parked run %s", parked.workflow_id, exc_info=True)
+            while self._to_check:
+                batch, self._to_check = self._to_check, []
+                keys = [(p.workflow_id, p.topic) for p in batch]
+                try:
+                    found = await asyncio.to_thread(dbos_internals.messages_waiting, keys)
+                except Exception:  # the minute's re-check and the deadline timers remain
+                    logger.warning(
+                        "helix could not check %d parked runs", len(batch), exc_info=True
+                    )
+                    continue
+                for p in batch:
+                    if (p.workflow_id, p.topic) in found:
+                        self._wake(p.workflow_id)
+        finally:
+            self._checking = False
 
     # --- waking -----------------------------------------------------------------------
 
