@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -166,6 +167,9 @@ POOL_SIZE = 4
 
 def main() -> None:
     mode, database_url, executor_id, marker_dir = sys.argv[1:5]
+    if os.environ.get("HELIX_OUTAGE_IN_MEMORY"):  # the test looks for `run.parked`
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("helix_dbos").setLevel(logging.INFO)
     if mode in ("hold", "recover"):
         os.environ["HELIX_OUTAGE_MARKERS"] = marker_dir
         helix = HelixDBOS(
@@ -190,6 +194,7 @@ def main() -> None:
         executor_id=executor_id,
         application_version=soak_app.APP_VERSION,
         worker_lease_seconds=float(os.environ.get("HELIX_OUTAGE_LEASE", "60")),
+        waiting_runs_in_memory=int(os.environ.get("HELIX_OUTAGE_IN_MEMORY", "1000")),
         **outage_horizon(),
     )
     helix.launch()

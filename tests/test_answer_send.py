@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from dbos import DBOS
 from helpers import sql
 from test_hitl import calls, make_deleter, wait_until_waiting
 
 from helix_dbos.errors import ToolCallAlreadyAnsweredError
+from helix_dbos.runtime import run_control
 from helix_dbos.runtime.answer_send import send_with_claim
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.hitl import TOPICS
@@ -73,3 +75,57 @@ async def test_a_claim_rolled_back_takes_its_answer_with_it(
     assert ran == ["/x"]
     with pytest.raises(ToolCallAlreadyAnsweredError):
         await helix.approve(handle.session_id, "d1")
+
+
+async def test_an_approval_is_claimed_and_sent_in_one_statement(
+    helix, make_agent, mock_llm, database_url, monkeypatch
+):
+    """The message row is DBOS.send's own (same key): a retried send of the same answer
+    through DBOS is not delivered twice, and a claim that claims nothing sends nothing."""
+
+    ran: list[str] = []
+    agent = make_agent(tools=[make_deleter(ran)])
+    mock_llm.add_responses(
+        calls(("d1", "delete_file", {"path": "/x"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "delete /x")
+    await wait_until_waiting(helix, handle.session_id)
+    run = await helix.get_run(handle.run_id)
+    slow_path: list[str] = []
+
+    async def claim_in_a_transaction(*args, **kwargs):
+        slow_path.append("claim_answer")
+        return await claim_answer(*args, **kwargs)
+
+    monkeypatch.setattr(run_control, "claim_answer", claim_in_a_transaction)
+    await helix.approve(handle.session_id, "d1", reason="ok")
+    assert slow_path == []  # one statement: no transaction, no separate send
+    key = f"{handle.run_id}:d1"
+    await DBOS.send_async(
+        run.workflow_id,
+        {"tool_call_id": "d1", "approved": True, "reason": "ok"},
+        TOPICS["approval"],
+        idempotency_key=key,
+    )
+    result = await handle.result()
+    assert result.status == "completed" and ran == ["/x"]
+    assert sql(
+        database_url,
+        "SELECT message_uuid, topic FROM dbos.notifications WHERE destination_uuid = %s",
+        run.workflow_id,
+    ) == [(f"{key}::{run.workflow_id}", "helix.approval")]
+    with pytest.raises(ToolCallAlreadyAnsweredError):
+        await helix.approve(handle.session_id, "d1")
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = %s",
+        run.workflow_id,
+    ) == [(1,)]
+    rows = sql(
+        database_url,
+        "SELECT status, reason FROM helix.tool_calls WHERE run_id = %s",
+        handle.run_id,
+    )
+    assert rows == [("approved", "ok")]

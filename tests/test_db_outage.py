@@ -77,15 +77,19 @@ def cluster(tmp_path: Path):
 class Fleet:
     """The worker and the answering process, on the test's cluster."""
 
-    def __init__(self, url: str, markers: Path) -> None:
+    def __init__(self, url: str, markers: Path, *, park_every_wait: bool = False) -> None:
         self.url, self.markers = url, markers
         self.executor = f"outage-{uuid.uuid4().hex[:6]}"
+        # park_every_wait: each wait for a human lets go of its coroutine at once, so
+        # the answers reach parked runs, across the restarts (`wait_parking.py`)
+        env = {**os.environ, "HELIX_OUTAGE_IN_MEMORY": "0"} if park_every_wait else None
         self.worker = subprocess.Popen(
             [sys.executable, str(APP), "serve", url, self.executor, str(markers)]
             + [str(RUNS), str(LEADS)],
             stdout=subprocess.PIPE,
             stderr=open(markers / "worker.err", "w"),  # noqa: SIM115 (the child owns it)
             text=True,
+            env=env,
         )
         self.answerer: subprocess.Popen[bytes] | None = None
         self.answerers = 0
@@ -621,9 +625,11 @@ def restarts_of(kind: list[str]) -> list[str]:
 
 
 def test_fast_restart(cluster: Cluster, tmp_path: Path) -> None:
-    """(a) `pg_ctl restart -m fast` under in-flight runs."""
-    fleet = Fleet(cluster.url, tmp_path)
+    """(a) `pg_ctl restart -m fast` under in-flight runs, every wait for a human parked."""
+    fleet = Fleet(cluster.url, tmp_path, park_every_wait=True)
     figures = outage(cluster, fleet, restarts_of(["fast"]), seed=int(time.time()))
+    log = (tmp_path / "worker.err").read_text()
+    assert "run.parked" in log and "run.unparked" in log
     print("\ndatabase fast restart:", json.dumps(figures, sort_keys=True))
 
 

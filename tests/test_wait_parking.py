@@ -167,6 +167,11 @@ async def test_beyond_the_in_memory_limit_the_oldest_waits_are_parked(
     for i in range(4):
         handles.append(await helix.execute(agent, f"delete {i}"))
         await _until(lambda h=handles[-1]: _waiting(helix, h.session_id))
+
+    async def two_parked() -> bool:  # the oldest two, once a second old (at most a sweep)
+        return parking.parked_total - parked_before == 2
+
+    await _until(two_parked, timeout=20)
     await asyncio.sleep(0.3)
     assert parking.parked_total - parked_before == 2 and parking.in_memory == 2
     for h in handles:
@@ -221,3 +226,27 @@ async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
         )
     assert result.status == "completed" and ran == ["/0"]
     assert parking.resumed_total == resumed + 1
+
+
+async def test_a_resumed_run_takes_its_message_before_it_can_be_parked_again(
+    helix, make_agent, mock_llm, parking
+):
+    """Every wait parked (`waiting_runs_in_memory=0`): a resumed run re-enters its wait
+    and must get to take its message, not be parked again at once (which, its message
+    waiting, would resume it again, without end)."""
+    parking.max_in_memory = 0
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    parked_before, resumed_before = parking.parked_total, parking.resumed_total
+    handle = await helix.execute(agent, "delete it")
+    await _until(lambda: _waiting(helix, handle.session_id))
+
+    async def parked() -> bool:
+        return parking.parked_total > parked_before and parking.parked == 1
+
+    await _until(parked, timeout=20)
+    await helix.approve(handle.session_id, "d1")
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/0"]
+    assert parking.parked_total - parked_before == 1
+    assert parking.resumed_total - resumed_before == 1

@@ -8,6 +8,9 @@ system tables live in helix's database (helix configured DBOS from the same URL,
 usual case), the message row is inserted in the claiming transaction instead, as
 `DBOSClient.send_in_transaction` does: the claim and the answer commit together (a
 SIGKILL before the commit leaves neither), and the commit is what wakes the run.
+Better still, for every answer but a client's result (checked against its tool's schema
+before it is sent), the claim and the message row are one statement
+(`store/answer_claim.claim_and_send`): one round trip from `approve()` to the wake.
 """
 
 from __future__ import annotations
@@ -21,6 +24,19 @@ from helix_dbos.runtime import dbos_internals
 from helix_dbos.store.repository import SQLConnection
 
 _SAME_DATABASE: dict[int, bool] = {}  # by id(engine): DBOS's system database is its database
+
+
+def message_table(engine: AsyncEngine) -> str | None:
+    """DBOS's message table, if a statement on helix's database can insert into it
+    (`store/answer_claim.claim_and_send`): DBOS's tables in this database, and the
+    caller outside any workflow or step (inside one, `DBOS.send` records itself as a
+    step, which a plain statement would not)."""
+    if not dbos_internals.sends_in_transaction():
+        return None
+    same = _SAME_DATABASE.get(id(engine))
+    if same is None:
+        same = _SAME_DATABASE[id(engine)] = dbos_internals.system_database_is(engine.url)
+    return dbos_internals.notifications_table() if same else None
 
 
 async def send_with_claim(

@@ -22,7 +22,8 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 )
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
-from dbos._serialization import DBOSDefaultSerializer
+from dbos._serialization import DBOSDefaultSerializer, serialize_value
+from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -222,6 +223,22 @@ def system_database_is(url: sa.URL) -> bool:
         return (u.host, u.port, u.database, u.query.get("host"), u.query.get("port"))
 
     return where(sys_url) == where(url)
+
+
+def notifications_table() -> str | None:
+    """DBOS's message table, schema-qualified, for a statement of helix's own that
+    inserts a message as `send_in_transaction` would (None: no schema, e.g. SQLite)."""
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    schema = sys_db.schema
+    if schema is None or type(sys_db) is not PostgresSystemDatabase:  # sharded: no
+        return None
+    return '"' + schema.replace('"', '""') + '".notifications'
+
+
+def serialized_message(message: Any) -> tuple[str | None, str]:
+    """A message as `DBOS.send` stores it: its text and the serialization's name."""
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    return serialize_value(message, WorkflowSerializationFormat.DEFAULT, sys_db.serializer)
 
 
 def send_in_transaction(

@@ -31,7 +31,7 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit, write_head
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
-from helix_dbos.runtime.tool_step import tool_context
+from helix_dbos.runtime.tool_step import TOOL_STARTED, tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
 
@@ -461,26 +461,40 @@ class WaitResult:
     answers: dict[str, Answer]
     interrupt: InterruptNotice | None = None  # the wait ended on an interrupt
     # The resume transaction (close the calls, mark the run running), still to run: the
-    # caller starts it first, beside the approved tools' steps (`with_resume`), so an
-    # approval reaches its tool without waiting for that commit. It is a checkpointed
-    # step like any other: started first, it draws its step id first, so a replay
-    # finds the same ids. `None`: already done.
+    # caller runs it beside the approved tools' steps, once one is under way
+    # (`with_resume`), so an approval reaches its tool without waiting for that commit.
+    # It is a checkpointed step like any other, drawing its step id after the tools'
+    # (reserved as they start), so a replay finds the same ids. `None`: already done.
     resume: Callable[[], Awaitable[None]] | None = None
 
 
 async def with_resume(resume: Callable[[], Awaitable[None]] | None, work: Awaitable[T]) -> T:
-    """`work` with `resume` started just before it (both to the end, the first error
-    raised): the resume step draws its step id before the work's steps do."""
+    """`work` (the approved tools' steps), and `resume` once a tool is under way or the
+    work has ended (both to the end, the first error raised). The tools' steps reserve
+    their step ids as the work starts and nothing else of the workflow draws one
+    meanwhile, so the resume's step id comes after theirs, on a replay too; its
+    statements no longer compete with the tool step's own check on the way to the tool."""
     if resume is None:
         return await work
-    first = asyncio.ensure_future(resume())  # runs first: tasks start in creation order
-    second = asyncio.ensure_future(work)
+    tool_started = asyncio.Event()
+    token = TOOL_STARTED.set(tool_started)
     try:
+        second = asyncio.ensure_future(work)  # its tool steps see `tool_started`
+    finally:
+        TOOL_STARTED.reset(token)
+    signal = asyncio.ensure_future(tool_started.wait())
+    first: asyncio.Future[None] | None = None
+    try:
+        await asyncio.wait({second, signal}, return_when=asyncio.FIRST_COMPLETED)
+        first = asyncio.ensure_future(resume())
         await asyncio.wait({first, second})
     except asyncio.CancelledError:
-        first.cancel()
-        second.cancel()
+        for task in (first, second):
+            if task is not None:
+                task.cancel()
         raise
+    finally:
+        signal.cancel()
     first.result()
     return second.result()
 

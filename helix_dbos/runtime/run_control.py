@@ -25,7 +25,7 @@ from helix_dbos.errors import (
 )
 from helix_dbos.log_events import RUN_ABORTED, gate_event, log_event
 from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.answer_send import send_with_claim
+from helix_dbos.runtime.answer_send import message_table, send_with_claim
 from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
@@ -35,7 +35,7 @@ from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
-from helix_dbos.store.answer_claim import claim_answer
+from helix_dbos.store.answer_claim import claim_and_send, claim_answer
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 
@@ -95,6 +95,9 @@ class RunControl:
             ) from exc
 
         async def tx() -> repo.ToolCallRow:
+            sent = await self._claim_and_send(session_id, tool_call_id, kind, payload)
+            if sent is not None:  # the usual case: one statement
+                return sent
             async with self.runtime.engine.begin() as conn:
                 claimed = await claim_answer(conn, session_id, tool_call_id, kind)
                 if claimed is not None:  # the usual case, one statement
@@ -133,6 +136,30 @@ class RunControl:
             error=payload.get("error"),
             reason=payload.get("reason"),
         )
+
+    async def _claim_and_send(
+        self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
+    ) -> repo.ToolCallRow | None:
+        """Claim the call and insert its answer in one statement, where that can be done:
+        not for a client's result (checked against its tool's schema first), nor where
+        DBOS's tables are elsewhere. None: nothing done, the transaction below decides."""
+        if kind == "client" and payload.get("error") is None:
+            return None
+        table = message_table(self.runtime.engine)
+        if table is None:
+            return None
+        message, serialization = dbos_internals.serialized_message(payload)
+        async with self.runtime.statements() as conn:
+            return await claim_and_send(
+                conn,
+                session_id,
+                tool_call_id,
+                kind,
+                notifications=table,
+                topic=TOPICS[kind],
+                message=message,
+                serialization=serialization,
+            )
 
     async def _send_answer(
         self,

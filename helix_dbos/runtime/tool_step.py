@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from dbos import DBOS, StepOptions
@@ -38,6 +39,10 @@ from helix_dbos.runtime.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.step_types import ToolOutcome
 from helix_dbos.store import repository as repo
 from helix_dbos.streaming.notifier import run_end_key
+
+# Set by a workflow that holds back other work until its tools run (`hitl.with_resume`):
+# each tool step's body sets it once the tool itself is under way.
+TOOL_STARTED: ContextVar[asyncio.Event | None] = ContextVar("helix_tool_started", default=None)
 
 
 def tool_step_options(call: ToolCall) -> StepOptions:
@@ -85,6 +90,8 @@ async def tool_step(
     started, started_ns = time.perf_counter(), spans.now_ns()
     await fire_safely(agent.hooks.before_tool, ToolEvent(hook_ctx, call))
     execution = asyncio.ensure_future(_execute(agent, call, ctx))
+    if (tool_started := TOOL_STARTED.get()) is not None:
+        tool_started.set()
     abort = AbortWatch(rt, run_id, execution, cancel)
     try:
         done, _ = await asyncio.wait({execution}, timeout=LIVE_TOOL_START_SECONDS)

@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 SWEEP_SECONDS = 5.0
 # A wait whose deadline is this close stays in memory: its timeout path runs in place.
 NEAR_DEADLINE_SECONDS = 10.0
+# A wait this young is never parked: a run resumed for its message must have had the
+# time to take it (else it would be parked again before it could, and again).
+MIN_AGE_SECONDS = 1.0
 
 
 @dataclass(slots=True, eq=False)
@@ -142,8 +145,12 @@ class WaitParking:
         return len(self._parked)
 
     def _make_room(self) -> None:
+        """Park the oldest waits beyond `max_in_memory` (the young ones at a later sweep)."""
+        young = time.monotonic() - MIN_AGE_SECONDS
         while len(self._waits) > self.max_in_memory:
-            _, oldest = next(iter(self._waits.items()))
+            oldest = next(iter(self._waits.values()))
+            if oldest.since > young:
+                return
             self._park(oldest)
 
     def _arm_sweep(self) -> None:
@@ -152,9 +159,10 @@ class WaitParking:
 
     def _sweep(self) -> None:
         self._sweeper = None
-        due = time.monotonic() - self.park_after_seconds
+        due = time.monotonic() - max(self.park_after_seconds, MIN_AGE_SECONDS)
         for wait in [w for w in self._waits.values() if w.since <= due]:
             self._park(wait)
+        self._make_room()
         if self._waits:
             self._arm_sweep()
 

@@ -46,8 +46,9 @@ from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 # Changes only when the step sequence or the checkpointed step outputs of
 # `helix.agent_run` change, so a recovering process never replays a run recorded
 # with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
-# interrupt hand-over and companion waits are steps of their own).
-DEFAULT_APP_VERSION = "helix-4"
+# interrupt hand-over and companion waits are steps of their own; helix-5: an approval's
+# resume transaction comes after the approved tools' steps).
+DEFAULT_APP_VERSION = "helix-5"
 ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
 DBOS_POOL_MAX = 20  # DBOS's own default
 DATASOURCE_SCHEMA = "dbos"

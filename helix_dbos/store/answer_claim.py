@@ -50,6 +50,52 @@ _CLAIM_PG = _CLAIM_SQL.replace(":sid", "%(sid)s").replace(":tcid", "%(tcid)s")
 _CLAIM_PG = _CLAIM_PG.replace(":kind", "%(kind)s")
 
 
+_COLUMNS = ", ".join(c.strip() for c in _TOOL_CALL_COLUMNS.split(","))
+_CLAIM_AND_SEND: dict[str, TextClause] = {}  # by DBOS's message table
+
+
+def _claim_and_send(notifications: str) -> TextClause:
+    clause = _CLAIM_AND_SEND.get(notifications)
+    if clause is None:
+        # The key is `DBOS.send`'s for an idempotency key `run_id:tool_call_id`.
+        clause = _CLAIM_AND_SEND[notifications] = text(
+            f"WITH claimed AS ({_CLAIM_SQL}), sent AS ("
+            f"INSERT INTO {notifications} "
+            "(destination_uuid, topic, message, message_uuid, serialization) "
+            "SELECT workflow_id, :topic, :message, "
+            "run_id || ':' || tool_call_id || '::' || workflow_id, :serialization "
+            "FROM claimed ON CONFLICT (message_uuid) DO NOTHING) "
+            f"SELECT {_COLUMNS} FROM claimed"
+        )
+    return clause
+
+
+async def claim_and_send(
+    conn: SQLConnection,
+    session_id: str,
+    tool_call_id: str,
+    kind: str,
+    *,
+    notifications: str,
+    topic: str,
+    message: str | None,
+    serialization: str,
+) -> ToolCallRow | None:
+    """`claim_answer` and the answer's message row (DBOS's table in this database) in one
+    statement: one round trip, committed alone, so the claim and the answer land
+    together and the commit wakes the run; None: nothing claimed (and nothing sent)."""
+    params = {
+        "sid": session_id,
+        "tcid": tool_call_id,
+        "kind": kind,
+        "topic": topic,
+        "message": message,
+        "serialization": serialization,
+    }
+    row = (await conn.execute(_claim_and_send(notifications), params)).first()
+    return ToolCallRow(*row) if row else None
+
+
 async def claim_answer(
     conn: SQLConnection, session_id: str, tool_call_id: str, kind: str
 ) -> ToolCallRow | None:
