@@ -227,8 +227,8 @@ async def measure(
         # adapter keeps none, so its log is no part of what a waiting run costs.
         mock.inputs.clear()
 
-        # 2. while they wait
-        await asyncio.sleep(1)
+        # 2. while they wait (after --settle: the waits parked by age have parked)
+        await asyncio.sleep(1 + args.settle)
         during = Snapshot.take()
         parking_waiting = parking_counts(helix)
         idle_cpu_waiting = await idle_cpu(args.idle_seconds)
@@ -266,6 +266,7 @@ async def measure(
         "waiting": vars(during),
         "after_drain": vars(after),
         "rss_per_waiting_run_kb": (during.rss_mb - before.rss_mb) * 1024 / n,
+        "settle_s": args.settle,
         "parking_while_waiting": parking_waiting,
         "parking_after_drain": parking_counts(helix),
         "threads_peak_while_starting": peak_threads_start,
@@ -393,7 +394,8 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
         pw, pa = r["parking_while_waiting"], r["parking_after_drain"]
         print(
             f"parking: {pw['in_memory']} waits in memory and {pw['parked']} parked while all "
-            f"wait; {pa['resumed_total']} parked runs resumed by the drain"
+            f"wait (measured {r['settle_s']:g} s after the last started); "
+            f"{pa['resumed_total']} parked runs resumed by the drain"
         )
     print(f"after the drain: VmRSS {a['rss_mb']:.1f} MB, peak (VmHWM) {a['peak_rss_mb']:.1f} MB")
 
@@ -484,6 +486,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each waiting recv re-checks the database on its own timer (DBOS's way), "
         "not helix's one shared re-check: the A side of an A/B",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds to wait, all runs waiting, before measuring memory and idle CPU "
+        "(past --park-after, every wait beyond those in memory has parked)",
     )
     parser.add_argument(
         "--in-memory",
