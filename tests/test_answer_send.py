@@ -22,10 +22,8 @@ class Abandoned(Exception):
     """Raised inside the claiming transaction, so it rolls back."""
 
 
-async def test_a_claim_rolled_back_takes_its_answer_with_it(
-    helix, make_agent, mock_llm, database_url
-):
-    ran: list[str] = []
+async def _waiting_for_approval(helix, make_agent, mock_llm, ran: list[str]):
+    """A run waiting for the approval of `delete_file("/x")` (call `d1`)."""
     agent = make_agent(tools=[make_deleter(ran)])
     mock_llm.add_responses(
         calls(("d1", "delete_file", {"path": "/x"})),
@@ -34,6 +32,14 @@ async def test_a_claim_rolled_back_takes_its_answer_with_it(
     )
     handle = await helix.execute(agent, "delete /x")
     await wait_until_waiting(helix, handle.session_id)
+    return handle
+
+
+async def test_a_claim_rolled_back_takes_its_answer_with_it(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    handle = await _waiting_for_approval(helix, make_agent, mock_llm, ran)
     engine = helix.runtime.engine
     answer = {"tool_call_id": "d1", "approved": True, "reason": None}
 
@@ -84,14 +90,7 @@ async def test_an_approval_is_claimed_and_sent_in_one_statement(
     through DBOS is not delivered twice, and a claim that claims nothing sends nothing."""
 
     ran: list[str] = []
-    agent = make_agent(tools=[make_deleter(ran)])
-    mock_llm.add_responses(
-        calls(("d1", "delete_file", {"path": "/x"})),
-        {"type": "text", "content": "done"},
-        agent=agent.name,
-    )
-    handle = await helix.execute(agent, "delete /x")
-    await wait_until_waiting(helix, handle.session_id)
+    handle = await _waiting_for_approval(helix, make_agent, mock_llm, ran)
     run = await helix.get_run(handle.run_id)
     slow_path: list[str] = []
 

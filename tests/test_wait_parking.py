@@ -70,6 +70,14 @@ async def _parked(helix, parking, session_ids: list[str]) -> None:
     await asyncio.sleep(0.2)  # their tasks end
 
 
+async def _one_parked(helix, make_agent, mock_llm, parking, ran: list[str]):
+    """A run parked while it waits for the approval of `delete_file` (call `d1`)."""
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await _parked(helix, parking, [handle.session_id])
+    return handle
+
+
 def _workflow_status(database_url: str, workflow_id: str) -> str:
     return sql(
         database_url,
@@ -105,9 +113,7 @@ async def test_a_parked_run_is_resumed_by_its_approval_and_runs_its_tool_once(
 
 async def test_a_raw_dbos_send_resumes_a_parked_run(helix, make_agent, mock_llm, parking):
     ran: list[str] = []
-    agent = _gated_agent(make_agent, mock_llm, ran)
-    handle = await helix.execute(agent, "delete it")
-    await _parked(helix, parking, [handle.session_id])
+    handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
     run = await helix.get_run(handle.run_id)
     await DBOS.send_async(
         run.workflow_id, {"tool_call_id": "d1", "approved": True}, "helix.approval"
@@ -120,9 +126,7 @@ async def test_a_parked_run_whose_notification_was_lost_is_found_by_the_recheck(
     helix, make_agent, mock_llm, parking, database_url
 ):
     ran: list[str] = []
-    agent = _gated_agent(make_agent, mock_llm, ran)
-    handle = await helix.execute(agent, "delete it")
-    await _parked(helix, parking, [handle.session_id])
+    handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
     sql(database_url, "ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
     try:
         await helix.approve(handle.session_id, "d1")
@@ -185,9 +189,7 @@ async def test_an_aborted_parked_run_is_not_resumed(
     helix, make_agent, mock_llm, parking, database_url
 ):
     ran: list[str] = []
-    agent = _gated_agent(make_agent, mock_llm, ran)
-    handle = await helix.execute(agent, "delete it")
-    await _parked(helix, parking, [handle.session_id])
+    handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
     resumed = parking.resumed_total
     await helix.abort(handle.session_id, reason="no")
     result = await asyncio.wait_for(handle.result(), 60)

@@ -175,6 +175,12 @@ class WaitParking:
 
     def _park(self, wait: _InMemoryWait) -> None:
         del self._waits[wait.workflow_id]
+        try:
+            self._park_now(wait)
+        except Exception:  # DBOS shut down under it, say: the run stays in memory
+            logger.warning("helix could not park run %s", wait.workflow_id, exc_info=True)
+
+    def _park_now(self, wait: _InMemoryWait) -> None:
         if wait.task.done() or wait.deadline - time.time() <= NEAR_DEADLINE_SECONDS:
             return
         signal = _Wake(self, wait.workflow_id)
