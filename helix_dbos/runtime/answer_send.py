@@ -26,17 +26,21 @@ from helix_dbos.store.repository import SQLConnection
 _SAME_DATABASE: dict[int, bool] = {}  # by id(engine): DBOS's system database is its database
 
 
+def _same_database(engine: AsyncEngine) -> bool:
+    same = _SAME_DATABASE.get(id(engine))
+    if same is None:
+        same = _SAME_DATABASE[id(engine)] = dbos_internals.system_database_is(engine.url)
+    return same
+
+
 def message_table(engine: AsyncEngine) -> str | None:
     """DBOS's message table, if a statement on helix's database can insert into it
     (`store/answer_claim.claim_and_send`): DBOS's tables in this database, and the
     caller outside any workflow or step (inside one, `DBOS.send` records itself as a
     step, which a plain statement would not)."""
-    if not dbos_internals.sends_in_transaction():
+    if not dbos_internals.sends_in_transaction() or not _same_database(engine):
         return None
-    same = _SAME_DATABASE.get(id(engine))
-    if same is None:
-        same = _SAME_DATABASE[id(engine)] = dbos_internals.system_database_is(engine.url)
-    return dbos_internals.notifications_table() if same else None
+    return dbos_internals.notifications_table()
 
 
 async def send_with_claim(
@@ -51,10 +55,7 @@ async def send_with_claim(
     not possible: the caller then sends with `DBOS.send`."""
     if not isinstance(conn, AsyncConnection) or not dbos_internals.sends_in_transaction():
         return False
-    same = _SAME_DATABASE.get(id(engine))
-    if same is None:
-        same = _SAME_DATABASE[id(engine)] = dbos_internals.system_database_is(engine.url)
-    if not same:
+    if not _same_database(engine):
         return False
 
     def send(sync_conn: Connection) -> None:

@@ -8,7 +8,7 @@ everywhere else, so an upgrade of DBOS has one file to check.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import dbos._dbos as _dbos_module
@@ -130,23 +130,33 @@ def wake_message_waiters() -> int:
             with signal._lock:
                 events = list(signal._waiters)
             waiting.setdefault((components[0], components[1]), []).extend(events)
-        ids = sorted({workflow_id for workflow_id, _ in waiting})
-        for start in range(0, len(ids), _RECHECK_BATCH):
-            query = sa.select(table.c[id_column], table.c[name_column]).where(
-                table.c[id_column].in_(ids[start : start + _RECHECK_BATCH])
-            )
-            if table is sys_db.tables.notifications:
-                query = query.where(table.c.consumed == False)  # noqa: E712 - SQL
-            with sys_db.poll_limiter, sys_db.engine.begin() as conn:
-                found = {(str(a), str(b)) for a, b in conn.execute(query).fetchall()}
-            for key in found & waiting.keys():
-                for event in waiting[key]:
-                    event.set()
-                    woken += 1
+        for key in _present(sys_db, table, id_column, name_column, waiting.keys()):
+            for event in waiting[key]:
+                event.set()
+                woken += 1
     return woken
 
 
-_RECHECK_BATCH = 1000  # workflow ids per query of `wake_message_waiters`
+_RECHECK_BATCH = 1000  # workflow ids per query of `_present`
+
+
+def _present(
+    sys_db: Any, table: sa.Table, id_column: str, name_column: str, keys: Iterable[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Which of these (workflow id, topic or key) pairs have a row in `table` (for
+    messages: an unconsumed one), in one polling read per thousand workflows."""
+    wanted = set(keys)
+    ids = sorted({workflow_id for workflow_id, _ in wanted})
+    found: set[tuple[str, str]] = set()
+    for start in range(0, len(ids), _RECHECK_BATCH):
+        query = sa.select(table.c[id_column], table.c[name_column]).where(
+            table.c[id_column].in_(ids[start : start + _RECHECK_BATCH])
+        )
+        if table is sys_db.tables.notifications:
+            query = query.where(table.c.consumed == False)  # noqa: E712 - SQL
+        with sys_db.poll_limiter, sys_db.engine.begin() as conn:
+            found |= {(str(a), str(b)) for a, b in conn.execute(query).fetchall()}
+    return found & wanted
 
 
 def waiter_recheck_seconds() -> float:
@@ -293,18 +303,7 @@ def messages_waiting(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """Which of these (workflow id, topic) pairs have an unconsumed message, in one
     query per thousand workflows (blocking: call it in a thread)."""
     sys_db = _dbos_module._get_dbos_instance()._sys_db
-    table = sys_db.tables.notifications
-    wanted = set(keys)
-    ids = sorted({workflow_id for workflow_id, _ in wanted})
-    found: set[tuple[str, str]] = set()
-    for start in range(0, len(ids), _RECHECK_BATCH):
-        query = sa.select(table.c.destination_uuid, table.c.topic).where(
-            table.c.destination_uuid.in_(ids[start : start + _RECHECK_BATCH]),
-            table.c.consumed == False,  # noqa: E712 - SQL
-        )
-        with sys_db.engine.begin() as conn:
-            found |= {(str(a), str(b)) for a, b in conn.execute(query).fetchall()}
-    return found & wanted
+    return _present(sys_db, sys_db.tables.notifications, "destination_uuid", "topic", keys)
 
 
 def new_owner_token() -> str:

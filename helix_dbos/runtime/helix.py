@@ -119,8 +119,8 @@ class HelixDBOS(
             client_tool_timeout_seconds=client_tool_timeout_seconds,
             database_outage_seconds=database_outage_seconds,
             connection_timeout_seconds=connection_timeout_seconds,
+            parking=WaitParking(waiting_runs_in_memory, park_waiting_runs_after_seconds),
         )
-        self.runtime.parking = WaitParking(waiting_runs_in_memory, park_waiting_runs_after_seconds)
         self.reconcile_seconds = reconcile_seconds
         self.worker_lease_seconds = worker_lease_seconds or float(
             os.environ.get("HELIX_WORKER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)

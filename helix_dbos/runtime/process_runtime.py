@@ -138,6 +138,7 @@ class Runtime:
         datasource: AsyncSQLAlchemyDatasource,
         llm: LLMAdapter | None,
         adapter_factory: Callable[[Agent], LLMAdapter],
+        parking: WaitParking,
         approval_timeout_seconds: float = 7 * 24 * 3600,
         client_tool_timeout_seconds: float = 600,
         database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
@@ -169,7 +170,7 @@ class Runtime:
         # Runs under way here with client tools of their own, by workflow id (see `agent`).
         self.run_agents: dict[str, Agent] = {}
         # Waits for a human: the recent ones in memory, the long ones parked.
-        self.parking = WaitParking()
+        self.parking = parking
 
     def agent(self, name: str) -> Agent:
         # A run with client tools of its own works with its agent extended by them

@@ -8,8 +8,8 @@ its workflow's task is cancelled, which to DBOS is a crash at the `recv` (nothin
 recorded, the workflow stays PENDING and owned by this executor), and a small watch
 stays behind: a signal in DBOS's notification map under the wait's topic (woken by
 LISTEN/NOTIFY, and by helix's shared re-check should a notification be lost) and a
-timer at the wait's deadline. Either brings the workflow back here (`resume_parked`:
-a new ownership token, then DBOS's own dispatch path), and it replays its recorded
+timer at the wait's deadline. Either brings the workflow back here
+(`dbos_internals.execute_again`: a new ownership token, then DBOS's own dispatch path), and it replays its recorded
 steps up to the `recv`, which then returns the answer. Temporal's workers keep a
 bounded cache of workflow executions and replay the evicted ones the same way.
 
@@ -24,7 +24,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from helix_dbos.log_events import RUN_PARKED, RUN_UNPARKED, log_event
 from helix_dbos.runtime import dbos_internals
@@ -63,7 +63,6 @@ class _ParkedWait:
     timer: asyncio.TimerHandle | None = None
     settled: bool = False  # its cancelled task has ended
     wanted: bool = False  # woken before its task ended: resume once it has
-    resuming: bool = field(default=False)
 
 
 class _Wake:
@@ -96,12 +95,12 @@ class WaitParking:
         self._parked: dict[str, _ParkedWait] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-        self.parked_total = 0  # parked so far (for tests and benchmarks)
         self._cancelling = 0  # parked runs whose task has not ended yet
         self._to_check: list[_ParkedWait] = []  # parked runs to look for a message once
         self._checking = False
-        _quiet_dbos_about_parking(self)
+        self.parked_total = 0  # parked so far (for tests and benchmarks)
         self.resumed_total = 0  # brought back so far
+        _quiet_dbos_about_parking(self)
 
     # --- what the waiting run calls --------------------------------------------------------
 
@@ -206,7 +205,7 @@ class WaitParking:
         self._cancelling -= 1
         if parked.wanted:
             self._resume(parked)
-        elif self._parked.get(parked.workflow_id) is parked:
+        else:
             # A message whose notification came before the watch, or that the recv's
             # own check saw but did not consume: looked for once, with the others
             # parked meanwhile (one query, not a thread each).
@@ -251,10 +250,8 @@ class WaitParking:
             self._resume(parked)
 
     def _resume(self, parked: _ParkedWait) -> None:
-        if parked.resuming:
-            return
-        parked.resuming = True
-        self._parked.pop(parked.workflow_id, None)
+        """Once both woken and settled (whichever came last calls this, once)."""
+        del self._parked[parked.workflow_id]
         if parked.timer is not None:
             parked.timer.cancel()
         dbos_internals.unwatch_messages(parked.workflow_id, parked.topic, parked.signal)

@@ -30,6 +30,7 @@ from helix_dbos.runtime.message_recheck import MessageRecheck
 from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.run_waits import RunWaits
+from helix_dbos.runtime.wait_parking import WaitParking
 from helix_dbos.runtime.workers import Fence, WorkerLease, default_executor_id
 from helix_dbos.store import repository as repo
 from helix_dbos.store import workers as workers_sql
@@ -123,6 +124,7 @@ def process_runtime(
     client_tool_timeout_seconds: float,
     database_outage_seconds: float,
     connection_timeout_seconds: float,
+    parking: WaitParking,
 ) -> Runtime:
     """The process-wide runtime the agent workflow finds its dependencies in (set as the
     current one). Its pools connect on first use; DBOS's exactly-once datasource on
@@ -144,6 +146,7 @@ def process_runtime(
         client_tool_timeout_seconds=client_tool_timeout_seconds,
         database_outage_seconds=database_outage_seconds,
         connection_timeout_seconds=connection_timeout_seconds,
+        parking=parking,
     )
     set_runtime(runtime)
     return runtime

@@ -50,7 +50,6 @@ _CLAIM_PG = _CLAIM_SQL.replace(":sid", "%(sid)s").replace(":tcid", "%(tcid)s")
 _CLAIM_PG = _CLAIM_PG.replace(":kind", "%(kind)s")
 
 
-_COLUMNS = ", ".join(c.strip() for c in _TOOL_CALL_COLUMNS.split(","))
 _CLAIM_AND_SEND: dict[str, TextClause] = {}  # by DBOS's message table
 
 
@@ -65,7 +64,7 @@ def _claim_and_send(notifications: str) -> TextClause:
             "SELECT workflow_id, :topic, :message, "
             "run_id || ':' || tool_call_id || '::' || workflow_id, :serialization "
             "FROM claimed ON CONFLICT (message_uuid) DO NOTHING) "
-            f"SELECT {_COLUMNS} FROM claimed"
+            "SELECT * FROM claimed"
         )
     return clause
 
