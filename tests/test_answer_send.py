@@ -128,3 +128,34 @@ async def test_an_approval_is_claimed_and_sent_in_one_statement(
         handle.run_id,
     )
     assert rows == [("approved", "ok")]
+
+
+async def test_answers_sent_at_once_to_one_call_apply_once(
+    helix, make_agent, mock_llm, database_url
+):
+    """Ten approvals and denials of one call at once: one statement claims it, the rest
+    are refused as answered, one message is sent and the tool runs at most once."""
+    ran: list[str] = []
+    handle = await _waiting_for_approval(helix, make_agent, mock_llm, ran)
+    answers = [
+        helix.approve(handle.session_id, "d1")
+        if i % 2
+        else helix.deny(handle.session_id, "d1", reason="no")
+        for i in range(10)
+    ]
+    outcomes = await asyncio.gather(*answers, return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, ToolCallAlreadyAnsweredError)]
+    assert len(refused) == 9 and outcomes.count(None) == 1
+    result = await handle.result()
+    assert result.status == "completed"
+    run = await helix.get_run(handle.run_id)
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = %s",
+        run.workflow_id,
+    ) == [(1,)]
+    status = sql(
+        database_url, "SELECT status FROM helix.tool_calls WHERE run_id = %s", handle.run_id
+    )
+    assert status in ([("approved",)], [("denied",)])
+    assert ran == (["/x"] if status == [("approved",)] else [])
