@@ -3,7 +3,9 @@ and an optional pyinstrument profile of one phase."""
 
 from __future__ import annotations
 
+import os
 import resource
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,26 @@ def rounded(value: Any) -> Any:
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of each of this process's threads, by thread name (Python's
+    name where the thread is Python's, else the kernel's; a name shared by several
+    threads sums them), from /proc/self/task (Linux)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = names.get(int(tid), comm)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
 
 
 def percentile(values: list[float], p: float) -> float:

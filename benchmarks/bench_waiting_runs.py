@@ -23,6 +23,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
-from bench_common import cpu_seconds, profiled, rounded
+from bench_common import cpu_seconds, profiled, rounded, thread_cpu_seconds
 from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
 
@@ -200,7 +201,7 @@ async def measure(
         mock.inputs.clear()
         await asyncio.sleep(1)
         before = Snapshot.take()
-        idle_cpu_before = await idle_cpu(args.idle_seconds)
+        idle_cpu_before, threads_before = await idle_cpu(args.idle_seconds)
         sampler = ThreadSampler()
         sampler.start()
 
@@ -231,7 +232,7 @@ async def measure(
         await asyncio.sleep(1 + args.settle)
         during = Snapshot.take()
         parking_waiting = parking_counts(helix)
-        idle_cpu_waiting = await idle_cpu(args.idle_seconds)
+        idle_cpu_waiting, threads_waiting = await idle_cpu(args.idle_seconds)
 
         # 3. approve all, drain
         print(f"approving {n} runs (concurrency {args.concurrency})", flush=True)
@@ -273,6 +274,8 @@ async def measure(
         "threads_peak_while_draining": peak_threads_drain,
         "idle_cpu_cores_before": idle_cpu_before,
         "idle_cpu_cores_while_waiting": idle_cpu_waiting,
+        "idle_cpu_by_thread_before": threads_before,
+        "idle_cpu_by_thread_while_waiting": threads_waiting,
         "per_waiter_recheck": args.per_waiter_recheck,
         "idle_seconds": args.idle_seconds,
         "drain": {
@@ -291,7 +294,7 @@ async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
     n = args.runs
     waiters = _get_dbos_instance()._sys_db.notifications_map
     before = Snapshot.take()
-    idle_cpu_before = await idle_cpu(args.idle_seconds)
+    idle_cpu_before, threads_before = await idle_cpu(args.idle_seconds)
     started = time.perf_counter()
     handles = await bounded(
         args.concurrency, list(range(n)), lambda _: DBOS.start_workflow_async(bare_wait)
@@ -302,7 +305,7 @@ async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
     waiting_s = time.perf_counter() - started
     await asyncio.sleep(1)
     during = Snapshot.take()
-    idle_cpu_waiting = await idle_cpu(args.idle_seconds)
+    idle_cpu_waiting, threads_waiting = await idle_cpu(args.idle_seconds)
     approve_start = time.perf_counter()
     await bounded(
         args.concurrency,
@@ -330,6 +333,8 @@ async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
         "threads_peak_while_draining": after.threads_os,
         "idle_cpu_cores_before": idle_cpu_before,
         "idle_cpu_cores_while_waiting": idle_cpu_waiting,
+        "idle_cpu_by_thread_before": threads_before,
+        "idle_cpu_by_thread_while_waiting": threads_waiting,
         "per_waiter_recheck": args.per_waiter_recheck,
         "idle_seconds": args.idle_seconds,
         "drain": {
@@ -342,11 +347,19 @@ async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def idle_cpu(seconds: float) -> float:
-    """The process's CPU time over `seconds` of doing nothing, in cores."""
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+async def idle_cpu(seconds: float) -> tuple[float, dict[str, float]]:
+    """The process's CPU time over `seconds` of doing nothing, in cores, and each
+    thread's share (threads of one pool summed: digits in names are `N`) where it was
+    0.05 % of a core or more."""
+    cpu0, threads0, wall0 = cpu_seconds(), thread_cpu_seconds(), time.perf_counter()
     await asyncio.sleep(seconds)
-    return (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
+    cpu1, threads1, wall = cpu_seconds(), thread_cpu_seconds(), time.perf_counter() - wall0
+    by_kind: dict[str, float] = {}
+    for name, used in threads1.items():
+        kind = re.sub(r"\d+", "N", name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + (used - threads0.get(name, 0.0)) / wall
+    shares = {k: v for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v >= 0.0005}
+    return (cpu1 - cpu0) / wall, shares
 
 
 def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
@@ -389,6 +402,12 @@ def print_report(kind: str, url: str, r: dict[str, Any]) -> None:
         f"{r['idle_cpu_cores_before'] * 100:.1f}% of one core before, "
         f"{r['idle_cpu_cores_while_waiting'] * 100:.1f}% while {n} runs wait"
     )
+    for label, shares in (
+        ("before", r["idle_cpu_by_thread_before"]),
+        (f"while {n} wait", r["idle_cpu_by_thread_while_waiting"]),
+    ):
+        listed = ", ".join(f"{name} {share * 100:.2f}%" for name, share in shares.items())
+        print(f"  by thread, {label}: {listed}")
     print(f"drain rate / start rate: {r['drain_over_start_rate']:.2f}")
     if r.get("parking_while_waiting"):
         pw, pa = r["parking_while_waiting"], r["parking_after_drain"]

@@ -3,12 +3,14 @@ connections instead of opening one per call; an idle one comes down to `keep`.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import sqlalchemy as sa
 from helpers import sql
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from helix_dbos.runtime.idle_pool import IdleTrimmedQueuePool
+from helix_dbos.runtime.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
 from helix_dbos.store.database import sqlalchemy_url
 
 APP = "idle-pool-test"
@@ -63,3 +65,44 @@ def test_a_busy_pool_reuses_its_connections_and_an_idle_one_closes_all_but_keep(
             conn.close()
     finally:
         engine.dispose()
+
+
+async def test_the_transaction_pool_reuses_its_connections_and_an_idle_one_keeps_one(
+    database_url, monkeypatch
+):
+    """Helix's own transaction pool (`worker_process.transaction_engine`): many runs
+    resuming at once reuse connections instead of opening one per transaction."""
+    monkeypatch.setattr(IdleTrimmedAsyncQueuePool, "idle_seconds", 0.5)
+    monkeypatch.setattr(IdleTrimmedAsyncQueuePool, "trim_every_seconds", 0.0)
+    engine = create_async_engine(
+        sqlalchemy_url(database_url),
+        poolclass=IdleTrimmedAsyncQueuePool,
+        pool_size=8,
+        max_overflow=0,
+        connect_args={"application_name": APP},
+    )
+    created: list[object] = []
+    sa.event.listen(engine.sync_engine, "connect", lambda conn, record: created.append(conn))
+    try:
+        for _ in range(5):  # 6 at a time, five times over: 6 connections, not 30
+            held = [await engine.connect() for _ in range(6)]
+            for conn in held:
+                await conn.execute(sa.text("SELECT 1"))
+            for conn in held:
+                await conn.close()
+        assert len(created) == 6
+        assert engine.pool.checkedin() == 6 and backends(database_url, 6) == 6
+
+        await asyncio.sleep(0.6)  # unused past idle_seconds: the next return closes the rest
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+        keep = IdleTrimmedAsyncQueuePool.keep
+        assert keep == 1 and engine.pool.checkedin() == keep
+        assert backends(database_url, keep) == keep
+
+        held = [await engine.connect() for _ in range(8)]  # up to pool_size again
+        assert len(created) == 6 + 8 - keep
+        for conn in held:
+            await conn.close()
+    finally:
+        await engine.dispose()

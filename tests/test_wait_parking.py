@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from dbos import DBOS
 from helpers import sql
+from sqlalchemy import event
 
 from helix_dbos import tool
-from helix_dbos.runtime import wait_parking
+from helix_dbos.runtime import dbos_internals, wait_parking
+from helix_dbos.runtime.dbos_internals import _ReplayedSteps
 from helix_dbos.runtime.message_recheck import MessageRecheck
 
 
@@ -252,3 +255,71 @@ async def test_a_resumed_run_takes_its_message_before_it_can_be_parked_again(
     assert result.status == "completed" and ran == ["/0"]
     assert parking.parked_total - parked_before == 1
     assert parking.resumed_total - resumed_before == 1
+
+
+async def test_a_resumed_run_replays_its_recorded_steps_without_asking_the_database(
+    helix, make_agent, mock_llm, parking, database_url
+):
+    """`execute_again` reads the recorded steps with its claim: the replay asks DBOS's
+    table for none of them, only for the steps that run after the wait."""
+    ran: list[str] = []
+    handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
+    run = await helix.get_run(handle.run_id)
+    recorded = {
+        row[0]
+        for row in sql(
+            database_url,
+            "SELECT function_id FROM dbos.operation_outputs WHERE workflow_uuid = %s",
+            run.workflow_id,
+        )
+    }
+    assert len(recorded) >= 3  # the model's step, the gate, the suspend (and the recv's timer)
+    checked: list[int] = []
+
+    def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "FROM dbos.operation_outputs" not in statement or not isinstance(parameters, dict):
+            return
+        if run.workflow_id in parameters.values():
+            checked.extend(v for k, v in parameters.items() if k.startswith("function_id"))
+
+    engine = dbos_internals._dbos_module._get_dbos_instance()._sys_db.engine
+    event.listen(engine, "before_cursor_execute", on_statement)
+    try:
+        await helix.approve(handle.session_id, "d1")
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        event.remove(engine, "before_cursor_execute", on_statement)
+    assert result.status == "completed" and ran == ["/0"]
+    assert checked, "the steps after the wait were checked"
+    assert not recorded & set(checked), f"recorded steps {recorded} asked again: {checked}"
+    replayed = dbos_internals._dbos_module._get_dbos_instance()._sys_db._helix_replayed_steps
+    assert replayed.pending(run.workflow_id) == 0
+
+
+def test_replayed_steps_are_handed_out_once_in_order_and_dropped_past_the_replay():
+    def row(function_id: int, name: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            function_id=function_id,
+            function_name=name,
+            output=f'"{name}"',
+            error=None,
+            serialization="json",
+            child_workflow_id=None,
+        )
+
+    steps = _ReplayedSteps()
+    steps.add("wf", [row(1, "llm"), row(2, "gate"), row(4, "DBOS.sleep")])
+    hit = steps.take("wf", 1, "llm")
+    assert hit is not None and hit["output"] == '"llm"'
+    assert steps.take("wf", 1, "llm") is None  # once: a second ask goes to the database
+    assert steps.take("wf", 3, "DBOS.recv") is None  # not recorded, a later one is: kept
+    assert steps.pending("wf") == 2
+    assert steps.take("wf", 2, "gate") is not None
+    assert steps.take("wf", 4, "DBOS.sleep") is not None and steps.pending("wf") == 0
+
+    steps.add("wf2", [row(1, "llm"), row(2, "gate")])
+    assert steps.take("wf2", 1, "other") is None  # a changed workflow: DBOS says so
+    assert steps.pending("wf2") == 0 and steps.take("wf2", 2, "gate") is None
+
+    steps.add("wf3", [row(1, "llm")])
+    assert steps.take("wf3", 2, "tool") is None and steps.pending("wf3") == 0  # past it

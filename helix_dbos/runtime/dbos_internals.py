@@ -8,6 +8,7 @@ everywhere else, so an upgrade of DBOS has one file to check.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,6 +24,7 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
+from dbos._sys_db import RecordedResult
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -316,10 +318,13 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
     ended: what DBOS's queue does with a workflow it claims, with a claim that takes the
     row over from that execution rather than from the queue (blocking: call it in a
     thread). False: the workflow ended, or another execution owns it by now. A retry
-    after a failure passes the same `new_owner`: a claim that committed is taken again."""
+    after a failure passes the same `new_owner`: a claim that committed is taken again.
+
+    The claim's transaction also reads the workflow's recorded steps, so that their
+    replay asks the database nothing (`_ReplayedSteps`)."""
     dbos = _dbos_module._get_dbos_instance()
     sys_db = dbos._sys_db
-    ws = sys_db.tables.workflow_status
+    ws, oo = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
     with sys_db.engine.begin() as conn:
         claimed = conn.execute(
             ws.update()
@@ -330,10 +335,100 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
             .values(owner_xid=new_owner, updated_at=sys_db._now_ms_sql())
             .returning(ws.c.workflow_uuid)
         ).fetchall()
-    if not claimed:
-        return False
+        if not claimed:
+            return False
+        recorded = conn.execute(
+            sa.select(
+                oo.c.function_id,
+                oo.c.function_name,
+                oo.c.output,
+                oo.c.error,
+                oo.c.serialization,
+                oo.c.child_workflow_id,
+            ).where(*sys_db._wf(oo, workflow_id))
+        ).all()
     status = sys_db.get_workflow_status(workflow_id)
     if status is None:
         return False
+    _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
     execute_dequeued_workflow(dbos, status, new_owner)
     return True
+
+
+class _ReplayedSteps:
+    """The recorded steps of workflows helix has just brought back, answered from memory.
+
+    A replayed step asks DBOS's `check_operation_execution` for its record: one
+    transaction of two queries a step, for a record that cannot change (a step's output
+    is written once, and a PENDING workflow is neither rewound nor forked in place).
+    `execute_again` reads them all with its claim; each is handed out once, to the
+    step of the same id and name; a step with no record goes to the database, which
+    also checks for a cancellation, as every new step does. The first step past them
+    all (or any other name, which DBOS then reports as a changed workflow) drops the
+    workflow's entry."""
+
+    _TTL_SECONDS = 300.0  # an execution that ended before its replay did (cancelled, say)
+
+    def __init__(self) -> None:
+        self._workflows: dict[str, tuple[float, dict[int, tuple[str, RecordedResult]]]] = {}
+
+    @classmethod
+    def install(cls, sys_db: Any) -> _ReplayedSteps:
+        """The instance wrapped around this system database's check (once per database)."""
+        existing = getattr(sys_db, "_helix_replayed_steps", None)
+        if isinstance(existing, cls):
+            return existing
+        replayed = cls()
+        check = sys_db.check_operation_execution
+
+        def check_operation_execution(
+            workflow_id: str, function_id: int, function_name: str, **kwargs: Any
+        ) -> RecordedResult | None:
+            hit = replayed.take(workflow_id, function_id, function_name)
+            if hit is not None:
+                return hit
+            return check(workflow_id, function_id, function_name, **kwargs)  # type: ignore[no-any-return]
+
+        sys_db.check_operation_execution = check_operation_execution
+        sys_db._helix_replayed_steps = replayed
+        return replayed
+
+    def add(self, workflow_id: str, rows: Iterable[Any]) -> None:
+        now = time.monotonic()
+        for stale in [w for w, (t, _) in self._workflows.items() if now - t > self._TTL_SECONDS]:
+            self._workflows.pop(stale, None)
+        steps = {
+            int(row.function_id): (
+                row.function_name,
+                RecordedResult(
+                    output=row.output,
+                    error=row.error,
+                    serialization=row.serialization,
+                    child_workflow_id=row.child_workflow_id,
+                    child_shard_key=None,
+                ),
+            )
+            for row in rows
+        }
+        if steps:
+            self._workflows[workflow_id] = (now, steps)
+
+    def take(self, workflow_id: str, function_id: int, function_name: str) -> RecordedResult | None:
+        entry = self._workflows.get(workflow_id)
+        if entry is None:
+            return None
+        steps = entry[1]
+        step = steps.pop(function_id, None)
+        if step is None and any(later > function_id for later in steps):
+            return None  # not recorded, with records after it (a recv before its timer)
+        if step is None or step[0] != function_name:
+            self._workflows.pop(workflow_id, None)  # past the replay: the database decides
+            return None
+        if not entry[1]:
+            self._workflows.pop(workflow_id, None)
+        return step[1]
+
+    def pending(self, workflow_id: str) -> int:
+        """Steps of `workflow_id` still to be handed out (tests)."""
+        entry = self._workflows.get(workflow_id)
+        return 0 if entry is None else len(entry[1])

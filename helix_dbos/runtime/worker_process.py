@@ -25,7 +25,7 @@ from helix_dbos.llm.providers import resolve_adapter
 from helix_dbos.runtime import dbos_internals, model_limits
 from helix_dbos.runtime.dispatch import Dispatch
 from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
-from helix_dbos.runtime.idle_pool import IdleTrimmedQueuePool
+from helix_dbos.runtime.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
 from helix_dbos.runtime.message_recheck import MessageRecheck
 from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
 from helix_dbos.runtime.run_starts import RunStarts
@@ -103,10 +103,12 @@ def transaction_engine(database_url: str, pool_size: int) -> AsyncEngine:
     psycopg's statement pool, of 2 * pool_size, takes every other statement."""
     return create_async_engine(
         sqlalchemy_url(database_url),
-        # Up to pool_size connections, one kept: the others close when given back,
-        # so an idle process holds no more than it needs.
-        pool_size=1,
-        max_overflow=pool_size - 1,
+        # Up to pool_size connections, kept while they are used; all but one close
+        # once unused for a while (idle_pool.py), so an idle process holds no more
+        # than it needs and a busy one does not open a connection per transaction.
+        poolclass=IdleTrimmedAsyncQueuePool,
+        pool_size=pool_size,
+        max_overflow=0,
         connect_args={"fallback_application_name": ENGINE_APPLICATION_NAME},
         # Under a burst (a thousand runs resuming at once) wait for a connection;
         # failing a durable run because the pool was busy would be worse.
