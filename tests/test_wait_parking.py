@@ -312,7 +312,10 @@ def test_replayed_steps_are_handed_out_once_in_order_and_dropped_past_the_replay
     hit = steps.take("wf", 1, "llm")
     assert hit is not None and hit["output"] == '"llm"'
     assert steps.take("wf", 1, "llm") is None  # once: a second ask goes to the database
-    assert steps.take("wf", 3, "DBOS.recv") is None  # not recorded, a later one is: kept
+    # not recorded, a later one is: none, once, and the rest kept
+    steps.add("wf", [row(1, "llm"), row(2, "gate"), row(4, "DBOS.sleep")])
+    assert steps.take("wf", 1, "llm") is not None
+    assert steps.take("wf", 3, "DBOS.recv") is dbos_internals.NOT_RECORDED
     assert steps.pending("wf") == 2
     assert steps.take("wf", 2, "gate") is not None
     assert steps.take("wf", 4, "DBOS.sleep") is not None and steps.pending("wf") == 0
@@ -320,6 +323,11 @@ def test_replayed_steps_are_handed_out_once_in_order_and_dropped_past_the_replay
     steps.add("wf2", [row(1, "llm"), row(2, "gate")])
     assert steps.take("wf2", 1, "other") is None  # a changed workflow: DBOS says so
     assert steps.pending("wf2") == 0 and steps.take("wf2", 2, "gate") is None
+
+    steps.add("wf4", [row(1, "llm"), row(3, "DBOS.sleep")])
+    assert steps.take("wf4", 2, "DBOS.recv") is dbos_internals.NOT_RECORDED
+    assert steps.take("wf4", 2, "DBOS.recv") is None  # asked again: the database
+    assert steps.pending("wf4") == 0
 
     steps.add("wf3", [row(1, "llm")])
     assert steps.take("wf3", 2, "tool") is None and steps.pending("wf3") == 0  # past it

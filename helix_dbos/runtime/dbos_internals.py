@@ -8,8 +8,10 @@ everywhere else, so an upgrade of DBOS has one file to check.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import dbos._dbos as _dbos_module
@@ -350,9 +352,28 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
     status = sys_db.get_workflow_status(workflow_id)
     if status is None:
         return False
-    _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
+    if type(sys_db) is PostgresSystemDatabase and not sys_db.sharded:  # no child shard keys
+        _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
     execute_dequeued_workflow(dbos, status, new_owner)
     return True
+
+
+class _NotRecorded:
+    """A step the claim found no record of."""
+
+
+NOT_RECORDED = _NotRecorded()
+Answer = RecordedResult | _NotRecorded
+
+
+@dataclass(slots=True)
+class _Replay:
+    """One workflow's recorded steps, as its claim read them."""
+
+    added: float  # time.monotonic()
+    steps: dict[int, tuple[str, RecordedResult]]  # not handed out yet, by step id
+    recorded: frozenset[int]  # every recorded step id
+    answered: set[int] = field(default_factory=set)  # ids already answered "no record"
 
 
 class _ReplayedSteps:
@@ -362,15 +383,17 @@ class _ReplayedSteps:
     transaction of two queries a step, for a record that cannot change (a step's output
     is written once, and a PENDING workflow is neither rewound nor forked in place).
     `execute_again` reads them all with its claim; each is handed out once, to the
-    step of the same id and name; a step with no record goes to the database, which
-    also checks for a cancellation, as every new step does. The first step past them
-    all (or any other name, which DBOS then reports as a changed workflow) drops the
-    workflow's entry."""
+    step of the same id and name; a step with no record but records after it (the
+    `recv` the run waited in, before its timer's) has none, once. The first step past
+    them all (or any other name, which DBOS then reports as a changed workflow, or a
+    second ask) drops the workflow's entry and goes to the database, which also checks
+    for a cancellation, as every new step does."""
 
-    _TTL_SECONDS = 300.0  # an execution that ended before its replay did (cancelled, say)
+    _TTL = 300.0  # seconds: an execution that ended before its replay did (cancelled, say)
 
     def __init__(self) -> None:
-        self._workflows: dict[str, tuple[float, dict[int, tuple[str, RecordedResult]]]] = {}
+        self._workflows: dict[str, _Replay] = {}
+        self._lock = threading.Lock()  # DBOS checks a workflow's parallel steps in threads
 
     @classmethod
     def install(cls, sys_db: Any) -> _ReplayedSteps:
@@ -384,9 +407,11 @@ class _ReplayedSteps:
         def check_operation_execution(
             workflow_id: str, function_id: int, function_name: str, **kwargs: Any
         ) -> RecordedResult | None:
-            hit = replayed.take(workflow_id, function_id, function_name)
-            if hit is not None:
-                return hit
+            known = replayed.take(workflow_id, function_id, function_name)
+            if isinstance(known, _NotRecorded):
+                return None
+            if known is not None:
+                return known
             return check(workflow_id, function_id, function_name, **kwargs)  # type: ignore[no-any-return]
 
         sys_db.check_operation_execution = check_operation_execution
@@ -395,8 +420,6 @@ class _ReplayedSteps:
 
     def add(self, workflow_id: str, rows: Iterable[Any]) -> None:
         now = time.monotonic()
-        for stale in [w for w, (t, _) in self._workflows.items() if now - t > self._TTL_SECONDS]:
-            self._workflows.pop(stale, None)
         steps = {
             int(row.function_id): (
                 row.function_name,
@@ -410,25 +433,37 @@ class _ReplayedSteps:
             )
             for row in rows
         }
-        if steps:
-            self._workflows[workflow_id] = (now, steps)
+        with self._lock:
+            for stale in [w for w, r in self._workflows.items() if now - r.added > self._TTL]:
+                del self._workflows[stale]
+            if steps:
+                self._workflows[workflow_id] = _Replay(now, steps, frozenset(steps))
 
-    def take(self, workflow_id: str, function_id: int, function_name: str) -> RecordedResult | None:
-        entry = self._workflows.get(workflow_id)
-        if entry is None:
-            return None
-        steps = entry[1]
-        step = steps.pop(function_id, None)
-        if step is None and any(later > function_id for later in steps):
-            return None  # not recorded, with records after it (a recv before its timer)
-        if step is None or step[0] != function_name:
-            self._workflows.pop(workflow_id, None)  # past the replay: the database decides
-            return None
-        if not entry[1]:
-            self._workflows.pop(workflow_id, None)
-        return step[1]
+    def take(self, workflow_id: str, function_id: int, function_name: str) -> Answer | None:
+        """The step's record, or `NOT_RECORDED`; None: ask the database."""
+        with self._lock:
+            replay = self._workflows.get(workflow_id)
+            if replay is None:
+                return None
+            step = replay.steps.pop(function_id, None)
+            if (
+                step is None
+                and function_id not in replay.recorded
+                and function_id not in replay.answered
+                and any(later > function_id for later in replay.steps)
+            ):
+                # Not recorded, with records after it (a recv, before its timer's): the
+                # claim read every record, and only this execution writes them since.
+                replay.answered.add(function_id)
+                return NOT_RECORDED
+            if step is None or step[0] != function_name:
+                del self._workflows[workflow_id]  # past the replay: the database decides
+                return None
+            if not replay.steps:
+                del self._workflows[workflow_id]
+            return step[1]
 
     def pending(self, workflow_id: str) -> int:
         """Steps of `workflow_id` still to be handed out (tests)."""
-        entry = self._workflows.get(workflow_id)
-        return 0 if entry is None else len(entry[1])
+        replay = self._workflows.get(workflow_id)
+        return 0 if replay is None else len(replay.steps)

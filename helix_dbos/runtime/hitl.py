@@ -34,6 +34,7 @@ from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, T
 from helix_dbos.runtime.tool_step import TOOL_STARTED, tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
+from helix_dbos.store.wait_resume import CallResolution, resume_wait
 
 INTERRUPT_TOPIC = "helix.interrupt"
 TOPICS: dict[GateKind, str] = {
@@ -249,32 +250,22 @@ async def _suspend(
     return deadlines
 
 
-async def _resume(
-    session: repo.SQLConnection, head: StepCommit, resolutions: list[Resolution]
-) -> None:
+async def _resume(rt: Runtime, head: StepCommit, resolutions: list[Resolution]) -> None:
     """Close the wait's calls and, if the run works again, say so in a `run_resumed` chunk
-    that names the agent and the step that waited, like every chunk."""
+    that names the agent and the step that waited, like every chunk (one statement:
+    `store/wait_resume.py`)."""
     session_id, run_id = head.session_id, head.run_id
-    for r in resolutions:
-        await repo.resolve_tool_call(
-            session,
-            run_id,
-            r.tool_call_id,
-            status=r.status,
-            result=r.result,
-            error=r.error,
-            reason=r.reason,
-        )
-    resumed = await repo.update_live_run(
-        session, run_id, status="running", waiting_for=None, waiting_since=None
+    ids = [r.tool_call_id for r in resolutions]
+    chunk = (f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
+    calls = [
+        CallResolution(r.tool_call_id, r.status, r.result, r.error, r.reason) for r in resolutions
+    ]
+    resumed = await rt.on_connection(
+        "helix.resume_wait",
+        lambda conn: resume_wait(
+            conn, session_id, run_id, head.agent_name, head.step, calls, chunk
+        ),
     )
-    if resumed:
-        await repo.update_session(session, session_id, status="running")
-        ids = [r.tool_call_id for r in resolutions]
-        chunk = ChunkRecord(
-            f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids}
-        )
-        await repo.insert_chunks(session, session_id, run_id, head.agent_name, head.step, [chunk])
     _log_resolutions(session_id, run_id, resolutions, resumed=resumed)
 
 
@@ -353,7 +344,12 @@ class HumanWait:
             if interrupt is not None and p.tool_call_id not in answers
         ]
         resume = functools.partial(
-            self.rt.transaction, "helix.resume_wait", _resume, self.head, resolutions
+            DBOS.run_step_async,
+            {"name": "helix.resume_wait"},
+            _resume,
+            self.rt,
+            self.head,
+            resolutions,
         )
         if interrupt is None and self.agent.hooks.on_agent_resumed is None:
             # Answered, no hook to fire first: the caller runs the resume write beside

@@ -1,0 +1,91 @@
+"""Close a wait for a human in one statement: its calls resolved, its run running again.
+
+The resume was a datasource transaction of four statements (each call's resolution,
+the run, the session, the `run_resumed` chunk) and the datasource's own checkpoint
+read and write, on the drain of every waiting run (benchmarks/bench_waiting_runs.py).
+Every part is guarded or keyed, so one statement in a plain step does the same: run
+again after a crash between its commit and the step's record, it changes nothing (a
+resolved call is no longer `pending`, the chunk's key exists already).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import TextClause, text
+
+from helix_dbos.store.repository import _INSERT_CHUNKS, SQLConnection, _chunk_records, _json
+from helix_dbos.store.storable import storable_text
+
+
+@dataclass(frozen=True, slots=True)
+class CallResolution:
+    """How one pending `helix.tool_calls` row is closed."""
+
+    tool_call_id: str
+    status: str
+    result: Any = None
+    error: str | None = None
+    reason: str | None = None
+
+
+# The run's update decides the rest: the session is marked running, and the chunk
+# written (after the session's chunk counter, which this update also locks), only if
+# the run was still live (an abort may have ended it meanwhile).
+_RESUME: TextClause = text(
+    "WITH a AS (SELECT * FROM jsonb_to_recordset(CAST(:calls AS jsonb)) "
+    "AS a(tool_call_id text, status text, result jsonb, error text, reason text)), "
+    "calls AS (UPDATE helix.tool_calls AS t SET status = a.status, result = a.result, "
+    "error = a.error, reason = a.reason, resolved_at = now() FROM a "
+    "WHERE t.run_id = :rid AND t.tool_call_id = a.tool_call_id AND t.status = 'pending' "
+    "RETURNING 1), "
+    "run AS (UPDATE helix.runs SET status = 'running', waiting_for = NULL, "
+    "waiting_since = NULL WHERE run_id = :rid "
+    "AND status IN ('running', 'waiting', 'paused') RETURNING 1), "
+    "s AS (UPDATE helix.sessions SET status = 'running', updated_at = now(), "
+    "chunk_seq = chunk_seq + :nchunk WHERE session_id = :sid AND EXISTS (SELECT 1 FROM run) "
+    "RETURNING chunk_seq - :nchunk AS chunk_base), "
+    f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
+    "SELECT EXISTS (SELECT 1 FROM run), (SELECT count(*) FROM calls), "
+    "(SELECT pg_notify('helix_chunks', :sid) FROM s)"
+)
+
+
+async def resume_wait(
+    conn: SQLConnection,
+    session_id: str,
+    run_id: str,
+    agent_name: str,
+    step: int,
+    resolutions: Sequence[CallResolution],
+    chunk: tuple[str, str, Any],
+) -> bool:
+    """Resolve the calls, and if the run is live, mark it and its session running and
+    write `chunk` (key, type, payload); True if the run was live."""
+    calls = [
+        {
+            "tool_call_id": r.tool_call_id,
+            "status": r.status,
+            "result": r.result,
+            "error": None if r.error is None else storable_text(r.error),
+            "reason": None if r.reason is None else storable_text(r.reason),
+        }
+        for r in resolutions
+    ]
+    row = (
+        await conn.execute(
+            _RESUME,
+            {
+                "calls": _json(calls),
+                "sid": session_id,
+                "rid": run_id,
+                "agent": agent_name,
+                "step": step,
+                "nchunk": 1,
+                "chunks": _chunk_records([chunk]),
+            },
+        )
+    ).first()
+    return bool(row is not None and row[0])
