@@ -322,40 +322,63 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
     thread). False: the workflow ended, or another execution owns it by now. A retry
     after a failure passes the same `new_owner`: a claim that committed is taken again.
 
-    The claim's transaction also reads the workflow's recorded steps, so that their
+    The claim's statement also reads the workflow's recorded steps, so that their
     replay asks the database nothing (`_ReplayedSteps`)."""
     dbos = _dbos_module._get_dbos_instance()
     sys_db = dbos._sys_db
-    ws, oo = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
     with sys_db.engine.begin() as conn:
-        claimed = conn.execute(
-            ws.update()
-            .where(*sys_db._wf(ws, workflow_id))
-            .where(ws.c.status == "PENDING")
-            .where(ws.c.owner_xid.in_([owner_xid, new_owner]))
-            .where(ws.c.executor_id == GlobalParams.executor_id)
-            .values(owner_xid=new_owner, updated_at=sys_db._now_ms_sql())
-            .returning(ws.c.workflow_uuid)
-        ).fetchall()
-        if not claimed:
-            return False
-        recorded = conn.execute(
-            sa.select(
-                oo.c.function_id,
-                oo.c.function_name,
-                oo.c.output,
-                oo.c.error,
-                oo.c.serialization,
-                oo.c.child_workflow_id,
-            ).where(*sys_db._wf(oo, workflow_id))
+        rows = conn.execute(
+            _claim_statement(sys_db, workflow_id),
+            {
+                "claimed_id": workflow_id,
+                "owners": [owner_xid, new_owner],
+                "executor": GlobalParams.executor_id,
+                "new_owner": new_owner,
+            },
         ).all()
+    if not rows:
+        return False
     status = sys_db.get_workflow_status(workflow_id)
     if status is None:
         return False
     if type(sys_db) is PostgresSystemDatabase and not sys_db.sharded:  # no child shard keys
+        recorded = [row for row in rows if row.function_id is not None]
         _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
     execute_dequeued_workflow(dbos, status, new_owner)
     return True
+
+
+def _claim_statement(sys_db: Any, workflow_id: str) -> sa.Select[Any]:
+    """One statement: the claim, and the claimed workflow's recorded steps (a row with
+    no step when it has none; no row when nothing was claimed). Built once per database
+    (SQLAlchemy's construction costs more than its execution) unless sharded."""
+    cached: sa.Select[Any] | None = getattr(sys_db, "_helix_claim_statement", None)
+    if cached is not None:
+        return cached
+    ws, oo = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
+    # A sharded database's predicates name the workflow's shard key: built for each.
+    claimed_id: Any = workflow_id if sys_db.sharded else sa.bindparam("claimed_id")
+    claimed = (
+        ws.update()
+        .where(*sys_db._wf(ws, claimed_id))
+        .where(ws.c.status == "PENDING")
+        .where(ws.c.owner_xid.in_(sa.bindparam("owners", expanding=True)))
+        .where(ws.c.executor_id == sa.bindparam("executor"))
+        .values(owner_xid=sa.bindparam("new_owner"), updated_at=sys_db._now_ms_sql())
+        .returning(ws.c.workflow_uuid)
+        .cte("claimed")
+    )
+    statement = sa.select(
+        oo.c.function_id,
+        oo.c.function_name,
+        oo.c.output,
+        oo.c.error,
+        oo.c.serialization,
+        oo.c.child_workflow_id,
+    ).select_from(claimed.outerjoin(oo, oo.c.workflow_uuid == claimed.c.workflow_uuid))
+    if not sys_db.sharded:
+        sys_db._helix_claim_statement = statement
+    return statement
 
 
 class _NotRecorded:
