@@ -991,32 +991,6 @@ async def insert_pending_tool_calls(
     return deadlines
 
 
-async def resolve_tool_call(
-    conn: SQLConnection,
-    run_id: str,
-    tool_call_id: str,
-    *,
-    status: str,
-    result: Any = None,
-    error: str | None = None,
-    reason: str | None = None,
-) -> None:
-    await conn.execute(
-        _sql(
-            "UPDATE helix.tool_calls SET status = :status, result = CAST(:result AS jsonb), error = :error, "
-            "reason = :reason, resolved_at = now() WHERE run_id = :rid AND tool_call_id = :tcid AND status = 'pending'"
-        ),
-        {
-            "status": status,
-            "result": _json(result),
-            "error": None if error is None else storable_text(error),
-            "reason": None if reason is None else storable_text(reason),
-            "rid": run_id,
-            "tcid": tool_call_id,
-        },
-    )
-
-
 async def find_tool_call(
     conn: SQLConnection, session_id: str, tool_call_id: str, *, for_update: bool = False
 ) -> ToolCallRow | None:

@@ -1,0 +1,144 @@
+"""The resume of a wait for a human, one statement in a plain step (store/wait_resume.py):
+run again, as after a crash between its commit and its step's record, it changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dbos import DBOS
+from helpers import sql
+
+from helix_dbos import tool
+from helix_dbos.store.wait_resume import CallResolution, resume_wait
+
+
+def _gated_agent(make_agent, mock_llm):
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    agent = make_agent(tools=[delete_file])
+    mock_llm.add_responses(
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {"id": "d1", "name": "delete_file", "arguments": {"path": "/a"}},
+                {"id": "d2", "name": "delete_file", "arguments": {"path": "/b"}},
+            ],
+        },
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    return agent
+
+
+async def _waiting(helix, session_id: str) -> None:
+    for _ in range(400):
+        if len(await helix.pending_tool_calls(session_id)) == 2:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the run never waited")
+
+
+def _rows(database_url: str, run_id: str, session_id: str):
+    calls = sql(
+        database_url,
+        "SELECT tool_call_id, status, reason, resolved_at FROM helix.tool_calls "
+        "WHERE run_id = %s ORDER BY tool_call_id",
+        run_id,
+    )
+    resumed = sql(
+        database_url,
+        "SELECT seq, payload FROM helix.stream_chunks WHERE run_id = %s AND type = 'run_resumed'",
+        run_id,
+    )
+    run = sql(database_url, "SELECT status, waiting_for FROM helix.runs WHERE run_id = %s", run_id)
+    session = sql(
+        database_url, "SELECT status FROM helix.sessions WHERE session_id = %s", session_id
+    )
+    return calls, resumed, run[0], session[0][0]
+
+
+async def _answer_and_finish(helix, handle, workflow_id: str) -> None:
+    """Answer the workflow's wait around the API (its calls are no longer pending); it
+    resumes (its own resume finds nothing left to do) and completes."""
+    for call_id in ("d1", "d2"):
+        await DBOS.send_async(
+            workflow_id, {"tool_call_id": call_id, "approved": True}, "helix.approval"
+        )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed"
+
+
+async def test_a_resume_run_twice_resolves_and_writes_once(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = _gated_agent(make_agent, mock_llm)
+    handle = await helix.execute(agent, "delete both")
+    await _waiting(helix, handle.session_id)
+    run = await helix.get_run(handle.run_id)
+    # A reason PostgreSQL would refuse as it is (NUL, a lone surrogate) is stored cleaned.
+    resolutions = [
+        CallResolution("d1", "approved"),
+        CallResolution("d2", "denied", reason="no\x00t this \ud800one"),
+    ]
+    chunk = (f"{run.run_id}:resumed:d1,d2", "run_resumed", {"tool_call_ids": ["d1", "d2"]})
+
+    async def resume() -> bool:
+        return await helix.runtime.on_connection(
+            "test",
+            lambda conn: resume_wait(
+                conn, run.session_id, run.run_id, run.agent_name, 1, resolutions, chunk
+            ),
+        )
+
+    assert await resume() is True
+    first = _rows(database_url, run.run_id, run.session_id)
+    calls, resumed, run_row, session_status = first
+    assert [(c[0], c[1]) for c in calls] == [("d1", "approved"), ("d2", "denied")]
+    assert "\x00" not in calls[1][2] and calls[1][2].startswith("no")
+    assert all(c[3] is not None for c in calls)
+    assert len(resumed) == 1 and resumed[0][1] == {"tool_call_ids": ["d1", "d2"]}
+    assert run_row == ("running", None) and session_status == "running"
+
+    # Again, with other answers: nothing is pending any more, the chunk's key exists.
+    resolutions = [CallResolution("d1", "denied"), CallResolution("d2", "approved")]
+    assert await resume() is True  # the run is still live
+    assert _rows(database_url, run.run_id, run.session_id) == first
+
+    await _answer_and_finish(helix, handle, run.workflow_id)
+    calls, resumed, _, _ = _rows(database_url, run.run_id, run.session_id)
+    assert [(c[0], c[1]) for c in calls] == [("d1", "approved"), ("d2", "denied")]
+    assert len(resumed) == 1  # the run's own resume wrote nothing more
+
+
+async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_it(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = _gated_agent(make_agent, mock_llm)
+    handle = await helix.execute(agent, "delete both")
+    await _waiting(helix, handle.session_id)
+    run = await helix.get_run(handle.run_id)
+    # Ended by hand while its workflow still waits (what an abort's commit looks like
+    # to a resume that comes after it).
+    sql(database_url, "UPDATE helix.runs SET status = 'aborted' WHERE run_id = %s", run.run_id)
+    chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
+    resumed = await helix.runtime.on_connection(
+        "test",
+        lambda conn: resume_wait(
+            conn,
+            run.session_id,
+            run.run_id,
+            run.agent_name,
+            1,
+            [CallResolution("d1", "interrupted", reason="aborted")],
+            chunk,
+        ),
+    )
+    assert resumed is False
+    calls, chunks, run_row, _ = _rows(database_url, run.run_id, run.session_id)
+    assert [(c[0], c[1]) for c in calls] == [("d1", "interrupted"), ("d2", "pending")]
+    assert chunks == [] and run_row[0] == "aborted"
+    sql(database_url, "UPDATE helix.runs SET status = 'waiting' WHERE run_id = %s", run.run_id)
+    await _answer_and_finish(helix, handle, run.workflow_id)
