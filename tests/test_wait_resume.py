@@ -33,10 +33,12 @@ def _gated_agent(make_agent, mock_llm):
     return agent
 
 
-async def _waiting(helix, session_id: str) -> None:
+async def _waiting_run(helix, make_agent, mock_llm):
+    """A run waiting for the approval of two calls, `d1` and `d2`: (handle, RunInfo)."""
+    handle = await helix.execute(_gated_agent(make_agent, mock_llm), "delete both")
     for _ in range(400):
-        if len(await helix.pending_tool_calls(session_id)) == 2:
-            return
+        if len(await helix.pending_tool_calls(handle.session_id)) == 2:
+            return handle, await helix.get_run(handle.run_id)
         await asyncio.sleep(0.05)
     raise AssertionError("the run never waited")
 
@@ -74,10 +76,7 @@ async def _answer_and_finish(helix, handle, workflow_id: str) -> None:
 async def test_a_resume_run_twice_resolves_and_writes_once(
     helix, make_agent, mock_llm, database_url
 ):
-    agent = _gated_agent(make_agent, mock_llm)
-    handle = await helix.execute(agent, "delete both")
-    await _waiting(helix, handle.session_id)
-    run = await helix.get_run(handle.run_id)
+    handle, run = await _waiting_run(helix, make_agent, mock_llm)
     # A reason PostgreSQL would refuse as it is (NUL, a lone surrogate) is stored cleaned.
     resolutions = [
         CallResolution("d1", "approved"),
@@ -116,10 +115,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
 async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_it(
     helix, make_agent, mock_llm, database_url
 ):
-    agent = _gated_agent(make_agent, mock_llm)
-    handle = await helix.execute(agent, "delete both")
-    await _waiting(helix, handle.session_id)
-    run = await helix.get_run(handle.run_id)
+    handle, run = await _waiting_run(helix, make_agent, mock_llm)
     # Ended by hand while its workflow still waits (what an abort's commit looks like
     # to a resume that comes after it).
     sql(database_url, "UPDATE helix.runs SET status = 'aborted' WHERE run_id = %s", run.run_id)
