@@ -9,7 +9,8 @@ from dbos import DBOS
 from helpers import sql
 
 from helix_dbos import tool
-from helix_dbos.store.wait_resume import CallResolution, resume_wait
+from helix_dbos.runtime.hitl import Resolution
+from helix_dbos.store.wait_resume import resume_wait
 
 
 def _gated_agent(make_agent, mock_llm):
@@ -79,8 +80,8 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
     handle, run = await _waiting_run(helix, make_agent, mock_llm)
     # A reason PostgreSQL would refuse as it is (NUL, a lone surrogate) is stored cleaned.
     resolutions = [
-        CallResolution("d1", "approved"),
-        CallResolution("d2", "denied", reason="no\x00t this \ud800one"),
+        Resolution("d1", "approved"),
+        Resolution("d2", "denied", reason="no\x00t this \ud800one"),
     ]
     chunk = (f"{run.run_id}:resumed:d1,d2", "run_resumed", {"tool_call_ids": ["d1", "d2"]})
 
@@ -102,7 +103,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
     assert run_row == ("running", None) and session_status == "running"
 
     # Again, with other answers: nothing is pending any more, the chunk's key exists.
-    resolutions = [CallResolution("d1", "denied"), CallResolution("d2", "approved")]
+    resolutions = [Resolution("d1", "denied"), Resolution("d2", "approved")]
     assert await resume() is True  # the run is still live
     assert _rows(database_url, run.run_id, run.session_id) == first
 
@@ -128,7 +129,7 @@ async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_i
             run.run_id,
             run.agent_name,
             1,
-            [CallResolution("d1", "interrupted", reason="aborted")],
+            [Resolution("d1", "interrupted", reason="aborted")],
             chunk,
         ),
     )

@@ -34,7 +34,7 @@ from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, T
 from helix_dbos.runtime.tool_step import TOOL_STARTED, tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
-from helix_dbos.store.wait_resume import CallResolution, resume_wait
+from helix_dbos.store.wait_resume import resume_wait
 
 INTERRUPT_TOPIC = "helix.interrupt"
 TOPICS: dict[GateKind, str] = {
@@ -256,14 +256,11 @@ async def _resume(rt: Runtime, head: StepCommit, resolutions: list[Resolution]) 
     `store/wait_resume.py`)."""
     session_id, run_id = head.session_id, head.run_id
     ids = [r.tool_call_id for r in resolutions]
-    chunk = (f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
-    calls = [
-        CallResolution(r.tool_call_id, r.status, r.result, r.error, r.reason) for r in resolutions
-    ]
+    chunk = ChunkRecord(f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
     resumed = await rt.on_connection(
         "helix.resume_wait",
         lambda conn: resume_wait(
-            conn, session_id, run_id, head.agent_name, head.step, calls, chunk
+            conn, session_id, run_id, head.agent_name, head.step, resolutions, chunk
         ),
     )
     _log_resolutions(session_id, run_id, resolutions, resumed=resumed)

@@ -11,24 +11,26 @@ resolved call is no longer `pending`, the chunk's key exists already).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import TextClause, text
 
 from helix_dbos.store.repository import _INSERT_CHUNKS, SQLConnection, _chunk_records, _json
-from helix_dbos.store.storable import storable_text
 
 
-@dataclass(frozen=True, slots=True)
-class CallResolution:
-    """How one pending `helix.tool_calls` row is closed."""
+class CallResolution(Protocol):
+    """How one pending `helix.tool_calls` row is closed (`hitl.Resolution`)."""
 
-    tool_call_id: str
-    status: str
-    result: Any = None
-    error: str | None = None
-    reason: str | None = None
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
 # The run's update decides the rest: the session is marked running, and the chunk
@@ -48,8 +50,7 @@ _RESUME: TextClause = text(
     "chunk_seq = chunk_seq + :nchunk WHERE session_id = :sid AND EXISTS (SELECT 1 FROM run) "
     "RETURNING chunk_seq - :nchunk AS chunk_base), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-    "SELECT EXISTS (SELECT 1 FROM run), (SELECT count(*) FROM calls), "
-    "(SELECT pg_notify('helix_chunks', :sid) FROM s)"
+    "SELECT EXISTS (SELECT 1 FROM run), (SELECT pg_notify('helix_chunks', :sid) FROM s)"
 )
 
 
@@ -63,14 +64,15 @@ async def resume_wait(
     chunk: tuple[str, str, Any],
 ) -> bool:
     """Resolve the calls, and if the run is live, mark it and its session running and
-    write `chunk` (key, type, payload); True if the run was live."""
+    write `chunk` (key, type, payload); True if the run was live. `_json` makes every
+    text storable (a NUL, a lone surrogate)."""
     calls = [
         {
             "tool_call_id": r.tool_call_id,
             "status": r.status,
             "result": r.result,
-            "error": None if r.error is None else storable_text(r.error),
-            "reason": None if r.reason is None else storable_text(r.reason),
+            "error": r.error,
+            "reason": r.reason,
         }
         for r in resolutions
     ]
