@@ -145,7 +145,6 @@ class LastStep:
             **self.end_args(),
             end_chunks=self.end_chunks(run_id),
             notify=False,
-            durable=False,  # as runs write it: flushed by the workflow's next commit
         )
 
 
@@ -249,8 +248,7 @@ def test_the_statements_of_every_run_fit_psycopgs_statement_cache():
     statements = {
         "open": run_bounds._OPEN_NEW_SESSION_RUN,
         "end": run_bounds._END_RUN,
-        "last step and end": run_bounds._END_STEP_AND_RUN[True],
-        "last step and end, flushed later": run_bounds._END_STEP_AND_RUN[False],
+        "last step and end": run_bounds._END_STEP_AND_RUN,
         "outcome": run_bounds._RUN_OUTCOME,
     }
     for name, statement in statements.items():

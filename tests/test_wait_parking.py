@@ -296,6 +296,32 @@ async def test_a_resumed_run_replays_its_recorded_steps_without_asking_the_datab
     assert replayed.pending(run.workflow_id) == 0
 
 
+async def test_the_claim_returns_the_status_dbos_would_read(
+    helix, make_agent, mock_llm, parking, monkeypatch
+):
+    """The claim's statement returns the workflow's status, which DBOS's dispatch takes
+    in place of its own read: the two are the same, field by field (a DBOS upgrade that
+    adds or renames a field fails here)."""
+    ran: list[str] = []
+    handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    dispatched = dbos_internals.execute_dequeued_workflow
+    seen: list[tuple[dict, dict | None]] = []
+
+    def dispatch(dbos, status, owner_xid):
+        seen.append((dict(status), sys_db.get_workflow_status(status["workflow_uuid"])))
+        return dispatched(dbos, status, owner_xid)
+
+    monkeypatch.setattr(dbos_internals, "execute_dequeued_workflow", dispatch)
+    await helix.approve(handle.session_id, "d1")
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/0"]
+    assert len(seen) == 1
+    claimed, read = seen[0]
+    assert read is not None and claimed == dict(read)
+    assert claimed["status"] == "PENDING" and claimed["inputs"]
+
+
 def test_replayed_steps_are_handed_out_once_in_order_and_dropped_past_the_replay():
     def row(function_id: int, name: str) -> SimpleNamespace:
         return SimpleNamespace(

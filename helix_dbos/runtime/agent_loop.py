@@ -48,6 +48,7 @@ from helix_dbos.runtime.commit import (
     announce_run_end,
 )
 from helix_dbos.runtime.companions import companion_notices, stop_with_parent
+from helix_dbos.runtime.dbos_internals import checkpoints_dropped
 from helix_dbos.runtime.final_write import (
     end_hook,
     ends_quietly,
@@ -261,6 +262,8 @@ class AgentLoop:
             wrote = await final_write_step(commit, self._unwritten, notify)
         else:
             wrote = await write_final(commit, self._unwritten, notify)
+        if wrote.checkpoints_dropped:  # DBOS has none to delete when the workflow returns
+            checkpoints_dropped(self.rt.datasource)
         self._unwritten = None
         await self._fire_end_hook(commit.step, commit.status, commit.output, commit.error)
         if not notify:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from helix_dbos.orchestration.messages import create_tool_result_message
 from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.dbos_internals import execution_owner
+from helix_dbos.runtime.dbos_internals import checkpoints_workflow, execution_owner
 from helix_dbos.runtime.live_chunks import tool_start_chunk
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.runtime.process_runtime import current_runtime, logger
@@ -281,6 +281,7 @@ async def _commit_final(
             end_chunks=chunks,
             notify=notify,
             owner=execution_owner(),
+            drop_checkpoints_of=checkpoints_workflow(),
         )
     if pending is not None:
         await write_step_rows(session, pending, durable=False)

@@ -26,7 +26,7 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
-from dbos._sys_db import RecordedResult
+from dbos._sys_db import RecordedResult, WorkflowStatusInternal
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -217,6 +217,30 @@ def unmigrated_datasource(url: str, engine: AsyncEngine, schema: str) -> AsyncSQ
     )
 
 
+def checkpoints_workflow() -> str | None:
+    """The workflow whose DBOS datasource checkpoints helix's final write deletes: this
+    execution's, on an unsharded system database (a sharded one prefixes the id). DBOS
+    would delete them once the workflow returns, in a transaction of its own and an
+    ownership read; every step before the final write is recorded by then, so its
+    checkpoints serve no replay. Then call `checkpoints_dropped` in workflow code."""
+    ctx = get_local_dbos_context()
+    if ctx is None or not ctx.is_within_workflow():
+        return None
+    sys_db = _dbos_module._get_dbos_instance()._sys_db
+    if type(sys_db) is not PostgresSystemDatabase or sys_db.sharded:
+        return None
+    return ctx.workflow_id
+
+
+def checkpoints_dropped(datasource: AsyncSQLAlchemyDatasource) -> None:
+    """Helix's owner-guarded final write has deleted this workflow's checkpoints: DBOS
+    need not when it returns, unless `datasource` runs another transaction in it (which
+    lists the datasource again). Workflow code only: a step's context is a copy."""
+    ctx = get_local_dbos_context()
+    if ctx is not None and ctx.is_workflow() and datasource in ctx.used_datasources:
+        ctx.used_datasources.remove(datasource)
+
+
 def sends_in_transaction() -> bool:
     """A transaction on helix's engine can carry a DBOS message (see `send_in_transaction`)
     when it runs outside any workflow or step (inside one, `DBOS.send` records itself as
@@ -322,8 +346,9 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
     thread). False: the workflow ended, or another execution owns it by now. A retry
     after a failure passes the same `new_owner`: a claim that committed is taken again.
 
-    The claim's statement also reads the workflow's recorded steps, so that their
-    replay asks the database nothing (`_ReplayedSteps`)."""
+    The claim's statement also returns the workflow's status and recorded steps, so
+    that neither the dispatch nor the replay asks the database for them
+    (`_ReplayedSteps`)."""
     dbos = _dbos_module._get_dbos_instance()
     sys_db = dbos._sys_db
     with sys_db.engine.begin() as conn:
@@ -338,24 +363,76 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
         ).all()
     if not rows:
         return False
-    status = sys_db.get_workflow_status(workflow_id)
-    if status is None:
-        return False
-    if type(sys_db) is PostgresSystemDatabase and not sys_db.sharded:  # no child shard keys
+    if type(sys_db) is PostgresSystemDatabase and not sys_db.sharded:  # no shard keys
+        status = claimed_status(rows[0])
         recorded = [row for row in rows if row.function_id is not None]
         _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
+    else:
+        read = sys_db.get_workflow_status(workflow_id)
+        if read is None:
+            return False
+        status = read
     execute_dequeued_workflow(dbos, status, new_owner)
     return True
 
 
+# `WorkflowStatusInternal`'s fields (but `inputs` and `shard_key`) and the
+# `workflow_status` columns DBOS's `get_workflow_statuses` reads them from.
+_STATUS_COLUMNS = {
+    "workflow_uuid": "workflow_uuid",
+    "status": "status",
+    "name": "name",
+    "recovery_attempts": "recovery_attempts",
+    "config_name": "config_name",
+    "class_name": "class_name",
+    "authenticated_user": "authenticated_user",
+    "authenticated_roles": "authenticated_roles",
+    "assumed_role": "assumed_role",
+    "queue_name": "queue_name",
+    "executor_id": "executor_id",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
+    "app_version": "application_version",
+    "app_id": "application_id",
+    "workflow_deadline_epoch_ms": "workflow_deadline_epoch_ms",
+    "workflow_timeout_ms": "workflow_timeout_ms",
+    "deduplication_id": "deduplication_id",
+    "priority": "priority",
+    "queue_partition_key": "queue_partition_key",
+    "forked_from": "forked_from",
+    "parent_workflow_id": "parent_workflow_id",
+    "started_at_epoch_ms": "started_at_epoch_ms",
+    "serialization": "serialization",
+    "delay_until_epoch_ms": "delay_until_epoch_ms",
+    "attributes": "attributes",
+    "schedule_name": "schedule_name",
+    "debounce_deadline_epoch_ms": "debounce_deadline_epoch_ms",
+    "is_debounced": "is_debounced",
+    "application_name": "application_name",
+}
+
+
+def claimed_status(row: Any) -> WorkflowStatusInternal:
+    """The claimed workflow's status, as `sys_db.get_workflow_status` would read it
+    after the claim (an unsharded database: no shard key)."""
+    m = row._mapping
+    status: dict[str, Any] = {key: m["wf_" + key] for key in _STATUS_COLUMNS}
+    status["is_debounced"] = bool(status["is_debounced"])
+    status["inputs"] = m["wf_inputs"]
+    status["shard_key"] = None
+    return status  # type: ignore[return-value]
+
+
 def _claim_statement(sys_db: Any, workflow_id: str) -> sa.Select[Any]:
-    """One statement: the claim, and the claimed workflow's recorded steps (a row with
-    no step when it has none; no row when nothing was claimed). Built once per database
-    (SQLAlchemy's construction costs more than its execution) unless sharded."""
+    """One statement: the claim, the claimed workflow's status, and its recorded steps
+    (one row a step, the status on each; one row with no step when it has none; no
+    row when nothing was claimed). Built once per database (SQLAlchemy's construction
+    costs more than its execution) unless sharded."""
     cached: sa.Select[Any] | None = getattr(sys_db, "_helix_claim_statement", None)
     if cached is not None:
         return cached
     ws, oo = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
+    wi = sys_db.tables.workflow_input
     # A sharded database's predicates name the workflow's shard key: built for each.
     claimed_id: Any = workflow_id if sys_db.sharded else sa.bindparam("claimed_id")
     claimed = (
@@ -365,17 +442,23 @@ def _claim_statement(sys_db: Any, workflow_id: str) -> sa.Select[Any]:
         .where(ws.c.owner_xid.in_(sa.bindparam("owners", expanding=True)))
         .where(ws.c.executor_id == sa.bindparam("executor"))
         .values(owner_xid=sa.bindparam("new_owner"), updated_at=sys_db._now_ms_sql())
-        .returning(ws.c.workflow_uuid)
+        .returning(*(ws.c[column] for column in _STATUS_COLUMNS.values()), ws.c.inputs)
         .cte("claimed")
     )
     statement = sa.select(
+        *(claimed.c[column].label("wf_" + key) for key, column in _STATUS_COLUMNS.items()),
+        sa.func.coalesce(wi.c.inputs, claimed.c.inputs).label("wf_inputs"),
         oo.c.function_id,
         oo.c.function_name,
         oo.c.output,
         oo.c.error,
         oo.c.serialization,
         oo.c.child_workflow_id,
-    ).select_from(claimed.outerjoin(oo, oo.c.workflow_uuid == claimed.c.workflow_uuid))
+    ).select_from(
+        claimed.outerjoin(wi, wi.c.workflow_uuid == claimed.c.workflow_uuid).outerjoin(
+            oo, oo.c.workflow_uuid == claimed.c.workflow_uuid
+        )
+    )
     if not sys_db.sharded:
         sys_db._helix_claim_statement = statement
     return statement

@@ -138,10 +138,12 @@ def unfinished_call_error(status: str, error: str | None) -> str:
 @dataclass(frozen=True)
 class EndedRun:
     """What the run's last write found: whether it ended the run (False when an abort
-    got there first, or a replay finds it ended), and the run's usage."""
+    got there first, or a replay finds it ended), and the run's usage; whether it
+    deleted its workflow's DBOS datasource checkpoints too."""
 
     ended: bool
     usage: dict[str, int]
+    checkpoints_dropped: bool = False
 
 
 async def end_run(
@@ -224,8 +226,7 @@ _END_STEP_AND_RUN_HEAD = (
     "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
     "tool_call_id, tool_name, thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
     f"CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, {_MESSAGE_FIELDS} "
-    f"FROM s, claim, {_MESSAGE_RECORDSET} WHERE m.ord >= :nhead OR claim.with_head "
-    "RETURNING 1), "
+    f"FROM s, claim, {_MESSAGE_RECORDSET} WHERE m.ord >= :nhead OR claim.with_head), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING *), "
     "c AS (INSERT INTO helix.stream_chunks "
     "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
@@ -233,7 +234,9 @@ _END_STEP_AND_RUN_HEAD = (
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) "
     "WHERE c.ord > :nstep OR EXISTS (TABLE claim) "
-    "ON CONFLICT (chunk_key) DO NOTHING RETURNING 1) "
+    "ON CONFLICT (chunk_key) DO NOTHING), "
+    # DBOS's datasource checkpoints of the run's workflow (`checkpoints_to_drop`).
+    "dc AS (DELETE FROM dbos.datasource_outputs WHERE workflow_id = :dsc) "
     # The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
     f"SELECT {OWNED} AND k.live IS TRUE, pg_notify('helix_chunks', :sid), "
     "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
@@ -242,18 +245,10 @@ _END_STEP_AND_RUN_FROM = (
     f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
     "UNION ALL TABLE u) AS usage) t, k"
 )
-# Durable (its commit waits for the disk flush), and not: only for a caller whose own
-# durable commit follows on the same connection before anything depends on it. A DBOS
-# checkpoint does not count: DBOS retries one whose connection was lost on the
+# Durable: its commit waits for the disk flush. A DBOS checkpoint that follows does not
+# make up for one that did not: DBOS retries one whose connection was lost on the
 # restarted server, after a crash that lost the write (`runtime/commit.py`).
-_END_STEP_AND_RUN = {
-    durable: _sql(
-        _END_STEP_AND_RUN_HEAD
-        + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
-        + _END_STEP_AND_RUN_FROM
-    )
-    for durable in (True, False)
-}
+_END_STEP_AND_RUN = _sql(_END_STEP_AND_RUN_HEAD + _END_STEP_AND_RUN_FROM)
 
 
 async def end_step_and_run(
@@ -274,12 +269,13 @@ async def end_step_and_run(
     stop_reason: str | None,
     end_chunks: Sequence[tuple[str, str, Any]],
     notify: bool,
-    durable: bool = True,
     owner: Owner | None = None,
+    drop_checkpoints_of: str | None = None,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
-    statement: one round trip and one commit fewer on every run. `durable=False` does
-    not wait for the disk flush (see `commit_final`)."""
+    statement: one round trip and one commit fewer on every run. `drop_checkpoints_of`:
+    a workflow whose DBOS datasource checkpoints it deletes too, under the same owner
+    guard (`dbos_internals.checkpoints_to_drop`)."""
     params = _step_params(
         session_id,
         run_id,
@@ -298,11 +294,16 @@ async def end_step_and_run(
         stop=stop_reason,
         nstep=len(step_chunks),
         notify=notify,
+        dsc=drop_checkpoints_of,
     )
     params.update(owner_params(owner))
-    row = (await conn.execute(_END_STEP_AND_RUN[durable], params)).one()
+    row = (await conn.execute(_END_STEP_AND_RUN, params)).one()
     usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[-len(USAGE_KEYS) :], strict=True)}
-    return EndedRun(ended=bool(row[0]), usage=usage_totals)
+    return EndedRun(
+        ended=bool(row[0]),
+        usage=usage_totals,
+        checkpoints_dropped=drop_checkpoints_of is not None,
+    )
 
 
 @dataclass(frozen=True)
