@@ -1,14 +1,17 @@
-"""The resume of a wait for a human, one statement in a plain step (store/wait_resume.py):
-run again, as after a crash between its commit and its step's record, it changes nothing."""
+"""The resume of a wait for a human, one statement from workflow code, no step
+(store/wait_resume.py): run again, as a replay does after a crash at any later point of
+the run, it changes nothing, not even a run that waits again since."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from dbos import DBOS
 from helpers import sql
 
 from helix_dbos import tool
+from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.hitl import Resolution
 from helix_dbos.store.wait_resume import resume_wait
 
@@ -102,10 +105,31 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
     assert len(resumed) == 1 and resumed[0][1] == {"tool_call_ids": ["d1", "d2"]}
     assert run_row == ("running", None) and session_status == "running"
 
-    # Again, with other answers: nothing is pending any more, the chunk's key exists.
+    # Again, with other answers: nothing is pending any more, so nothing is resumed.
     resolutions = [Resolution("d1", "denied"), Resolution("d2", "approved")]
-    assert await resume() is True  # the run is still live
+    assert await resume() is False
     assert _rows(database_url, run.run_id, run.session_id) == first
+
+    # The run waits again (a later step's gate): the replayed resume leaves it waiting.
+    sql(
+        database_url,
+        "UPDATE helix.runs SET status = 'waiting', waiting_for = 'approval' WHERE run_id = %s",
+        run.run_id,
+    )
+    sql(
+        database_url,
+        "UPDATE helix.sessions SET status = 'waiting' WHERE session_id = %s",
+        run.session_id,
+    )
+    assert await resume() is False
+    calls, resumed, run_row, session_status = _rows(database_url, run.run_id, run.session_id)
+    assert (calls, resumed) == first[:2]
+    assert run_row == ("waiting", "approval") and session_status == "waiting"
+    sql(
+        database_url,
+        "UPDATE helix.runs SET status = 'running', waiting_for = NULL WHERE run_id = %s",
+        run.run_id,
+    )
 
     await _answer_and_finish(helix, handle, run.workflow_id)
     calls, resumed, _, _ = _rows(database_url, run.run_id, run.session_id)
@@ -138,4 +162,30 @@ async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_i
     assert [(c[0], c[1]) for c in calls] == [("d1", "interrupted"), ("d2", "pending")]
     assert chunks == [] and run_row[0] == "aborted"
     sql(database_url, "UPDATE helix.runs SET status = 'waiting' WHERE run_id = %s", run.run_id)
+    await _answer_and_finish(helix, handle, run.workflow_id)
+
+
+async def test_a_resume_by_an_execution_that_lost_the_workflow_writes_nothing(
+    helix, make_agent, mock_llm, database_url
+):
+    """Fenced: another execution owns the workflow now (a new ownership token)."""
+    handle, run = await _waiting_run(helix, make_agent, mock_llm)
+    before = _rows(database_url, run.run_id, run.session_id)
+    chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
+    with pytest.raises(dbos_internals.WorkflowNotOwnedError):
+        await helix.runtime.on_connection(
+            "test",
+            lambda conn: resume_wait(
+                conn,
+                run.session_id,
+                run.run_id,
+                run.agent_name,
+                1,
+                [Resolution("d1", "approved")],
+                chunk,
+                owner=(run.workflow_id, "another-execution"),
+            ),
+            wait=False,
+        )
+    assert _rows(database_url, run.run_id, run.session_id) == before
     await _answer_and_finish(helix, handle, run.workflow_id)

@@ -29,6 +29,7 @@ from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_ev
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.commit import StepCommit, write_head
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
 from helix_dbos.runtime.tool_step import TOOL_STARTED, tool_context
@@ -252,15 +253,22 @@ async def _suspend(
 
 async def _resume(rt: Runtime, head: StepCommit, resolutions: list[Resolution]) -> None:
     """Close the wait's calls and, if the run works again, say so in a `run_resumed` chunk
-    that names the agent and the step that waited, like every chunk (one statement:
-    `store/wait_resume.py`)."""
+    that names the agent and the step that waited, like every chunk: one statement from
+    workflow code, no step of its own (`store/wait_resume.py` says why none is needed)."""
     session_id, run_id = head.session_id, head.run_id
     ids = [r.tool_call_id for r in resolutions]
     chunk = ChunkRecord(f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
     resumed = await rt.on_connection(
         "helix.resume_wait",
         lambda conn: resume_wait(
-            conn, session_id, run_id, head.agent_name, head.step, resolutions, chunk
+            conn,
+            session_id,
+            run_id,
+            head.agent_name,
+            head.step,
+            resolutions,
+            chunk,
+            owner=execution_owner(),
         ),
     )
     _log_resolutions(session_id, run_id, resolutions, resumed=resumed)
@@ -340,14 +348,7 @@ class HumanWait:
             for p in pending
             if interrupt is not None and p.tool_call_id not in answers
         ]
-        resume = functools.partial(
-            DBOS.run_step_async,
-            {"name": "helix.resume_wait"},
-            _resume,
-            self.rt,
-            self.head,
-            resolutions,
-        )
+        resume = functools.partial(_resume, self.rt, self.head, resolutions)
         if interrupt is None and self.agent.hooks.on_agent_resumed is None:
             # Answered, no hook to fire first: the caller runs the resume write beside
             # the approved tools' steps, off the approval's path (see `WaitResult.resume`).
@@ -453,20 +454,18 @@ class HumanWait:
 class WaitResult:
     answers: dict[str, Answer]
     interrupt: InterruptNotice | None = None  # the wait ended on an interrupt
-    # The resume transaction (close the calls, mark the run running), still to run: the
+    # The resume write (close the calls, mark the run running), still to run: the
     # caller runs it beside the approved tools' steps, once one is under way
     # (`with_resume`), so an approval reaches its tool without waiting for that commit.
-    # It is a checkpointed step like any other, drawing its step id after the tools'
-    # (reserved as they start), so a replay finds the same ids. `None`: already done.
+    # It is no step (it draws no step id), and a replay sends it again, to no effect
+    # (`store/wait_resume.py`). `None`: already done.
     resume: Callable[[], Awaitable[None]] | None = None
 
 
 async def with_resume(resume: Callable[[], Awaitable[None]] | None, work: Awaitable[T]) -> T:
     """`work` (the approved tools' steps), and `resume` once a tool is under way or the
-    work has ended (both to the end, the first error raised). The tools' steps reserve
-    their step ids as the work starts and nothing else of the workflow draws one
-    meanwhile, so the resume's step id comes after theirs, on a replay too; its
-    statements no longer compete with the tool step's own check on the way to the tool."""
+    work has ended (both to the end, the first error raised): the resume's statement
+    does not compete with the tool step's own check on the way to the tool."""
     if resume is None:
         return await work
     tool_started = asyncio.Event()

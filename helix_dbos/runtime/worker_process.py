@@ -48,8 +48,9 @@ from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 # `helix.agent_run` change, so a recovering process never replays a run recorded
 # with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
 # interrupt hand-over and companion waits are steps of their own; helix-5: an approval's
-# resume transaction comes after the approved tools' steps).
-DEFAULT_APP_VERSION = "helix-5"
+# resume transaction comes after the approved tools' steps; helix-6: that resume is a
+# write from workflow code, no step).
+DEFAULT_APP_VERSION = "helix-6"
 ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
 DBOS_POOL_MAX = 20  # DBOS's own default
 DATASOURCE_SCHEMA = "dbos"

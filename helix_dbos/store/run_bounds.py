@@ -235,7 +235,7 @@ _END_STEP_AND_RUN_HEAD = (
     "AS c(ord int, key text, type text, payload jsonb) "
     "WHERE c.ord > :nstep OR EXISTS (TABLE claim) "
     "ON CONFLICT (chunk_key) DO NOTHING), "
-    # DBOS's datasource checkpoints of the run's workflow (`checkpoints_to_drop`).
+    # DBOS's datasource checkpoints of the run's workflow (`checkpoints_workflow`).
     "dc AS (DELETE FROM dbos.datasource_outputs WHERE workflow_id = :dsc) "
     # The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
     f"SELECT {OWNED} AND k.live IS TRUE, pg_notify('helix_chunks', :sid), "
@@ -275,7 +275,7 @@ async def end_step_and_run(
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
     statement: one round trip and one commit fewer on every run. `drop_checkpoints_of`:
     a workflow whose DBOS datasource checkpoints it deletes too, under the same owner
-    guard (`dbos_internals.checkpoints_to_drop`)."""
+    guard (`dbos_internals.checkpoints_workflow`)."""
     params = _step_params(
         session_id,
         run_id,

@@ -2,10 +2,13 @@
 
 The resume was a datasource transaction of four statements (each call's resolution,
 the run, the session, the `run_resumed` chunk) and the datasource's own checkpoint
-read and write, on the drain of every waiting run (benchmarks/bench_waiting_runs.py).
-Every part is guarded or keyed, so one statement in a plain step does the same: run
-again after a crash between its commit and the step's record, it changes nothing (a
-resolved call is no longer `pending`, the chunk's key exists already).
+read and write, then one statement in a step of its own, on the drain of every waiting
+run (benchmarks/bench_waiting_runs.py). It needs no checkpoint: workflow code sends it,
+like the run's final write. Run again (a replay after a crash, at any later point of
+the run), it changes nothing: a resolved call is no longer `pending`, and the run, its
+session and the chunk are only touched when this very statement resolved a call, so a
+replayed resume of an earlier wait leaves a run that waits again as it is. A fenced
+execution's resume fails on the owner check and writes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ from typing import Any, Protocol
 
 from sqlalchemy import TextClause, text
 
-from helix_dbos.store.repository import _INSERT_CHUNKS, SQLConnection, _chunk_records, _json
+from helix_dbos.store.repository import (
+    _INSERT_CHUNKS,
+    OWNED,
+    Owner,
+    SQLConnection,
+    _chunk_records,
+    _json,
+    owner_params,
+)
 
 
 class CallResolution(Protocol):
@@ -33,9 +44,10 @@ class CallResolution(Protocol):
     def reason(self) -> str | None: ...
 
 
-# The run's update decides the rest: the session is marked running, and the chunk
-# written (after the session's chunk counter, which this update also locks), only if
-# the run was still live (an abort may have ended it meanwhile).
+# The run is marked running only if this statement resolved a call and the run is
+# still live (an abort may have ended it meanwhile); that update decides the rest: the
+# session is marked running, and the chunk written (after the session's chunk counter,
+# which this update also locks). The owner check comes first, so it is evaluated.
 _RESUME: TextClause = text(
     "WITH a AS (SELECT * FROM jsonb_to_recordset(CAST(:calls AS jsonb)) "
     "AS a(tool_call_id text, status text, result jsonb, error text, reason text)), "
@@ -44,13 +56,14 @@ _RESUME: TextClause = text(
     "WHERE t.run_id = :rid AND t.tool_call_id = a.tool_call_id AND t.status = 'pending' "
     "RETURNING 1), "
     "run AS (UPDATE helix.runs SET status = 'running', waiting_for = NULL, "
-    "waiting_since = NULL WHERE run_id = :rid "
-    "AND status IN ('running', 'waiting', 'paused') RETURNING 1), "
+    "waiting_since = NULL WHERE run_id = :rid AND status IN ('running', 'waiting', 'paused') "
+    "AND EXISTS (SELECT 1 FROM calls) RETURNING 1), "
     "s AS (UPDATE helix.sessions SET status = 'running', updated_at = now(), "
     "chunk_seq = chunk_seq + :nchunk WHERE session_id = :sid AND EXISTS (SELECT 1 FROM run) "
     "RETURNING chunk_seq - :nchunk AS chunk_base), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-    "SELECT EXISTS (SELECT 1 FROM run), (SELECT pg_notify('helix_chunks', :sid) FROM s)"
+    f"SELECT {OWNED} AND EXISTS (SELECT 1 FROM run), "
+    "(SELECT pg_notify('helix_chunks', :sid) FROM s)"
 )
 
 
@@ -62,10 +75,12 @@ async def resume_wait(
     step: int,
     resolutions: Sequence[CallResolution],
     chunk: tuple[str, str, Any],
+    owner: Owner | None = None,
 ) -> bool:
-    """Resolve the calls, and if the run is live, mark it and its session running and
-    write `chunk` (key, type, payload); True if the run was live. `_json` makes every
-    text storable (a NUL, a lone surrogate)."""
+    """Resolve the calls still pending, and if any was and the run is live, mark it and
+    its session running and write `chunk` (key, type, payload); True if this call
+    resumed the run. `owner`: the execution that must still own the run's workflow
+    (`HX001` otherwise). `_json` makes every text storable (a NUL, a lone surrogate)."""
     calls = [
         {
             "tool_call_id": r.tool_call_id,
@@ -87,6 +102,7 @@ async def resume_wait(
                 "step": step,
                 "nchunk": 1,
                 "chunks": _chunk_records([chunk]),
+                **owner_params(owner),
             },
         )
     ).first()
