@@ -77,6 +77,18 @@ async def _answer_and_finish(helix, handle, workflow_id: str) -> None:
     assert result.status == "completed"
 
 
+async def _resume_d1(helix, run, resolution: Resolution, owner=None) -> bool:
+    """The resume of call `d1` alone, as the run's workflow would send it."""
+    chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
+    return await helix.runtime.on_connection(
+        "test",
+        lambda conn: resume_wait(
+            conn, run.session_id, run.run_id, run.agent_name, 1, [resolution], chunk, owner
+        ),
+        wait=False,
+    )
+
+
 async def test_a_resume_run_twice_resolves_and_writes_once(
     helix, make_agent, mock_llm, database_url
 ):
@@ -144,19 +156,7 @@ async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_i
     # Ended by hand while its workflow still waits (what an abort's commit looks like
     # to a resume that comes after it).
     sql(database_url, "UPDATE helix.runs SET status = 'aborted' WHERE run_id = %s", run.run_id)
-    chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
-    resumed = await helix.runtime.on_connection(
-        "test",
-        lambda conn: resume_wait(
-            conn,
-            run.session_id,
-            run.run_id,
-            run.agent_name,
-            1,
-            [Resolution("d1", "interrupted", reason="aborted")],
-            chunk,
-        ),
-    )
+    resumed = await _resume_d1(helix, run, Resolution("d1", "interrupted", reason="aborted"))
     assert resumed is False
     calls, chunks, run_row, _ = _rows(database_url, run.run_id, run.session_id)
     assert [(c[0], c[1]) for c in calls] == [("d1", "interrupted"), ("d2", "pending")]
@@ -171,21 +171,9 @@ async def test_a_resume_by_an_execution_that_lost_the_workflow_writes_nothing(
     """Fenced: another execution owns the workflow now (a new ownership token)."""
     handle, run = await _waiting_run(helix, make_agent, mock_llm)
     before = _rows(database_url, run.run_id, run.session_id)
-    chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
     with pytest.raises(dbos_internals.WorkflowNotOwnedError):
-        await helix.runtime.on_connection(
-            "test",
-            lambda conn: resume_wait(
-                conn,
-                run.session_id,
-                run.run_id,
-                run.agent_name,
-                1,
-                [Resolution("d1", "approved")],
-                chunk,
-                owner=(run.workflow_id, "another-execution"),
-            ),
-            wait=False,
+        await _resume_d1(
+            helix, run, Resolution("d1", "approved"), (run.workflow_id, "another-execution")
         )
     assert _rows(database_url, run.run_id, run.session_id) == before
     await _answer_and_finish(helix, handle, run.workflow_id)
