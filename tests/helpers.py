@@ -1,8 +1,9 @@
 """Small helpers shared by tests: plain SQL against the test database, a terminal,
-polling, and the marker files of the crash apps."""
+polling, the marker files of the crash apps, and a tool that waits for approval."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import pty
@@ -13,12 +14,17 @@ import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 import pytest
 
+from helix_dbos import tool
 from helix_dbos.store.database import libpq_url
+
+if TYPE_CHECKING:
+    from helix_dbos import HelixDBOS, Tool
+    from helix_dbos.store.repository import PendingToolCall
 
 
 def sql(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -86,6 +92,33 @@ def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not reached in time")
+
+
+async def pending_calls(
+    helix: HelixDBOS, session_id: str, count: int = 1, timeout: float = 60.0
+) -> list[PendingToolCall]:
+    """The calls waiting for a human in the session, once there are `count` of them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = await helix.pending_tool_calls(session_id)
+        if len(pending) >= count:
+            return pending
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"session {session_id} never had {count} calls waiting")
+
+
+def approval_gated_delete(ran: list[str] | None = None) -> Tool:
+    """A `delete_file` tool that waits for a human's approval; each path it deletes is
+    appended to `ran` (a test's proof that the tool ran, and how often)."""
+
+    @tool(require_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        if ran is not None:
+            ran.append(path)
+        return f"deleted {path}"
+
+    return delete_file
 
 
 def lines(markers: Path, name: str) -> list[str]:

@@ -10,10 +10,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from helpers import sql
+from helpers import approval_gated_delete, pending_calls, sql
 from sqlalchemy import event
 
-from helix_dbos import tool
 from helix_dbos.runtime.session_queue import QueuedRunHandle
 
 DBOS_DELETE = "DELETE FROM dbos.datasource_outputs"
@@ -37,13 +36,7 @@ def dbos_deletes(helix) -> Iterator[list[str]]:
 
 
 def _gated(make_agent, mock_llm, ran: list[str], runs: int = 1):
-    @tool(require_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
-    agent = make_agent(tools=[delete_file])
+    agent = make_agent(tools=[approval_gated_delete(ran)])
     call = {"id": "d1", "name": "delete_file", "arguments": {"path": "/tmp/x"}}
     for _ in range(runs):
         mock_llm.add_responses(
@@ -65,12 +58,7 @@ def _checkpoints(database_url: str, workflow_id: str) -> int:
 
 async def _waiting(helix, session_id: str) -> str:
     """The id of the call the session's run waits on (a second run's is re-keyed)."""
-    for _ in range(1200):
-        pending = await helix.pending_tool_calls(session_id)
-        if pending:
-            return pending[0].tool_call_id
-        await asyncio.sleep(0.05)
-    raise AssertionError("the run never waited for its approval")
+    return (await pending_calls(helix, session_id))[0].tool_call_id
 
 
 @pytest.mark.parametrize("parked", [False, True])

@@ -1,5 +1,6 @@
-"""DBOS's system-database pool (runtime/idle_pool.py): a busy process reuses its
-connections instead of opening one per call; an idle one comes down to `keep`."""
+"""DBOS's system-database pool and helix's transaction pool (runtime/idle_pool.py): a
+busy process reuses its connections instead of opening one per call; an idle one comes
+down to `keep`."""
 
 from __future__ import annotations
 
@@ -28,17 +29,24 @@ def backends(database_url: str, expected: int) -> int:
         time.sleep(0.05)
 
 
+def trimming_fast(monkeypatch, pool_class: type) -> dict[str, object]:
+    """`pool_class` trimmed at every return, after 0.5 s unused; the engine's pool
+    arguments (up to 8 connections, named `APP` on the server)."""
+    monkeypatch.setattr(pool_class, "idle_seconds", 0.5)
+    monkeypatch.setattr(pool_class, "trim_every_seconds", 0.0)
+    return {
+        "poolclass": pool_class,
+        "pool_size": 8,
+        "max_overflow": 0,
+        "connect_args": {"application_name": APP},
+    }
+
+
 def test_a_busy_pool_reuses_its_connections_and_an_idle_one_closes_all_but_keep(
     database_url, monkeypatch
 ):
-    monkeypatch.setattr(IdleTrimmedQueuePool, "idle_seconds", 0.5)
-    monkeypatch.setattr(IdleTrimmedQueuePool, "trim_every_seconds", 0.0)
     engine = sa.create_engine(
-        sqlalchemy_url(database_url),
-        poolclass=IdleTrimmedQueuePool,
-        pool_size=8,
-        max_overflow=0,
-        connect_args={"application_name": APP},
+        sqlalchemy_url(database_url), **trimming_fast(monkeypatch, IdleTrimmedQueuePool)
     )
     created: list[object] = []
     sa.event.listen(engine, "connect", lambda conn, record: created.append(conn))
@@ -72,14 +80,8 @@ async def test_the_transaction_pool_reuses_its_connections_and_an_idle_one_keeps
 ):
     """Helix's own transaction pool (`worker_process.transaction_engine`): many runs
     resuming at once reuse connections instead of opening one per transaction."""
-    monkeypatch.setattr(IdleTrimmedAsyncQueuePool, "idle_seconds", 0.5)
-    monkeypatch.setattr(IdleTrimmedAsyncQueuePool, "trim_every_seconds", 0.0)
     engine = create_async_engine(
-        sqlalchemy_url(database_url),
-        poolclass=IdleTrimmedAsyncQueuePool,
-        pool_size=8,
-        max_overflow=0,
-        connect_args={"application_name": APP},
+        sqlalchemy_url(database_url), **trimming_fast(monkeypatch, IdleTrimmedAsyncQueuePool)
     )
     created: list[object] = []
     sa.event.listen(engine.sync_engine, "connect", lambda conn, record: created.append(conn))

@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import approval_gated_delete, pending_calls, sql
 from sqlalchemy import event
 
-from helix_dbos import tool
 from helix_dbos.runtime import dbos_internals, wait_parking
 from helix_dbos.runtime.dbos_internals import _ReplayedSteps
 from helix_dbos.runtime.message_recheck import MessageRecheck
@@ -28,13 +27,7 @@ def parking(helix) -> Iterator[wait_parking.WaitParking]:
 
 
 def _gated_agent(make_agent, mock_llm, ran: list[str], n: int = 1, **agent_kw):
-    @tool(require_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
-    agent = make_agent(tools=[delete_file], **agent_kw)
+    agent = make_agent(tools=[approval_gated_delete(ran)], **agent_kw)
     # Each run takes a reply as it gets there: every run's first, then their last.
     for i in range(n):
         mock_llm.add_responses(
@@ -56,14 +49,10 @@ async def _until(predicate, timeout: float = 60.0) -> None:
     raise AssertionError("condition not reached")
 
 
-async def _waiting(helix, session_id: str) -> bool:
-    return bool(await helix.pending_tool_calls(session_id))
-
-
 async def _parked(helix, parking, session_ids: list[str]) -> None:
     """Wait until every one of these sessions' runs waits, then park them all."""
     for sid in session_ids:
-        await _until(lambda sid=sid: _waiting(helix, sid))
+        await pending_calls(helix, sid)
 
     async def in_recv() -> bool:
         return parking.in_memory >= len(session_ids)
@@ -173,7 +162,7 @@ async def test_beyond_the_in_memory_limit_the_oldest_waits_are_parked(
     handles = []
     for i in range(4):
         handles.append(await helix.execute(agent, f"delete {i}"))
-        await _until(lambda h=handles[-1]: _waiting(helix, h.session_id))
+        await pending_calls(helix, handles[-1].session_id)
 
     async def two_parked() -> bool:  # the oldest two, once a second old (at most a sweep)
         return parking.parked_total - parked_before == 2
@@ -211,7 +200,7 @@ async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
     ran: list[str] = []
     agent = _gated_agent(make_agent, mock_llm, ran)
     handle = await helix.execute(agent, "delete it")
-    await _until(lambda: _waiting(helix, handle.session_id))
+    await pending_calls(helix, handle.session_id)
 
     async def in_recv() -> bool:
         return parking.in_memory >= 1
@@ -244,7 +233,7 @@ async def test_a_resumed_run_takes_its_message_before_it_can_be_parked_again(
     agent = _gated_agent(make_agent, mock_llm, ran)
     parked_before, resumed_before = parking.parked_total, parking.resumed_total
     handle = await helix.execute(agent, "delete it")
-    await _until(lambda: _waiting(helix, handle.session_id))
+    await pending_calls(helix, handle.session_id)
 
     async def parked() -> bool:
         return parking.parked_total > parked_before and parking.parked == 1

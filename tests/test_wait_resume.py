@@ -8,21 +8,15 @@ import asyncio
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import approval_gated_delete, pending_calls, sql
 
-from helix_dbos import tool
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.hitl import Resolution
 from helix_dbos.store.wait_resume import resume_wait
 
 
 def _gated_agent(make_agent, mock_llm):
-    @tool(require_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        return f"deleted {path}"
-
-    agent = make_agent(tools=[delete_file])
+    agent = make_agent(tools=[approval_gated_delete()])
     mock_llm.add_responses(
         {
             "type": "tool_calls",
@@ -40,11 +34,8 @@ def _gated_agent(make_agent, mock_llm):
 async def _waiting_run(helix, make_agent, mock_llm):
     """A run waiting for the approval of two calls, `d1` and `d2`: (handle, RunInfo)."""
     handle = await helix.execute(_gated_agent(make_agent, mock_llm), "delete both")
-    for _ in range(400):
-        if len(await helix.pending_tool_calls(handle.session_id)) == 2:
-            return handle, await helix.get_run(handle.run_id)
-        await asyncio.sleep(0.05)
-    raise AssertionError("the run never waited")
+    await pending_calls(helix, handle.session_id, count=2)
+    return handle, await helix.get_run(handle.run_id)
 
 
 def _rows(database_url: str, run_id: str, session_id: str):
