@@ -217,6 +217,12 @@ def unmigrated_datasource(url: str, engine: AsyncEngine, schema: str) -> AsyncSQ
     )
 
 
+def _unsharded_postgres(sys_db: Any) -> bool:
+    """DBOS's PostgreSQL system database without shard keys: a workflow's rows are keyed
+    by its id alone, as helix's own statements on DBOS's tables address them."""
+    return type(sys_db) is PostgresSystemDatabase and not sys_db.sharded
+
+
 def checkpoints_workflow() -> str | None:
     """The workflow whose DBOS datasource checkpoints helix's final write deletes: this
     execution's, on an unsharded system database (a sharded one prefixes the id). DBOS
@@ -226,8 +232,7 @@ def checkpoints_workflow() -> str | None:
     ctx = get_local_dbos_context()
     if ctx is None or not ctx.is_within_workflow():
         return None
-    sys_db = _dbos_module._get_dbos_instance()._sys_db
-    if type(sys_db) is not PostgresSystemDatabase or sys_db.sharded:
+    if not _unsharded_postgres(_dbos_module._get_dbos_instance()._sys_db):
         return None
     return ctx.workflow_id
 
@@ -363,7 +368,7 @@ def execute_again(workflow_id: str, owner_xid: str, new_owner: str) -> bool:
         ).all()
     if not rows:
         return False
-    if type(sys_db) is PostgresSystemDatabase and not sys_db.sharded:  # no shard keys
+    if _unsharded_postgres(sys_db):
         status = claimed_status(rows[0])
         recorded = [row for row in rows if row.function_id is not None]
         _ReplayedSteps.install(sys_db).add(workflow_id, recorded)
