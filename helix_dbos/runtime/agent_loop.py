@@ -64,6 +64,7 @@ from helix_dbos.runtime.llm_step import (
     llm_step_options,
     run_terminating,
 )
+from helix_dbos.runtime.patches import AGENT_RUN, NONE_APPLIED, AppliedPatches
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.reply_plan import PlannedReply, plan_reply, step_limits
 from helix_dbos.runtime.results import TERMINAL_STATUSES, AgentResult, run_result
@@ -94,9 +95,16 @@ class AgentLoop:
     the loop asks it once per step and matches on it."""
 
     def __init__(
-        self, rt: Runtime, run_id: str, session_id: str, agent: Agent, options: RunOptions
+        self,
+        rt: Runtime,
+        run_id: str,
+        session_id: str,
+        agent: Agent,
+        options: RunOptions,
+        patches: AppliedPatches = NONE_APPLIED,
     ) -> None:
         self.rt = rt
+        self.patches = patches  # which step-sequence changes this run's history takes
         self.run_id = run_id
         self.session_id = session_id
         self.agent = agent
@@ -370,11 +378,12 @@ class AgentLoop:
 async def agent_run_workflow(
     run_id: str, session_id: str, agent_name: str, options: RunOptions
 ) -> AgentResult:
+    patches = await AGENT_RUN.applied()  # first: at the run's first checkpoint position
     rt = current_runtime()
     agent = with_client_tools(rt.agent(agent_name), options.client_tools)
     if options.client_tools:  # its steps look the agent up by name: they find this one
         rt.run_agents[DBOS.workflow_id or ""] = agent
-    loop = AgentLoop(rt, run_id, session_id, agent, options)
+    loop = AgentLoop(rt, run_id, session_id, agent, options, patches)
     await rt.wait_opened(run_id, session_id)  # started alongside the open of its run
     try:
         result = await loop.run()

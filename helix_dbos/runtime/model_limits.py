@@ -38,6 +38,7 @@ from helix_dbos.definitions.queue import DEFAULT_TENANT
 from helix_dbos.errors import AgentDefinitionError
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.event_loop import running_loop
+from helix_dbos.runtime.patches import MODEL_SLOT
 from helix_dbos.runtime.process_runtime import current_runtime
 from helix_dbos.store import model_limits as store
 
@@ -166,6 +167,7 @@ async def free_slot(slot_id: str, step: int) -> None:
 async def slot_workflow(parent_id: str, run_id: str, step: int) -> None:
     """A dequeued slot: the run is told, and the slot holds its place in the queue's
     limits until the run frees it (or has ended without doing so)."""
+    await MODEL_SLOT.applied()  # no patch yet: branch on it once there is one
     await DBOS.run_step_async({"name": "helix.llm_slot_taken"}, _mark_running, run_id)
     await DBOS.send_async(parent_id, GRANTED, topic=_topic(GRANTED, step))
     while True:

@@ -29,6 +29,7 @@ from helix_dbos.definitions.schedule import FIRING_WORKFLOW, FiringInfo, Schedul
 from helix_dbos.errors import SessionAgentMismatchError
 from helix_dbos.orchestration.double_texting import QueuedStrategy, queued_run_id
 from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime.patches import SCHEDULED_FIRING
 from helix_dbos.runtime.process_runtime import Runtime, logger
 from helix_dbos.runtime.run_starts import RunStarts
 from helix_dbos.runtime.session_queue import SessionQueue
@@ -164,6 +165,7 @@ def install_firer(runtime: Runtime, starts: RunStarts, queue: SessionQueue) -> S
 async def scheduled_firing(scheduled_at: datetime, context: Any) -> dict[str, Any]:
     """One firing of a helix schedule (DBOS passes the firing time and the schedule's
     context, a `ScheduleSpec`); returns the firing's row."""
+    await SCHEDULED_FIRING.applied()  # no patch yet: branch on it once there is one
     if _firer is None:
         raise RuntimeError("No HelixDBOS in this process to run a scheduled firing")
     spec = ScheduleSpec.model_validate(context)
