@@ -149,6 +149,28 @@ class ExecutorIdInUseError(HelixError):
         )
 
 
+class RunOnOtherVersionError(HelixError):
+    """The run was started by an application version that no live worker executes: an
+    answer or an interrupt sent to it would be accepted and never taken. Nothing was
+    sent; the message says how to finish or end the run (docs/upgrading.md)."""
+
+    def __init__(self, run_id: str, version: str, served: list[str]) -> None:
+        serving = ", ".join(f"'{v}'" for v in served) or "none"
+        super().__init__(
+            f"Run '{run_id}' was started by application version '{version}', which no live "
+            f"worker runs (live workers run: {serving}), so nothing would ever take this. "
+            f"Start a worker of that version (HELIX_APP_VERSION={version} helix-dbos worker "
+            "... with the release that started it) and answer again, or abort its runs "
+            f"(helix-dbos abort --version {version}); see docs/upgrading.md"
+        )
+        self.run_id = run_id
+        self.version = version
+        self.served = served
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str]]]:
+        return (type(self), (self.run_id, self.version, self.served))
+
+
 class WorkerNotDeadError(HelixError):
     """`recover` refuses a worker whose heartbeat is live."""
 

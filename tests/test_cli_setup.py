@@ -145,6 +145,7 @@ def test_doctor_says_what_is_fine_and_what_to_fix(database_url, helix, tmp_path)
         "provider keys",
         "worker identity",
         "held runs",
+        "run versions",
     ]
     assert checks["held runs"]["level"] == "ok", checks["held runs"]
     # the embedded PostgreSQL has pgvector, and helix's start set it up (issue 36); a

@@ -160,3 +160,14 @@ def test_helix_workflows_declare_their_patches() -> None:
         for name in dir(patches_module)
         if isinstance(getattr(patches_module, name), WorkflowPatches)
     } == {"AGENT_RUN", "SCHEDULED_FIRING", "MODEL_SLOT"}
+
+
+def test_the_default_application_version_never_moves() -> None:
+    """DBOS recovers a run only in a process of its version: moving the default strands
+    every run in flight. Change a workflow's steps behind a patch instead."""
+    from helix_dbos.runtime.worker_process import DEFAULT_APP_VERSION  # noqa: PLC0415
+
+    assert DEFAULT_APP_VERSION == "helix-6", (
+        "Do not bump the default application version: put the change behind a named patch "
+        "(helix_dbos/runtime/patches.py, docs/upgrading.md)"
+    )

@@ -6,6 +6,7 @@ is applied once whichever way it arrives (the CLI, the inbox, DBOS.send).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import socket
@@ -19,6 +20,8 @@ from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, 
 from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import print_json
 from helix_dbos.cli.visible import escape_invisible
+from helix_dbos.errors import RunNotActiveError
+from helix_dbos.store import run_versions
 from helix_dbos.store.database import connect
 
 if TYPE_CHECKING:  # DBOSClient and SQLAlchemy load when an answer is sent, not for --help
@@ -155,13 +158,34 @@ def interrupt(
 
 
 def abort(
-    session: Session,
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[SESSION]",
+            help="The session id, or a prefix of it (or --version).",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--version",
+            metavar="VERSION",
+            help="Instead of a session: every live run started by this application version "
+            "that no live worker runs (`helix-dbos doctor` lists them).",
+        ),
+    ] = None,
     reason: Reason = None,
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
     """Cancel the session's live run, and those of the sessions below it, now; dangling
     calls get error results."""
+    if (session is None) == (version is None):
+        raise CLIError("give a SESSION, or --version VERSION (not both)")
+    if version is not None:
+        return abort_version(version, reason, json_output, database_url)
+    assert session is not None
     with remote(database_url, session) as (control, full):
         targets = control.abort(full, reason)
     return report_control(
@@ -171,6 +195,37 @@ def abort(
         targets,
         "Aborted {runs}; each session can be continued with `helix-dbos resume`.",
     )
+
+
+def abort_version(
+    version: str, reason: str | None, json_output: bool, database_url: str | None
+) -> int:
+    """Abort the runs no process will resume: live runs of `version` while no live worker
+    runs it (with each one's tree below it). Runs of a version a live worker runs are
+    left alone: abort those by session."""
+    from helix_dbos.server.remote import RemoteControl  # noqa: PLC0415 - loads DBOS
+
+    url = resolve_url(database_url)
+    with connect(url, autocommit=True) as conn:
+        stranded = run_versions.stranded_runs(conn, version)
+    why = reason or f"no live worker runs application version {version}"
+    control = RemoteControl(url, answered_by=f"{getpass.getuser()}@{socket.gethostname()} (cli)")
+    aborted: list[str] = []
+    try:
+        for run in stranded:
+            if run.run_id in aborted:  # below a session aborted already
+                continue
+            with contextlib.suppress(RunNotActiveError):  # it ended meanwhile
+                aborted += [t.run_id for t in control.abort(run.session_id, why)]
+    finally:
+        control.close()
+    if json_output:
+        print_json({"action": "aborted", "version": version, "run_ids": aborted})
+    elif aborted:
+        print(f"Aborted {len(aborted)} run(s) of version {version}: {', '.join(aborted)}.")
+    else:
+        print(f"No live run of version {version} waits without a worker.")
+    return 0
 
 
 def report_control(

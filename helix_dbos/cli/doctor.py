@@ -21,6 +21,7 @@ from rich.text import Text
 
 from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
 from helix_dbos.cli.output import plural, print_json, print_renderable
+from helix_dbos.store import run_versions
 from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
@@ -204,6 +205,43 @@ def check_held_runs(url: str) -> Check:
     )
 
 
+def check_run_versions(url: str) -> Check:
+    """Live runs started by an application version that no live worker runs: DBOS resumes
+    a workflow only in a process of its version, so nothing ever takes them up, and an
+    answer to one is refused (`RunOnOtherVersionError`)."""
+    try:
+        with connect(url, autocommit=True) as conn:
+            stranded = run_versions.stranded_runs(conn)
+    except Exception as exc:
+        return Check(
+            "run versions",
+            "warn",
+            f"cannot read them: {redact_secrets(' '.join(str(exc).split()), url)}",
+            "run `helix-dbos migrate`",
+        )
+    if not stranded:
+        return Check("run versions", "ok", "every live run's application version has a worker")
+    by_version: dict[str, list[str]] = {}
+    for run in stranded:
+        by_version.setdefault(run.version, []).append(run.run_id)
+    found = "; ".join(
+        f"{plural(len(ids), 'live run')} of version {version} ({', '.join(ids[:3])}"
+        f"{', …' if len(ids) > 3 else ''})"
+        for version, ids in by_version.items()
+    )
+    version = next(iter(by_version))
+    return Check(
+        "run versions",
+        "warn",
+        f"{found}: no live worker runs {'it' if len(by_version) == 1 else 'them'}, so "
+        "nothing resumes these runs and answers to them are refused",
+        f"finish them with a worker of that version, from the release that started them: "
+        f"`HELIX_APP_VERSION={version} helix-dbos worker --app MODULE:ATTR` (docs/upgrading.md), "
+        f"or abort them: `helix-dbos abort --version {version}`; list them with "
+        f"`helix-dbos runs --version {version}`",
+    )
+
+
 def check_app(spec: str) -> Check:
     try:
         helix = load_helix(spec)
@@ -236,6 +274,7 @@ def run_checks(database_url: str | None, app: str | None) -> list[Check]:
             check_provider_keys,
             lambda: check_worker_identity(url),
             lambda: check_held_runs(url),
+            lambda: check_run_versions(url),  # upgrades (issue 45)
         ]
     if app and database.level == "ok":
         later.append(lambda: check_app(app))

@@ -94,6 +94,15 @@ def runs(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, help="At most N runs.")] = 20,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--version",
+            metavar="VERSION",
+            help="Only runs started by this application version (only a worker of that "
+            "version resumes them; see `helix-dbos doctor`).",
+        ),
+    ] = None,
     json_output: Json = False,
     database_url: DatabaseUrl = None,
 ) -> int:
@@ -102,7 +111,11 @@ def runs(
         if session:
             session = require_session(conn, session)
         found = queries.runs_with_calls_sync(
-            conn, status=status.value if status else None, session_id=session, limit=limit
+            conn,
+            status=status.value if status else None,
+            session_id=session,
+            limit=limit,
+            version=version,
         )
         if not json_output:
             runs_short = ids.shorten(conn, "run", (r["run_id"] for r in found))

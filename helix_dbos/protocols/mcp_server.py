@@ -38,7 +38,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 from starlette.routing import Route
 
-from helix_dbos.errors import InvalidInputError, RunNotFoundError, SessionNotFoundError
+from helix_dbos.errors import (
+    HelixError,
+    InvalidInputError,
+    RunNotFoundError,
+    SessionNotFoundError,
+)
 from helix_dbos.protocols import mcp_tasks as tasks
 from helix_dbos.protocols.mcp_openapi import document_mcp
 from helix_dbos.runtime.results import PendingToolCall, RunInfo
@@ -286,9 +291,12 @@ class MCPAgentServer:
         except ValueError as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         for answer in answers:
-            await self.helix.approve(
-                run.session_id, answer.tool_call_id, answer.approved, reason=answer.reason
-            )
+            try:
+                await self.helix.approve(
+                    run.session_id, answer.tool_call_id, answer.approved, reason=answer.reason
+                )
+            except HelixError as exc:  # answered already, a run no live worker resumes, ...
+                raise MCPError(INVALID_PARAMS, str(exc)) from None
 
 
 def _principal(ctx: Ctx) -> Principal:

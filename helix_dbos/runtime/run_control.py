@@ -31,6 +31,7 @@ from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.remote_children import abort_remote_children
 from helix_dbos.runtime.run_trace import emit_run_span
+from helix_dbos.runtime.run_versions import refuse_unserved
 from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store import repository as repo
@@ -101,6 +102,7 @@ class RunControl:
             async with self.runtime.engine.begin() as conn:
                 claimed = await claim_answer(conn, session_id, tool_call_id, kind)
                 if claimed is not None:  # the usual case, one statement
+                    await refuse_unserved(conn, claimed.run_id, claimed.workflow_id)
                     await self._check_client_result(conn, claimed, payload)
                     await self._send_answer(claimed, kind, payload, conn)
                     return claimed
@@ -118,6 +120,7 @@ class RunControl:
                     raise ToolCallAlreadyAnsweredError(
                         tool_call_id, row.status if row.status != "pending" else "answered"
                     )
+                await refuse_unserved(conn, row.run_id, row.workflow_id)
                 await self._check_client_result(conn, row, payload)
                 await repo.mark_answered(conn, row.run_id, tool_call_id)
                 await self._send_answer(row, kind, payload, conn)
@@ -212,7 +215,20 @@ class RunControl:
         whose pending calls get an "Interrupted" result. Returns the run ids reached,
         the session's own first; `RunNotActiveError` when no run of the tree is live."""
         check_storable(reason=reason)
-        return await self._interrupt_runs(await self._live_tree(session_id), session_id, reason)
+        runs = await self._live_tree(session_id)
+        await self._refuse_unserved(runs)
+        return await self._interrupt_runs(runs, session_id, reason)
+
+    async def _refuse_unserved(self, runs: list[TreeRun]) -> None:
+        """An interrupt is a message a run takes at its next step: refused where no live
+        worker runs a run's version (abort() is the way to end such a run)."""
+
+        async def check() -> None:
+            async with self.runtime.engine.connect() as conn:
+                for run in runs:
+                    await refuse_unserved(conn, run.run_id, run.workflow_id)
+
+        await on_target_loop(check)
 
     async def _interrupt_runs(
         self, runs: list[TreeRun], session_id: str, reason: str | None

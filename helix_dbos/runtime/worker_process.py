@@ -44,12 +44,12 @@ from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.statement_pool import StatementPool
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 
-# Changes only when the step sequence or the checkpointed step outputs of
-# `helix.agent_run` change, so a recovering process never replays a run recorded
-# with another shape (helix-3: typed step outputs; helix-4: a sub-agent call's hooks,
-# interrupt hand-over and companion waits are steps of their own; helix-5: an approval's
-# resume transaction comes after the approved tools' steps; helix-6: that resume is a
-# write from workflow code, no step).
+# Fixed for good (issue 45): DBOS recovers a workflow only in a process of the version that
+# started it, so moving the default strands every run in flight at each upgrade (it moved
+# from helix-1 to helix-6 in development builds, before 0.1.0). A change to what a helix
+# workflow checkpoints goes behind a named patch instead (`runtime/patches.py`,
+# docs/upgrading.md); the version is the user's knob (`application_version=`,
+# HELIX_APP_VERSION). tests/test_patches.py fails if it moves.
 DEFAULT_APP_VERSION = "helix-6"
 ENGINE_APPLICATION_NAME = "helix-tx"  # SQLAlchemy's connections, in pg_stat_activity
 DBOS_POOL_MAX = 20  # DBOS's own default

@@ -228,6 +228,11 @@ class RunSummary(BaseModel):
         None, description="The root of the run's session tree (itself for a root session)"
     )
     depth: int = Field(0, description="How far below its root the run's session is")
+    app_version: str | None = Field(
+        None,
+        description="The application version that started the run's workflow: only a "
+        "worker of that version resumes it (docs/upgrading.md)",
+    )
     tool_calls: list[PendingToolCall] = Field(
         default_factory=list, description="Pending tool calls (runs waiting for a human)"
     )

@@ -35,12 +35,20 @@ def session_exists(session_id: str) -> Query:
 
 
 def list_runs(
-    *, status: str | None = None, session_id: str | None = None, limit: int = 50
+    *,
+    status: str | None = None,
+    session_id: str | None = None,
+    limit: int = 50,
+    version: str | None = None,
 ) -> Query:
     """Most recent runs first; status `waiting` means waiting for a human (waiting or paused),
-    `queued` waiting for a call slot of a limited model (docs/limits.md)."""
+    `queued` waiting for a call slot of a limited model (docs/limits.md); `version`: runs
+    started by that application version (docs/upgrading.md)."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
+    if version is not None:
+        where.append("helix.run_version(r.workflow_id) = %(version)s")
+        params["version"] = version
     if status == "waiting":
         where.append("r.status IN ('waiting', 'paused')")
     elif status == "queued":
@@ -57,7 +65,7 @@ def list_runs(
         (SESSION_TREE if session_id else "")
         + "SELECT q.*, COALESCE(s.root_session_id, s.session_id) AS root_session_id, d.depth "
         f"FROM (SELECT {_RUN_COLUMNS}, w.executor_id AS worker, w.workflow_status, "
-        "w.queue_name FROM helix.runs r "
+        "w.queue_name, helix.run_version(r.workflow_id) AS app_version FROM helix.runs r "
         f"CROSS JOIN LATERAL helix.run_worker(r.workflow_id) w {clause}"
         "ORDER BY r.started_at DESC, r.run_id LIMIT %(limit)s) q "
         f"JOIN helix.sessions s ON s.session_id = q.session_id CROSS JOIN LATERAL ({_DEPTH}) d "

@@ -33,12 +33,20 @@ def build_router(ctx: ServerContext) -> APIRouter:
         ] = None,
         session_id: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        version: Annotated[
+            str | None,
+            Query(description="Only runs started by this application version"),
+        ] = None,
     ) -> list[RunSummary]:
-        ctx.check_ids(session_id=session_id)
+        ctx.check_ids(session_id=session_id, version=version)
         await require_visible(ctx, principal, session_id)
         rows = await on_target_loop(
             lambda: queries.runs_with_calls_async(
-                helix.runtime.engine, status=status, session_id=session_id, limit=limit
+                helix.runtime.engine,
+                status=status,
+                session_id=session_id,
+                limit=limit,
+                version=version,
             )
         )
         return [RunSummary.model_validate(r) for r in await visible_rows(ctx, principal, rows)]

@@ -13,6 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from dbos import DBOSClient
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from helix_dbos.errors import (
     InvalidAnswerError,
     RunNotActiveError,
+    RunOnOtherVersionError,
     SessionNotFoundError,
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
@@ -28,6 +30,7 @@ from helix_dbos.runtime.closing import close_run
 from helix_dbos.runtime.dbos_internals import DBOSNonExistentWorkflowError
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.step_types import GateKind
+from helix_dbos.store import run_versions
 from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
 from helix_dbos.store.storable import check_storable
 
@@ -43,6 +46,15 @@ def _gone(run: Target, session_id: str) -> tuple[type[Exception], ...]:
     if run.session_id == session_id:
         return ()
     return (DBOSNonExistentWorkflowError,)
+
+
+def _refuse_unserved(conn: psycopg.Connection[Any], run_id: str, workflow_id: str) -> None:
+    """As `runtime/run_versions.refuse_unserved`: this client's DBOS tables are in the
+    database it answers in, so one statement tells."""
+    found = run_versions.run_version_sync(conn, workflow_id)
+    if found.version is not None and not found.served:
+        served = run_versions.served_versions_sync(conn)
+        raise RunOnOtherVersionError(run_id, found.version, served)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ class RemoteControl:
                 raise ToolCallAlreadyAnsweredError(
                     tool_call_id, status if status != "pending" else "answered"
                 )
+            _refuse_unserved(conn, run_id, workflow_id)
             conn.execute(
                 "UPDATE helix.tool_calls SET answered_at = now(), answered_by = %s "
                 "WHERE run_id = %s AND tool_call_id = %s",
@@ -144,6 +157,9 @@ class RemoteControl:
         for a human (durable messages). Returns them, the session's own first."""
         check_storable(reason=reason)
         runs = self.live_tree(session_id)
+        with connect(self.database_url) as conn:
+            for run in runs:
+                _refuse_unserved(conn, run.run_id, run.workflow_id)
         for run in runs:
             with contextlib.suppress(*_gone(run, session_id)):
                 self.client().send(

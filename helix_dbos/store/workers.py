@@ -342,9 +342,11 @@ def runs_held_by_dead_workers(conn: psycopg.Connection[Any]) -> list[HeldRun]:
         JOIN helix.runs r ON r.workflow_id = ws.workflow_uuid
         JOIN helix.workers w ON w.executor_id = ws.executor_id
         WHERE ws.status = 'PENDING' AND (w.state <> 'live' OR {_LAPSED})
+          AND helix.version_served(ws.application_version)  -- else: doctor's run versions
           AND NOT EXISTS (
             SELECT 1 FROM helix.workers l
             WHERE l.state = 'live' AND r.agent_name = ANY(l.agents)
+              AND l.application_version = ws.application_version
               AND l.heartbeat_at >= now() - make_interval(secs => l.lease_seconds))
         ORDER BY r.run_id
         """

@@ -1,0 +1,205 @@
+"""Runs no process will resume (issue 45): a run started by an application version that no
+live worker runs is refused an answer or an interrupt (nothing is claimed or sent), listed
+by `doctor` and `helix-dbos runs --version`, and ended by `helix-dbos abort --version`.
+
+The run here is made "of another version" as an upgrade leaves it: its DBOS workflow row
+names a version (`helix-4`) that no live worker runs, while this process runs `helix-test`.
+The release test (`test_release_upgrade.py`) starts real runs on an older release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import approval_gated_delete, pending_calls, sql
+
+from helix_dbos import RunOnOtherVersionError, tool
+from helix_dbos.server import create_app
+
+REPO = Path(__file__).resolve().parent.parent
+OLD = "helix-4"
+
+
+def calls(*items: tuple[str, str, dict]) -> dict:
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
+    }
+
+
+async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "helix_dbos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "HELIX_DATABASE_URL": database_url},
+        cwd=REPO,
+    )
+
+
+def set_version(database_url: str, run_id: str, version: str) -> None:
+    sql(
+        database_url,
+        "UPDATE dbos.workflow_status SET application_version = %s WHERE workflow_uuid = "
+        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
+        version,
+        run_id,
+    )
+
+
+def answered(database_url: str, run_id: str) -> list[tuple[str, object]]:
+    """Each call of the run and when it was claimed for an answer."""
+    return [
+        (r[0], r[1])
+        for r in sql(
+            database_url,
+            "SELECT tool_call_id, answered_at FROM helix.tool_calls WHERE run_id = %s "
+            "ORDER BY tool_call_id",
+            run_id,
+        )
+    ]
+
+
+def messages_to(database_url: str, run_id: str) -> int:
+    return sql(
+        database_url,
+        "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = "
+        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
+        run_id,
+    )[0][0]
+
+
+@tool(execute="client")
+def get_location() -> dict:
+    """Ask the user's device for its location."""
+
+
+async def test_answers_to_a_run_no_worker_runs_are_refused_then_taken_once_served(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    agent = make_agent(tools=[approval_gated_delete(ran), get_location])
+    mock_llm.add_responses(
+        calls(("d1", "delete_file", {"path": "/tmp/v"}), ("c1", "get_location", {})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "delete /tmp/v")
+    await pending_calls(helix, handle.session_id, 2)
+    set_version(database_url, handle.run_id, OLD)
+
+    # The one-statement claim (an approval) and the slower path (a client's result)
+    # refuse alike, and so do interrupt, HTTP and the CLI: nothing claimed, nothing sent.
+    with pytest.raises(RunOnOtherVersionError, match="'helix-4'.*'helix-test'") as refused:
+        await helix.approve(handle.session_id, "d1")
+    assert refused.value.version == OLD and refused.value.run_id == handle.run_id
+    assert "HELIX_APP_VERSION=helix-4" in str(refused.value)
+    assert "helix-dbos abort --version helix-4" in str(refused.value)
+    with pytest.raises(RunOnOtherVersionError):
+        await helix.submit_tool_result(handle.session_id, "c1", {"lat": 1})
+    with pytest.raises(RunOnOtherVersionError):
+        await helix.interrupt(handle.session_id)
+    app = create_app(helix, allow_unauthenticated=True)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as client:
+        response = await client.post(
+            "/submit-tool-result",
+            json={
+                "session_id": handle.session_id,
+                "tool_call_id": "d1",
+                "kind": "approval-response",
+                "approved": True,
+            },
+        )
+        assert response.status_code == 409 and "helix-4" in response.json()["detail"]
+        listed = await client.get("/runs", params={"version": OLD})
+        assert [r["run_id"] for r in listed.json()] == [handle.run_id]
+        assert listed.json()[0]["app_version"] == OLD
+    denied = await cli(database_url, "deny", handle.session_id, "d1")
+    assert denied.returncode == 2 and "application version 'helix-4'" in denied.stderr
+    interrupted = await cli(database_url, "interrupt", handle.session_id)
+    assert interrupted.returncode == 2 and "helix-4" in interrupted.stderr
+    assert answered(database_url, handle.run_id) == [("c1", None), ("d1", None)]
+    assert messages_to(database_url, handle.run_id) == 0
+
+    # Listed by version and by doctor, with the fix.
+    listed_cli = json.loads((await cli(database_url, "runs", "--version", OLD, "--json")).stdout)
+    assert [(r["run_id"], r["app_version"]) for r in listed_cli] == [(handle.run_id, OLD)]
+    doctor = await cli(database_url, "doctor", "--json")
+    check = next(c for c in json.loads(doctor.stdout) if c["name"] == "run versions")
+    assert check["level"] == "warn" and handle.run_id in check["found"]
+    assert "HELIX_APP_VERSION=helix-4 helix-dbos worker" in check["fix"]
+    assert "helix-dbos abort --version helix-4" in check["fix"]
+
+    # A worker of that version serves it again (here: this process's own version back):
+    # the answers are taken, and the tool runs once.
+    set_version(database_url, handle.run_id, "helix-test")
+    await helix.approve(handle.session_id, "d1")
+    await helix.submit_tool_result(handle.session_id, "c1", {"lat": 1})
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/tmp/v"]
+    doctor = await cli(database_url, "doctor", "--json")
+    check = next(c for c in json.loads(doctor.stdout) if c["name"] == "run versions")
+    assert handle.run_id not in check["found"]
+
+
+async def test_abort_by_version_ends_only_the_runs_no_worker_runs(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    agent = make_agent(tools=[approval_gated_delete(ran)])
+    mock_llm.add_responses(  # in the order the two runs ask
+        calls(("da", "delete_file", {"path": "/tmp/a"})),
+        calls(("db", "delete_file", {"path": "/tmp/b"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    stranded = await helix.execute(agent, "delete /tmp/a")
+    await pending_calls(helix, stranded.session_id)
+    served = await helix.execute(agent, "delete /tmp/b")
+    await pending_calls(helix, served.session_id)
+    set_version(database_url, stranded.run_id, OLD)
+
+    # A version a live worker runs: nothing to abort by version.
+    none = await cli(database_url, "abort", "--version", "helix-test", "--json")
+    assert json.loads(none.stdout)["run_ids"] == []
+    both = await cli(database_url, "abort", stranded.session_id, "--version", OLD)
+    assert both.returncode == 2 and "not both" in both.stderr
+
+    aborted = await cli(database_url, "abort", "--version", OLD, "--json")
+    assert aborted.returncode == 0, aborted.stderr
+    assert json.loads(aborted.stdout) == {
+        "action": "aborted",
+        "version": OLD,
+        "run_ids": [stranded.run_id],
+    }
+    assert sql(
+        database_url, "SELECT status, error FROM helix.runs WHERE run_id = %s", stranded.run_id
+    ) == [("aborted", "Run aborted: no live worker runs application version helix-4")]
+    assert sql(
+        database_url,
+        "SELECT status FROM dbos.workflow_status WHERE workflow_uuid = "
+        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
+        stranded.run_id,
+    ) == [("CANCELLED",)]
+    # The call got its result, so the session can be continued.
+    assert sql(
+        database_url,
+        "SELECT status FROM helix.tool_calls WHERE run_id = %s",
+        stranded.run_id,
+    ) != [("pending",)]
+
+    await helix.approve(served.session_id, "db")
+    assert (await asyncio.wait_for(served.result(), 60)).status == "completed"
+    assert ran == ["/tmp/b"]
