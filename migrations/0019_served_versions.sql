@@ -5,18 +5,23 @@
 -- other answers refuse it instead (`RunOnOtherVersionError`). With no live worker at all
 -- (a restart, a fleet that is down) every version counts as served: the answer is kept
 -- for the worker that comes back, as before. NULL (no version recorded) is served too.
--- A live worker executes runs and holds a lease that has not lapsed.
+
+-- A live worker executes runs and heartbeats: it renewed its lease within two heartbeats
+-- and half a second (`store/workers.heartbeat_seconds`), so a worker killed a moment ago
+-- does not count while its lease runs out.
+CREATE OR REPLACE FUNCTION helix.worker_heartbeats(w helix.workers) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT w.executes_runs AND w.state = 'live'
+       AND w.heartbeat_at >= now() - make_interval(secs => LEAST(w.lease_seconds,
+               2 * GREATEST(LEAST(w.lease_seconds / 5, 1.0), 0.05) + 0.5))
+$$;
+
 CREATE OR REPLACE FUNCTION helix.version_served(version text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT version IS NULL
-        OR EXISTS (
-            SELECT 1 FROM helix.workers w
-            WHERE w.application_version = version AND w.executes_runs AND w.state = 'live'
-              AND w.heartbeat_at >= now() - make_interval(secs => w.lease_seconds))
-        OR NOT EXISTS (
-            SELECT 1 FROM helix.workers w
-            WHERE w.executes_runs AND w.state = 'live'
-              AND w.heartbeat_at >= now() - make_interval(secs => w.lease_seconds))
+        OR EXISTS (SELECT 1 FROM helix.workers w
+                   WHERE w.application_version = version AND helix.worker_heartbeats(w))
+        OR NOT EXISTS (SELECT 1 FROM helix.workers w WHERE helix.worker_heartbeats(w))
 $$;
 
 -- The application version that started a run's workflow (DBOS's row; NULL while the dbos

@@ -56,10 +56,10 @@ def check_dbos() -> Check:
     try:
         version = importlib.metadata.version("dbos")
     except importlib.metadata.PackageNotFoundError:
-        return Check("dbos", "fail", "not installed", "pip install 'dbos>=3.4,<4'")
+        return Check("dbos", "fail", "not installed", "pip install 'dbos>=3.4,<3.5'")
     major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if not (3, 4) <= major_minor < (4, 0):
-        return Check("dbos", "fail", version, "pip install 'dbos>=3.4,<4'")
+    if not (3, 4) <= major_minor < (3, 5):  # pyproject's pin: the versions read
+        return Check("dbos", "fail", version, "pip install 'dbos>=3.4,<3.5'")
     return Check("dbos", "ok", f"DBOS Transact {version}")
 
 

@@ -4,8 +4,8 @@ DBOS recovers a workflow only in a process of the application version that start
 A run started by a version that no live worker runs any more (an upgrade that changed the
 version, a fleet that was drained) waits forever: answers to it are refused instead of
 accepted in silence, and `doctor` and `helix-dbos runs --version` list such runs.
-Which versions are served is `helix.version_served` (migration 0019): a live worker that
-executes runs, with a lease that has not lapsed.
+Which versions are served is `helix.version_served` (migration 0019): a worker that
+executes runs and heartbeats; with no such worker at all, every version is.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import psycopg
 
 SERVED_VERSIONS = (
     "SELECT DISTINCT application_version FROM helix.workers w "
-    "WHERE w.executes_runs AND w.state = 'live' "
-    "AND w.heartbeat_at >= now() - make_interval(secs => w.lease_seconds) "
-    "ORDER BY application_version"
+    "WHERE helix.worker_heartbeats(w) ORDER BY application_version"
 )
 _RUN_VERSION = (
     "SELECT v.version, helix.version_served(v.version) "
