@@ -203,3 +203,38 @@ async def test_abort_by_version_ends_only_the_runs_no_worker_runs(
     await helix.approve(served.session_id, "db")
     assert (await asyncio.wait_for(served.result(), 60)).status == "completed"
     assert ran == ["/tmp/b"]
+
+
+async def test_a_message_is_not_stored_behind_a_run_no_worker_runs(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+    agent = make_agent(tools=[approval_gated_delete(ran)])
+    mock_llm.add_responses(
+        calls(("d1", "delete_file", {"path": "/tmp/q"})),
+        {"type": "text", "content": "next turn"},
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "delete /tmp/q")
+    await pending_calls(helix, handle.session_id)
+    set_version(database_url, handle.run_id, OLD)
+    # Queued behind it (enqueue, interrupt, steer), a message would wait forever.
+    for strategy in ("enqueue", "interrupt", "steer"):
+        with pytest.raises(RunOnOtherVersionError, match="helix-4"):
+            await helix.execute(
+                agent, "more", session_id=handle.session_id, multitask_strategy=strategy
+            )
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM helix.queued_messages WHERE session_id = %s",
+        handle.session_id,
+    ) == [(0,)]
+    # A rollback aborts that run, whatever its version, and the message starts at once.
+    second = await helix.execute(
+        agent, "more", session_id=handle.session_id, multitask_strategy="rollback"
+    )
+    result = await asyncio.wait_for(second.result(), 60)
+    assert result.status == "completed" and ran == []
+    assert sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", handle.run_id) == [
+        ("aborted",)
+    ]

@@ -52,6 +52,7 @@ from helix_dbos.runtime.handle import RunHandle, RunReader
 from helix_dbos.runtime.process_runtime import Runtime, logger
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.runtime.run_opening import workflow_id
+from helix_dbos.runtime.run_versions import refuse_unserved
 from helix_dbos.store import repository as repo
 from helix_dbos.store import session_queue as store
 from helix_dbos.store.session_queue import QueuedMessage
@@ -182,6 +183,11 @@ class SessionQueue:
                 live = found.live_run_id is not None
                 if on_arrival(strategy, live=live, others_waiting=found.others_waiting) != "store":
                     return None
+                # Stored behind a run no worker will resume, it would wait forever (a
+                # rollback aborts that run, which works whatever its version).
+                target, workflow = found.live_run_id, found.live_workflow_id
+                if target and workflow and action_on_live_run(strategy) != "abort":
+                    await refuse_unserved(conn, target, workflow)
                 stored = await store.insert_message(
                     conn,
                     message_id=message_id,
