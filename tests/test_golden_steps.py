@@ -1,0 +1,362 @@
+"""Golden step sequences (issue 45): each helix workflow, in each scenario below, records
+the operations its fixture in tests/golden/ lists, in that order.
+
+A run in flight is replayed after an upgrade against what it recorded; a change here
+without a named patch strands it. On a mismatch the failure says what to do; after
+putting a change behind a patch, regenerate with `HELIX_UPDATE_GOLDEN=1 pytest
+tests/test_golden_steps.py` and commit the fixtures with the change.
+
+Each scenario runs fresh on the session's HelixDBOS (the LLM scripted per agent); the
+recorder walks the workflow tree from the scenario's roots (children in the order their
+parent recorded them), and names per test (agents, tools) are replaced by roles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from dbos import DBOS
+from golden_steps import check, record
+from helpers import approval_gated_delete, pending_calls, sql, wait_for
+from live_server import serve
+from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
+
+from helix_dbos import (
+    Agent,
+    AgentHooks,
+    HelixDBOS,
+    LLMConfig,
+    MockLLM,
+    PersistentAgent,
+    remote_sub_agent_tool,
+    sub_agent_tool,
+    tool,
+)
+from helix_dbos.runtime import model_limits
+from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.server import create_app
+
+SLOT_MODEL = "mock:golden-slot"
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "tool_calls",
+        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
+    }
+
+
+def text(content: str) -> dict[str, Any]:
+    return {"type": "text", "content": content}
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Completes at once."""
+    return f"about {topic}"
+
+
+class Gate:
+    """A tool that holds its run live until released."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+        @tool
+        def gate() -> str:
+            """Wait until released."""
+            self.entered.set()
+            self.release.wait(60)
+            return "opened"
+
+        self.tool = gate
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30), "the run never reached its gate"
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    g = Gate()
+    yield g
+    g.release.set()
+
+
+def workflow_of(database_url: str, run_id: str) -> str:
+    [(workflow_id,)] = sql(
+        database_url, "SELECT workflow_id FROM helix.runs WHERE run_id = %s", run_id
+    )
+    return str(workflow_id)
+
+
+def roles(*agents: Agent, **more: str) -> dict[str, str]:
+    """Per-test names -> roles: agents by their order (agent, child, ...) unless named."""
+    default = ["agent", "child", "grandchild"]
+    found = {a.name: default[i] for i, a in enumerate(agents)}
+    return found | {v: k for k, v in more.items()}
+
+
+async def test_plain_run(helix, make_agent, mock_llm, database_url):
+    agent = make_agent()
+    mock_llm.add_responses(text("hello"), agent=agent.name)
+    result = await (await helix.execute(agent, "hi")).result()
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("plain_run", await record(database_url, roots, roles(agent)))
+
+
+async def test_tool_run(helix, make_agent, mock_llm, database_url):
+    agent = make_agent(tools=[lookup])
+    mock_llm.add_responses(
+        calls(("t1", "lookup", {"topic": "owls"}), ("t2", "lookup", {"topic": "bats"})),
+        text("done"),
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "look up")).result()
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("tool_run", await record(database_url, roots, roles(agent)))
+
+
+def _gated(make_agent: Callable[..., Agent], mock_llm: MockLLM, ran: list[str]) -> Agent:
+    agent = make_agent(tools=[approval_gated_delete(ran)])
+    mock_llm.add_responses(
+        calls(("d1", "delete_file", {"path": "/tmp/x"})), text("done"), agent=agent.name
+    )
+    return agent
+
+
+async def test_approval_answered(helix, make_agent, mock_llm, database_url):
+    ran: list[str] = []
+    agent = _gated(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await pending_calls(helix, handle.session_id)
+    await helix.approve(handle.session_id, "d1")
+    assert (await handle.result()).status == "completed" and ran == ["/tmp/x"]
+    roots = {"run": workflow_of(database_url, handle.run_id)}
+    check("approval_answered", await record(database_url, roots, roles(agent)))
+
+
+async def test_parked_wait_resumed(helix: HelixDBOS, make_agent, mock_llm, database_url):
+    ran: list[str] = []
+    agent = _gated(make_agent, mock_llm, ran)
+    parking = helix.runtime.parking
+    parked = parking.parked_total
+    handle = await helix.execute(agent, "delete it")
+    await pending_calls(helix, handle.session_id)
+    for _ in range(600):
+        if parking.in_memory >= 1:
+            break
+        await asyncio.sleep(0.05)
+    assert parking.park_all() >= 1 and parking.parked_total > parked
+    await asyncio.sleep(0.2)  # its task ends
+    await helix.approve(handle.session_id, "d1")
+    assert (await handle.result()).status == "completed" and ran == ["/tmp/x"]
+    roots = {"run": workflow_of(database_url, handle.run_id)}
+    check("parked_wait_resumed", await record(database_url, roots, roles(agent)))
+
+
+async def test_sub_agent_call(helix, make_agent, mock_llm, database_url):
+    child = make_agent(tools=[lookup])
+    parent = make_agent(tools=[sub_agent_tool(child)])
+    mock_llm.add_responses(
+        calls(("s1", f"subagent__{child.name}", {"message": "owls"})),
+        text("parent done"),
+        agent=parent.name,
+    )
+    mock_llm.add_responses(
+        calls(("l1", "lookup", {"topic": "owls"})), text("child done"), agent=child.name
+    )
+    result = await (await helix.execute(parent, "delegate")).result()
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("sub_agent_call", await record(database_url, roots, roles(parent, child)))
+
+
+async def test_companion(helix, make_agent, mock_llm, database_url):
+    critic = make_agent()
+    writer = make_agent(persistent_agents=[PersistentAgent(critic)])
+    mock_llm.add_responses(
+        calls(("c1", "companion__spawnAgent", {"agentType": critic.name, "message": "draft 1"})),
+        calls(("c2", "companion__sendMessage", {"name": f"{critic.name}-1", "message": "draft 2"})),
+        text("published"),
+        agent=writer.name,
+    )
+    mock_llm.add_responses(text("too long"), text("better"), agent=critic.name)
+    result = await (await helix.execute(writer, "write")).result()
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("companion", await record(database_url, roots, roles(writer, critic)))
+
+
+async def test_remote_child(helix, make_agent, mock_llm, database_url):
+    worker = make_agent(tools=[lookup])
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        lead = make_agent(tools=[remote_sub_agent_tool(url, worker.name, auth=None, name="remote")])
+        mock_llm.add_responses(
+            calls(("r1", "subagent__remote", {"message": "owls"})),
+            text("lead done"),
+            agent=lead.name,
+        )
+        mock_llm.add_responses(
+            calls(("l1", "lookup", {"topic": "owls"})), text("worker done"), agent=worker.name
+        )
+        result = await (await helix.execute(lead, "delegate")).result()
+    assert result.status == "completed", result.error
+    [(remote_run,)] = sql(
+        database_url,
+        "SELECT remote_run_id FROM helix.remote_children WHERE parent_session_id = %s",
+        result.session_id,
+    )
+    roots = {
+        "run": workflow_of(database_url, result.run_id),
+        "remote": workflow_of(database_url, remote_run),
+    }
+    check("remote_child", await record(database_url, roots, roles(lead, worker)))
+
+
+async def test_scheduled_firing(helix, make_agent, mock_llm, database_url):
+    agent = make_agent()
+    mock_llm.add_responses(text("tock"), agent=agent.name)
+    name = f"{agent.name}-golden"
+    await helix.schedule(agent, "0 0 1 1 *", input="tick", name=name)  # fires only when told
+    try:
+        firing_id = await helix.trigger_schedule(name)
+        wait_for(
+            lambda: (
+                sql(
+                    database_url,
+                    "SELECT r.status FROM helix.schedule_firings f JOIN helix.runs r USING (run_id) "
+                    "WHERE f.firing_id = %s",
+                    firing_id,
+                )
+                == [("completed",)]
+            )
+        )
+    finally:
+        await helix.delete_schedule(name)
+    roots = {"firing": firing_id}
+    check("scheduled_firing", await record(database_url, roots, roles(agent, schedule=name)))
+
+
+@pytest.fixture
+def slot_queue(helix: HelixDBOS) -> Iterator[None]:
+    """The model queue goes with the test (the session's process would poll it)."""
+    yield
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
+        thread.submit(DBOS.delete_queue, model_limits.model_queue(SLOT_MODEL)).result()
+
+
+async def test_model_slot_wait(helix, make_agent, mock_llm, database_url, slot_queue):
+    entered, release = threading.Event(), threading.Event()
+
+    async def hold(event: Any) -> None:  # the first run's call holds the only slot
+        if event.context.run_id == first.run_id:
+            entered.set()
+            await asyncio.to_thread(release.wait, 60)
+
+    agent = make_agent(
+        llm=LLMConfig(model=SLOT_MODEL, max_concurrent=1), hooks=AgentHooks(before_llm_call=hold)
+    )
+    mock_llm.add_responses(text("one"), text("two"), agent=agent.name)
+    first = await helix.execute(agent, "first")
+    await asyncio.to_thread(entered.wait, 60)
+    second = await helix.execute(agent, "second")
+    wait_for(
+        lambda: (
+            sql(database_url, "SELECT queued_for FROM helix.runs WHERE run_id = %s", second.run_id)
+            == [(model_limits.model_queue(SLOT_MODEL),)]
+        )
+    )
+    release.set()
+    assert [(await h.result()).status for h in (first, second)] == ["completed"] * 2
+    roots = {"waited": workflow_of(database_url, second.run_id)}
+    check("model_slot_wait", await record(database_url, roots, roles(agent)))
+
+
+async def test_queued_double_text(helix, make_agent, mock_llm, database_url, gate):
+    agent = make_agent(tools=[gate.tool])
+    mock_llm.add_responses(
+        calls(("g", "gate", {})), text("first done"), text("second done"), agent=agent.name
+    )
+    first = await helix.execute(agent, "hold")
+    await gate.wait_entered()
+    second = await helix.execute(
+        agent, "two", session_id=first.session_id, multitask_strategy="enqueue"
+    )
+    assert isinstance(second, QueuedRunHandle)
+    gate.release.set()
+    assert [(await h.result()).status for h in (first, second)] == ["completed"] * 2
+    roots = {"run": workflow_of(database_url, first.run_id), "queued": second.workflow_id}
+    check("queued_double_text", await record(database_url, roots, roles(agent)))
+
+
+async def test_interrupt(helix, make_agent, mock_llm, database_url, gate):
+    agent = make_agent(tools=[gate.tool])
+    mock_llm.add_responses(calls(("g", "gate", {})), text("never"), agent=agent.name)
+    handle = await helix.execute(agent, "hold")
+    await gate.wait_entered()
+    await helix.interrupt(handle.session_id, reason="stop")
+    gate.release.set()
+    assert (await handle.result()).status == "interrupted"
+    roots = {"run": workflow_of(database_url, handle.run_id)}
+    check("interrupt", await record(database_url, roots, roles(agent)))
+
+
+async def _in_its_wait(database_url: str, workflow_id: str) -> None:
+    """Until the run has recorded an operation after the one that stored its pending call
+    (its `recv` records its deadline before it waits): an abort sooner would cut the
+    sequence at a point that depends on timing. Gives up after 10 s, and the comparison
+    shows what was recorded."""
+    for _ in range(200):
+        names = [
+            r[0]
+            for r in sql(
+                database_url,
+                "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s "
+                "ORDER BY function_id",
+                workflow_id,
+            )
+        ]
+        if "helix.suspend" in names and names[-1] != "helix.suspend":
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_abort_while_waiting(helix, make_agent, mock_llm, database_url):
+    ran: list[str] = []
+    agent = _gated(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await pending_calls(helix, handle.session_id)
+    await _in_its_wait(database_url, workflow_of(database_url, handle.run_id))
+    await helix.abort(handle.session_id, reason="stop")
+    assert (await handle.result()).status == "aborted" and ran == []
+    roots = {"run": workflow_of(database_url, handle.run_id)}
+    check("abort_while_waiting", await record(database_url, roots, roles(agent)))
+
+
+def test_a_changed_sequence_fails_with_the_fix(tmp_path, monkeypatch):
+    """The failure names the fix: a patch, the old branch kept, the regeneration."""
+    import golden_steps  # noqa: PLC0415
+
+    monkeypatch.setattr(golden_steps, "GOLDEN_DIR", tmp_path)
+    monkeypatch.delenv(golden_steps.UPDATE_ENV, raising=False)
+    old = [golden_steps.RecordedWorkflow("run", "helix.agent_run", ["helix.llm", "a"])]
+    new = [golden_steps.RecordedWorkflow("run", "helix.agent_run", ["helix.llm", "b", "a"])]
+    (tmp_path / "s.json").write_text(
+        json.dumps({"scenario": "s", "workflows": [vars(w) for w in old]})
+    )
+    check("s", old)
+    with pytest.raises(AssertionError) as failed:
+        check("s", new)
+    message = str(failed.value)
+    assert "step sequence of scenario 's' changed" in message
+    assert "named patch" in message and "docs/upgrading.md" in message
+    assert "keep the old branch" in message and "HELIX_UPDATE_GOLDEN=1" in message
