@@ -19,16 +19,17 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 
 import pytest
-from helpers import skip_or_fail_in_ci, sql, wait_for
+from helpers import sql, wait_for
+from release_code import Interpreter, PreviousRelease, previous_code
 
 REPO = Path(__file__).resolve().parent.parent
-OLD_COMMIT = "b962e8e"  # main of 2026-11-25, DEFAULT_APP_VERSION "helix-4"
+OLD_COMMIT = (
+    "b962e8e7f764f65530f4ae1245165edc4993474e"  # main of 2026-11-25, DEFAULT_APP_VERSION "helix-4"
+)
 OLD_VERSION = "helix-4"
 
 APP = '''
@@ -80,19 +81,9 @@ pytestmark = pytest.mark.crash
 
 
 @pytest.fixture
-def old_code(tmp_path: Path) -> Path:
-    """The old build's package, from the git history."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", OLD_COMMIT, "helix_dbos", "migrations"],
-        cwd=REPO,
-        capture_output=True,
-    )
-    if archive.returncode != 0:
-        skip_or_fail_in_ci(f"the git history has no {OLD_COMMIT}: {archive.stderr.decode()}")
-    dest = tmp_path / "old"
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
+def old_code(tmp_path: Path) -> Interpreter:
+    """The old build, from the git history, and the interpreter that runs it."""
+    return previous_code(PreviousRelease(OLD_COMMIT, OLD_VERSION), tmp_path / "old")
 
 
 @pytest.fixture
@@ -104,10 +95,12 @@ def app_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def env_for(database_url: str, app_dir: Path, code: Path | None, **extra: str) -> dict[str, str]:
-    """A process of the old build (`code`: its package first on the path) or of this one."""
+def env_for(
+    database_url: str, app_dir: Path, code: Interpreter | None, **extra: str
+) -> dict[str, str]:
+    """A process of the old build (`code`) or of this one."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    path = [str(app_dir)] + ([str(code)] if code is not None else [str(REPO)])
+    path = [str(app_dir), (code.path if code is not None else None) or str(REPO)]
     return {
         **base,
         "PYTHONPATH": os.pathsep.join(path),
@@ -128,11 +121,13 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def spawn(
-    processes: list[subprocess.Popen[str]], args: list[str], env: dict[str, str], cwd: Path
+    processes: list[subprocess.Popen[str]],
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    python: str = sys.executable,
 ) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([python, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, text=True)
     processes.append(proc)
     return proc
 
@@ -163,7 +158,7 @@ def live_worker(database_url: str, proc: subprocess.Popen[str], version: str) ->
 
 def test_a_run_two_versions_back_is_refused_listed_and_finished_by_its_fix(
     empty_database_url: str,
-    old_code: Path,
+    old_code: Interpreter,
     app_dir: Path,
     processes: list[subprocess.Popen[str]],
 ) -> None:
@@ -172,7 +167,7 @@ def test_a_run_two_versions_back_is_refused_listed_and_finished_by_its_fix(
     new_env = env_for(url, app_dir, None)
 
     # 1. Two runs wait for an approval on the old build; the process dies.
-    old = spawn(processes, ["start.py", "first", "second"], old_env, app_dir)
+    old = spawn(processes, ["start.py", "first", "second"], old_env, app_dir, old_code.python)
     assert old.stdout is not None
     first = json.loads(old.stdout.readline())
     second = json.loads(old.stdout.readline())
@@ -222,6 +217,7 @@ def test_a_run_two_versions_back_is_refused_listed_and_finished_by_its_fix(
         ["-m", "helix_dbos.cli", "worker", "--app", "upgrade_app:helix"],
         {**old_env, "HELIX_APP_VERSION": OLD_VERSION},
         app_dir,
+        old_code.python,
     )
     live_worker(url, old_worker, OLD_VERSION)
     approved = cli(new_env, app_dir, "approve", first["session_id"], "d1")
