@@ -125,3 +125,38 @@ def lines(markers: Path, name: str) -> list[str]:
     """The lines of a crash app's marker file (none yet: [])."""
     path = markers / name
     return path.read_text().splitlines() if path.exists() else []
+
+
+def set_version(database_url: str, run_id: str, version: str) -> None:
+    """Make the run's DBOS workflow one of `version` (as an upgrade leaves a run: a
+    version no live worker runs unless it is this process's own)."""
+    sql(
+        database_url,
+        "UPDATE dbos.workflow_status SET application_version = %s WHERE workflow_uuid = "
+        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
+        version,
+        run_id,
+    )
+
+
+def answered(database_url: str, run_id: str) -> list[tuple[str, object]]:
+    """Each call of the run and when it was claimed for an answer."""
+    return [
+        (r[0], r[1])
+        for r in sql(
+            database_url,
+            "SELECT tool_call_id, answered_at FROM helix.tool_calls WHERE run_id = %s "
+            "ORDER BY tool_call_id",
+            run_id,
+        )
+    ]
+
+
+def messages_to(database_url: str, run_id: str) -> int:
+    """How many DBOS messages wait for the run's workflow."""
+    return sql(
+        database_url,
+        "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = "
+        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
+        run_id,
+    )[0][0]

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import approval_gated_delete, pending_calls, sql
+from helpers import (
+    answered,
+    approval_gated_delete,
+    messages_to,
+    pending_calls,
+    set_version,
+    sql,
+)
 
 from helix_dbos import RunOnOtherVersionError, tool
 from helix_dbos.server import create_app
@@ -45,38 +52,6 @@ async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]
         env={**env, "HELIX_DATABASE_URL": database_url},
         cwd=REPO,
     )
-
-
-def set_version(database_url: str, run_id: str, version: str) -> None:
-    sql(
-        database_url,
-        "UPDATE dbos.workflow_status SET application_version = %s WHERE workflow_uuid = "
-        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
-        version,
-        run_id,
-    )
-
-
-def answered(database_url: str, run_id: str) -> list[tuple[str, object]]:
-    """Each call of the run and when it was claimed for an answer."""
-    return [
-        (r[0], r[1])
-        for r in sql(
-            database_url,
-            "SELECT tool_call_id, answered_at FROM helix.tool_calls WHERE run_id = %s "
-            "ORDER BY tool_call_id",
-            run_id,
-        )
-    ]
-
-
-def messages_to(database_url: str, run_id: str) -> int:
-    return sql(
-        database_url,
-        "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = "
-        "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
-        run_id,
-    )[0][0]
 
 
 @tool(execute="client")
