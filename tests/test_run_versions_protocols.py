@@ -11,35 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
-from a2a.client import ClientConfig
-from a2a.client.client_factory import ClientFactory
-from a2a.helpers import new_data_part
-from a2a.types import CancelTaskRequest, Message, Role, SendMessageRequest, TaskState
+from a2a.types import CancelTaskRequest, SendMessageRequest, TaskState
 from a2a.utils.errors import UnsupportedOperationError
 from helpers import answered, approval_gated_delete, messages_to, pending_calls, set_version
 from live_server import serve
+from mcp.shared.exceptions import MCPError
+from test_a2a import a2a, user_message
+from test_mcp_server import session as mcp_session
 
 from helix_dbos import AsyncHelixClient, HelixClient, RunHandle, tool
-from helix_dbos.client.errors import ConflictError
-from helix_dbos.server import create_app
-
-pytest.importorskip("mcp")
-
-import httpx2
-import mcp_types as types
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-
 from helix_dbos import MCPTasks as tc
-from helix_dbos.protocols.mcp_tasks import SESSION_PREFIX, TASKS_EXTENSION
+from helix_dbos.client.errors import ConflictError
+from helix_dbos.protocols.mcp_tasks import SESSION_PREFIX
+from helix_dbos.server import create_app
 
 OLD, OURS = "helix-4", "helix-test"
 
@@ -118,25 +109,8 @@ def refused_409(response: httpx.Response, field: str = "detail") -> None:
 # --- A2A -------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def a2a_client(url: str, *, streaming: bool = False) -> AsyncIterator[Any]:
-    async with httpx.AsyncClient(timeout=60) as http:
-        factory = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http))
-        client = await factory.create_from_url(url)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
 def a2a_answer(run: Stranded, data: dict[str, Any]) -> SendMessageRequest:
-    message = Message(
-        message_id=uuid.uuid4().hex,
-        role=Role.ROLE_USER,
-        parts=[new_data_part(data)],
-        task_id=run.handle.run_id,
-        context_id=run.handle.session_id,
-    )
+    message = user_message(data, task_id=run.handle.run_id, context_id=run.handle.session_id)
     return SendMessageRequest(message=message)
 
 
@@ -144,16 +118,16 @@ async def test_a2a_refuses_with_a_json_rpc_error_then_answers(strand, base_url):
     run = await strand()
     approval = {"tool_call_id": "d1", "approved": True}
     location = {"tool_call_id": "c1", "result": {"lat": 1}}
-    async with a2a_client(f"{base_url}/a2a/{run.agent}") as client:
+    async with a2a(f"{base_url}/a2a/{run.agent}", streaming=False) as client:
         for answer in (approval, location):
             with pytest.raises(UnsupportedOperationError, match=f"version '{OLD}'"):
                 [_ async for _ in client.send_message(a2a_answer(run, answer))]
         run.untouched()
-    async with a2a_client(f"{base_url}/a2a/{run.agent}", streaming=True) as streaming:
+    async with a2a(f"{base_url}/a2a/{run.agent}", streaming=True) as streaming:
         with pytest.raises(UnsupportedOperationError, match=f"version '{OLD}'"):
             [_ async for _ in streaming.send_message(a2a_answer(run, approval))]
     run.untouched()
-    async with a2a_client(f"{base_url}/a2a/{run.agent}") as client:
+    async with a2a(f"{base_url}/a2a/{run.agent}", streaming=False) as client:
         # The raw JSON-RPC answer: an error object (not an internal error) with the message.
         rpc = {
             "jsonrpc": "2.0",
@@ -185,7 +159,7 @@ async def test_a2a_refuses_with_a_json_rpc_error_then_answers(strand, base_url):
 
 async def test_a2a_cancels_a_task_no_worker_resumes(strand, base_url, database_url):
     run = await strand(client_tool=False)
-    async with a2a_client(f"{base_url}/a2a/{run.agent}") as client:
+    async with a2a(f"{base_url}/a2a/{run.agent}", streaming=False) as client:
         canceled = await client.cancel_task(CancelTaskRequest(id=run.handle.run_id))
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED  # the fix the error names
     assert run.ran == []
@@ -194,26 +168,13 @@ async def test_a2a_cancels_a_task_no_worker_resumes(strand, base_url, database_u
 # --- MCP tasks -------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def mcp_session(url: str) -> AsyncIterator[ClientSession]:
-    async with (
-        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(
-            read, write, extensions={TASKS_EXTENSION: {}}, result_claims=tc.session_claims()
-        ) as session,
-    ):
-        await session.discover()
-        yield session
-
-
 async def test_mcp_refuses_with_an_invalid_params_error_then_answers(strand, base_url):
     run = await strand(client_tool=False, session_id=f"{SESSION_PREFIX}{uuid.uuid4().hex}")
     accept = {"d1": {"action": "accept", "content": {"approved": True}}}
-    async with mcp_session(f"{base_url}/mcp") as session:
+    async with mcp_session(f"{base_url}/mcp") as mcp:
         # tasks/update, and a tools/call retry that carries the answer (requestState).
         with pytest.raises(MCPError, match=f"version '{OLD}'") as refused:
-            await tc.update(session, run.handle.run_id, accept)
+            await tc.update(mcp, run.handle.run_id, accept)
         assert refused.value.code == types.INVALID_PARAMS
         retry = types.CallToolRequest(
             params=types.CallToolRequestParams(
@@ -224,12 +185,12 @@ async def test_mcp_refuses_with_an_invalid_params_error_then_answers(strand, bas
             )
         )
         with pytest.raises(MCPError, match=f"version '{OLD}'") as refused:
-            await session.send_request(retry, types.CallToolResult)
+            await mcp.send_request(retry, types.CallToolResult)
         assert refused.value.code == types.INVALID_PARAMS
         run.untouched()
 
         run.served_again()
-        await tc.update(session, run.handle.run_id, accept)
+        await tc.update(mcp, run.handle.run_id, accept)
     await run.completes_once()
 
 
