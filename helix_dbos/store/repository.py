@@ -511,15 +511,17 @@ async def insert_chunks(
     step: int | None,
     chunks: Sequence[tuple[str, str, Any]],
     *,
-    durable: bool = True,
+    owner: Owner | None = None,
 ) -> None:
     """Insert (chunk_key, type, payload) rows at the session's next sequence numbers.
 
     The counter lives on the session row, so allocation locks it until commit and
     chunks of a session commit in sequence order; NOTIFY wakes live readers then.
-    One statement for the whole batch. `durable=False` (live progress: text deltas,
-    tool starts) commits without waiting for the WAL flush: a database crash may lose
-    the last such chunks, never a message, a state change or a usage row.
+    One statement for the whole batch. Its commit waits for the WAL flush, live chunks'
+    too: a chunk is visible the moment it commits, so one a crash could lose would
+    have its seq handed to another chunk, which a reader resuming after that seq never
+    sees (issue 46). With `owner`, an execution that lost the run's workflow writes
+    nothing (`OWNED`).
     """
     if not chunks:
         return
@@ -528,10 +530,10 @@ async def insert_chunks(
             "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk "
             "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
             f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-            "SELECT pg_notify('helix_chunks', :sid)"
-            + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+            f"SELECT pg_notify('helix_chunks', :sid), {OWNED}"
         ),
         {
+            **owner_params(owner),
             "sid": session_id,
             "nchunk": len(chunks),
             "chunks": _chunk_records(chunks),
@@ -693,7 +695,6 @@ async def commit_step_rows(
     usage: Sequence[UsageRecord],
     chunks: Sequence[tuple[str, str, Any]],
     head_messages: int = 0,
-    durable: bool = True,
     workflow_id: str | None = None,
     owner: Owner | None = None,
 ) -> StepWrite:
@@ -704,9 +705,9 @@ async def commit_step_rows(
     and writes nothing. The first `head_messages` messages are the step's head, skipped
     when `commit_step_head` wrote them already (usage and chunks are keyed by
     themselves). With `workflow_id`, the same round trip also answers
-    whether an interrupt is pending and the state, for the LLM step that writes. `durable=False` does not wait
-    for the WAL flush: only for a caller whose own durable commit follows on the same
-    connection (a DBOS checkpoint does not count: see `runtime/commit.py`).
+    whether an interrupt is pending and the state, for the LLM step that writes. Its
+    commit waits for the WAL flush: its chunks are visible once it commits, and a seq a
+    reader saw must never be handed out again (see `insert_chunks`).
     """
     params = _step_params(
         session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages
@@ -736,8 +737,7 @@ async def commit_step_rows(
                 "bool_or(claim.with_head), "
                 "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
                 f"('running', 'waiting', 'paused'), {OWNED}, {STEER_PENDING}"
-                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
-                + " FROM claim"
+                " FROM claim"
             ),
             params,
         )
@@ -762,7 +762,6 @@ async def commit_step_head(
     step: int,
     messages: Sequence[Message],
     usage: Sequence[UsageRecord],
-    durable: bool = True,
     owner: Owner | None = None,
 ) -> bool:
     """Write a step's head (the model's message, its LLM usage) before the rest of the
@@ -781,9 +780,7 @@ async def commit_step_head(
                 "RETURNING true AS with_head), "
                 "nmsg AS (SELECT :nmsg AS n), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
-                f"SELECT count(*) > 0, {OWNED}"
-                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
-                + " FROM claim"
+                f"SELECT count(*) > 0, {OWNED} FROM claim"
             ),
             params,
         )
