@@ -156,6 +156,34 @@ async def test_a_write_of_an_execution_that_lost_its_workflow_lands_nothing(conn
     assert (await counts(conn, session_id, run_id))[3].startswith("completed")
 
 
+async def test_a_live_chunk_of_an_execution_that_lost_its_workflow_lands_nothing(conn) -> None:
+    """Live chunks (text deltas, a slow tool's `tool_start`) are written outside the
+    step's rows, with a key of their own (a delta's holds its attempt), so a fenced
+    execution's late one would land beside the new owner's: the same statement checks
+    the ownership token (issue 46)."""
+    session_id, run_id, workflow_id = await owned_run(conn)
+    mine, stale = (workflow_id, "token-1"), (workflow_id, "token-0")
+    before = await counts(conn, session_id, run_id)
+    delta = [(f"{run_id}:1:delta:old:0", "text_delta", {"delta": "late"})]
+    with pytest.raises(DBAPIError) as late:
+        await repo.insert_chunks(conn, session_id, run_id, AGENT, 1, delta, owner=stale)
+    assert refused(late)
+    assert await counts(conn, session_id, run_id) == before, "nothing landed"
+    chunk_seq = await conn.execute(
+        repo._sql("SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid"),
+        {"sid": session_id},
+    )
+    seq_before = chunk_seq.scalar()
+    await repo.insert_chunks(conn, session_id, run_id, AGENT, 1, delta, owner=mine)
+    after = await counts(conn, session_id, run_id)
+    assert after[2] == before[2] + 1, "the owner's chunk lands"
+    chunk_seq = await conn.execute(
+        repo._sql("SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid"),
+        {"sid": session_id},
+    )
+    assert chunk_seq.scalar() == seq_before + 1  # the refused write took no seq
+
+
 @pytest.mark.crash
 def test_a_database_down_for_20_seconds_does_not_stop_a_worker(tmp_path):
     """One worker with runs in flight (each in a tool call); PostgreSQL stops (`-m

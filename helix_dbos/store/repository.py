@@ -562,6 +562,15 @@ _INSERT_CHUNKS = (
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
 )
+# `_INSERT_CHUNKS` for a step's rows: only with its `claim`'s `rest` (see `_STEP_ROWS`).
+_INSERT_STEP_CHUNKS = (
+    "INSERT INTO helix.stream_chunks "
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
+    "COALESCE(c.payload, '{}'::jsonb) FROM s, claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest "
+    "ON CONFLICT (chunk_key) DO NOTHING"
+)
 
 
 async def notify_run_end(conn: SQLConnection, run_id: str) -> None:
@@ -618,17 +627,19 @@ INSERT_STEP_USAGE = (
 )
 
 
-# The rows of one step after `s` (the session's counters) and a `claim` with `with_head`:
-# a head already written (`runs.committed_head`) is skipped, and the rest renumbered.
+# The rows of one step after `s` (the session's counters) and a `claim` with `with_head`
+# and `rest`: a head already written (`runs.committed_head`) is skipped, and the rest
+# renumbered. Without `rest` (the run ended after its head was written: whatever ended
+# it paired the head's calls) only the usage lands, so no call gets a second result.
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
     "thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
     f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
-    "WHERE m.ord >= :nhead OR claim.with_head RETURNING 1), "
+    "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
-    f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
+    f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
 )
 # The session's counters, moved past the rows a claimed write inserts.
 _STEP_COUNTERS = (
@@ -719,15 +730,19 @@ async def commit_step_rows(
             _sql(
                 # `prior` locks the run's row and reads its head key before the UPDATE
                 # (an initplan of its WHERE): the UPDATE's RETURNING sees only new values.
-                "WITH prior AS (SELECT committed_head FROM helix.runs WHERE run_id = :rid "
+                # `prior` also reads whether the run is live once the lock is ours (an
+                # abort that committed meanwhile shows), for `rest` (see `_STEP_ROWS`).
+                "WITH prior AS (SELECT committed_head, status IN "
+                f"{_LIVE_STATUSES} AS live FROM helix.runs WHERE run_id = :rid "
                 "FOR UPDATE), "
                 "claim AS (UPDATE helix.runs SET committed_step = :step, "
                 "committed_head = GREATEST(committed_head, :step), step_count = "
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_step < :step AND EXISTS (SELECT 1 FROM prior) "
-                "RETURNING (SELECT committed_head FROM prior) < :step AS with_head), "
-                "nmsg AS (SELECT CASE WHEN claim.with_head THEN :nmsg ELSE :nmsg - :nhead END "
-                "AS n FROM claim), "
+                "RETURNING (SELECT committed_head FROM prior) < :step AS with_head, "
+                "(SELECT live OR committed_head < :step FROM prior) AS rest), "
+                "nmsg AS (SELECT CASE WHEN NOT claim.rest THEN 0 "
+                "WHEN claim.with_head THEN :nmsg ELSE :nmsg - :nhead END AS n FROM claim), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
                 "SELECT count(*) > 0, (SELECT first_msg FROM s), "
                 "COALESCE((SELECT state FROM s), "
@@ -777,7 +792,7 @@ async def commit_step_head(
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_head < :step AND committed_step < :step "
                 f"AND status IN {_LIVE_STATUSES} "
-                "RETURNING true AS with_head), "
+                "RETURNING true AS with_head, true AS rest), "
                 "nmsg AS (SELECT :nmsg AS n), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
                 f"SELECT count(*) > 0, {OWNED} FROM claim"
