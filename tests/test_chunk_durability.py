@@ -12,13 +12,13 @@ from every seq it saw gets every chunk once.
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 from pg_cluster import Cluster
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from test_final_write import AGENT, open_run
 
 from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
 from helix_dbos.runtime.live_chunks import tool_start_chunk
@@ -26,11 +26,8 @@ from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.repository import UsageRecord
-from helix_dbos.store.run_bounds import open_new_session_run
 
 pytestmark = pytest.mark.faults
-
-AGENT = "durability_agent"
 
 
 @pytest.fixture
@@ -75,20 +72,8 @@ async def _read_all(url: str, session_id: str, after: int = 0) -> list[tuple[int
 async def test_a_chunk_a_reader_saw_keeps_its_seq_through_a_crash(
     cluster: Cluster, head_first: bool
 ) -> None:
-    session_id, run_id = f"ses_{uuid.uuid4().hex}", f"run_{uuid.uuid4().hex}"
     engine, conn = await _connect(cluster.url)
-    await open_new_session_run(
-        conn,
-        session_id=session_id,
-        run_id=run_id,
-        workflow_id=f"wf_{run_id}",
-        agent_name=AGENT,
-        state={},
-        max_steps=10,
-        options={},
-        messages=[Message(role="user", content="go")],
-    )
-    await repo.unlock_run_start(conn, run_id)
+    session_id, run_id = await open_run(conn)
     call = ToolCall(id="c1", name="slow", arguments={})
 
     async def live_chunks() -> None:
