@@ -21,6 +21,7 @@ from test_crash import assert_transcript_is_clean, lines, spawn, wait_for
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import Message
+from helix_dbos.store import remote_children as remote
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.driver import DriverConnection
@@ -154,6 +155,82 @@ async def test_a_write_of_an_execution_that_lost_its_workflow_lands_nothing(conn
     # The owner, and a write from outside any workflow (an abort), still land.
     assert (await end_run(conn, chunks=chunk, owner=None, **ending)).ended
     assert (await counts(conn, session_id, run_id))[3].startswith("completed")
+
+
+async def test_a_live_chunk_of_an_execution_that_lost_its_workflow_lands_nothing(conn) -> None:
+    """Live chunks (text deltas, a slow tool's `tool_start`) are written outside the
+    step's rows, with a key of their own (a delta's holds its attempt), so a fenced
+    execution's late one would land beside the new owner's: the same statement checks
+    the ownership token (issue 46)."""
+    session_id, run_id, workflow_id = await owned_run(conn)
+    mine, stale = (workflow_id, "token-1"), (workflow_id, "token-0")
+    before = await counts(conn, session_id, run_id)
+    delta = [(f"{run_id}:1:delta:old:0", "text_delta", {"delta": "late"})]
+    with pytest.raises(DBAPIError) as late:
+        await repo.insert_chunks(conn, session_id, run_id, AGENT, 1, delta, owner=stale)
+    assert refused(late)
+    assert await counts(conn, session_id, run_id) == before, "nothing landed"
+    chunk_seq = await conn.execute(
+        repo._sql("SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid"),
+        {"sid": session_id},
+    )
+    seq_before = chunk_seq.scalar()
+    await repo.insert_chunks(conn, session_id, run_id, AGENT, 1, delta, owner=mine)
+    after = await counts(conn, session_id, run_id)
+    assert after[2] == before[2] + 1, "the owner's chunk lands"
+    chunk_seq = await conn.execute(
+        repo._sql("SELECT chunk_seq FROM helix.sessions WHERE session_id = :sid"),
+        {"sid": session_id},
+    )
+    assert chunk_seq.scalar() == seq_before + 1  # the refused write took no seq
+
+
+async def test_a_remote_childs_row_of_a_fenced_execution_is_not_written(conn) -> None:
+    """A remote child's bookkeeping (`helix.remote_children`: its open, start, end and
+    each proxied chunk) is written by plain statements from the parent's steps: each
+    checks the ownership token in the same statement (issue 46)."""
+    session_id, run_id, workflow_id = await owned_run(conn)
+    mine, stale = (workflow_id, "token-1"), (workflow_id, "token-0")
+    ref = remote.RemoteRef(
+        session_id,
+        run_id,
+        workflow_id,
+        AGENT,
+        1,
+        "rc1",
+        "far_tool",
+        "http://far",
+        "far",
+        "ses_far",
+        "key",
+        "go",
+    )
+    chunk = remote.ProxiedChunk(7, "ses_far", "run_far", "far", 1, "text_delta", {"delta": "x"})
+
+    async def row() -> tuple | None:
+        found = await remote.get_ref(conn, run_id, "rc1")
+        return (found.remote_run_id, found.status, found.last_seq) if found else None
+
+    with pytest.raises(DBAPIError) as opened:
+        await remote.open_ref(conn, ref, stale)
+    assert refused(opened) and await row() is None
+    await remote.open_ref(conn, ref, mine)
+    before, chunks_before = await row(), await counts(conn, session_id, run_id)
+    refusals = []
+    for late in (
+        remote.mark_started(conn, run_id, "rc1", "run_far", stale),
+        remote.proxy_chunk(conn, ref, chunk, stale),
+        remote.finish(conn, run_id, "rc1", "failed", "late", owner=stale),
+    ):
+        with pytest.raises(DBAPIError) as refusal:
+            await late
+        refusals.append(refusal)
+    assert all(map(refused, refusals))
+    assert await row() == before and await counts(conn, session_id, run_id) == chunks_before
+    await remote.mark_started(conn, run_id, "rc1", "run_far", mine)
+    await remote.proxy_chunk(conn, ref, chunk, mine)
+    assert await row() == ("run_far", "running", 7), "the owner's writes land"
+    assert (await counts(conn, session_id, run_id))[2] == chunks_before[2] + 1
 
 
 @pytest.mark.crash

@@ -5,6 +5,7 @@ got there first, a replay after a crash or a lost connection."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
+from helix_dbos.runtime.closing import close_run
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
 from helix_dbos.store.database import sqlalchemy_url
@@ -183,6 +185,50 @@ async def snapshot(conn: AsyncConnection, session_id: str, run_id: str) -> dict[
     }
 
 
+async def tool_results(conn: AsyncConnection, session_id: str) -> dict[str, str]:
+    """Each call's one result (asserting it has no second)."""
+    rows = list(
+        await conn.exec_driver_sql(
+            "SELECT tool_call_id, content FROM helix.messages WHERE session_id = %s "
+            "AND role = 'tool' ORDER BY seq",
+            (session_id,),
+        )
+    )
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)), f"a call with two results: {ids}"
+    return {r[0]: str(r[1]) for r in rows}
+
+
+@pytest.mark.parametrize("one_statement", [True, False], ids=["end_step_and_run", "step_rows"])
+async def test_an_abort_committing_while_the_last_write_waits_leaves_one_result_per_call(
+    conn: AsyncConnection, database_url: str, one_statement: bool
+) -> None:
+    """The abort holds the run's row (its transaction has paired the head's calls) when
+    the step's late write starts: the write's statement snapshot predates the abort's
+    commit, so only what it reads under the row lock can tell it the calls are paired."""
+    step = LastStep(2, 1, True, "completed")
+    session_id, run_id = await open_run(conn)
+    await step.write_head(conn, session_id, run_id)
+    engine = create_async_engine(sqlalchemy_url(database_url))
+    try:
+        async with engine.connect() as aborting, aborting.begin():
+            assert await close_run(aborting, session_id, run_id, "Run aborted", "aborted")
+            write = asyncio.ensure_future(
+                step.one_statement(conn, session_id, run_id)
+                if one_statement
+                else step.two_statements(conn, session_id, run_id)
+            )
+            await asyncio.sleep(0.5)
+            assert not write.done()  # it waits for the abort's row lock
+        ended = await write
+    finally:
+        await engine.dispose()
+    assert not ended.ended
+    results = await tool_results(conn, session_id)
+    assert sorted(results) == ["c0", "c1"]
+    assert all("Run aborted" in r for r in results.values())
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -212,15 +258,8 @@ async def test_the_one_statement_end_writes_what_the_two_statements_wrote(
     for session_id, run_id in twins:
         if head_before:  # a slow step's head, written while its tools ran
             await step.write_head(conn, session_id, run_id)
-        if aborted_before:  # an abort closed the run before its last write
-            await conn.exec_driver_sql(
-                "UPDATE helix.runs SET status = 'aborted', error = 'Aborted' WHERE run_id = %s",
-                (run_id,),
-            )
-            await conn.exec_driver_sql(
-                "UPDATE helix.sessions SET status = 'aborted' WHERE session_id = %s",
-                (session_id,),
-            )
+        if aborted_before:  # an abort closed the run (pairing its calls) before its last write
+            assert await close_run(conn, session_id, run_id, "Run aborted", "aborted")
     (old_sid, old_rid), (new_sid, new_rid) = twins
     for attempt in range(1 + replays):  # a replay writes nothing and ends nothing
         old = await step.two_statements(conn, old_sid, old_rid)
@@ -232,8 +271,13 @@ async def test_the_one_statement_end_writes_what_the_two_statements_wrote(
     after_old = await snapshot(conn, old_sid, old_rid)
     after_new = await snapshot(conn, new_sid, new_rid)
     assert after_new == after_old
-    # what the twins hold is what the step said, once
+    # what the twins hold is what the step said, once: exactly one result per call,
+    # the tool's own unless an abort paired the call first (issue 46)
     assert len(after_new["messages"]) == 2 + tools  # the input, the model, the results
+    results = await tool_results(conn, new_sid)
+    assert sorted(results) == [f"c{i}" for i in range(tools)]
+    paired_by_abort = aborted_before and head_before
+    assert all(("pong" not in r) is paired_by_abort for r in results.values())
     assert [c[1] for c in after_new["chunks"]][-1] == f"run_{status}"
     expected_status = "aborted" if aborted_before else status
     assert after_new["run"][0][0] == expected_status

@@ -114,18 +114,18 @@ async def write_step_rows(
     conn: repo.SQLConnection,
     commit: StepCommit,
     *,
-    durable: bool = True,
     workflow_id: str | None = None,
 ) -> StepWrite:
     """The step's rows in one keyed statement (`first_seq` is `None` when a replay found
     them written); with `workflow_id`, also the state and a pending interrupt.
 
-    Between steps they are written durably (the default). A write that does not wait
-    for its flush is not made safe by the next checkpoint's commit: DBOS retries a
-    checkpoint whose connection was lost, so after a PostgreSQL crash that lost these
-    rows the retried checkpoint commits on the restarted server, the step is never
-    replayed, and the rows (a step's tool results, a run's final status) are gone for
-    good (issue 26).
+    They are always written durably. A write that does not wait for its flush is not
+    made safe by the next checkpoint's commit: DBOS retries a checkpoint whose
+    connection was lost, so after a PostgreSQL crash that lost these rows the retried
+    checkpoint commits on the restarted server, the step is never replayed, and the
+    rows (a step's tool results, a run's final status) are gone for good (issue 26);
+    nor by a durable commit after it on the same connection: its chunks are visible at
+    once, and a seq a reader saw must never be handed out again (issue 46).
     """
     return await repo.commit_step_rows(
         conn,
@@ -138,15 +138,15 @@ async def write_step_rows(
         usage=commit.usage,
         chunks=commit.events,
         head_messages=commit.head_messages,
-        durable=durable,
         workflow_id=workflow_id,
         owner=execution_owner(),  # a fenced worker's late write cannot land
     )
 
 
-async def write_head(conn: repo.SQLConnection, commit: StepCommit, *, durable: bool = True) -> bool:
+async def write_head(conn: repo.SQLConnection, commit: StepCommit) -> bool:
     """The step's head (the model's message and its LLM usage) ahead of the rest, so the
-    transcript shows what the model asked for while the step's tools run or wait."""
+    transcript shows what the model asked for while the step's tools run or wait.
+    Durable like every write that others can see (see `write_step_rows`)."""
     return await repo.commit_step_head(
         conn,
         session_id=commit.session_id,
@@ -155,7 +155,6 @@ async def write_head(conn: repo.SQLConnection, commit: StepCommit, *, durable: b
         step=commit.step,
         messages=commit.messages[: commit.head_messages],
         usage=[u for u in commit.usage if u.kind == "llm"],
-        durable=durable,
         owner=execution_owner(),
     )
 
@@ -233,9 +232,8 @@ async def commit_final(
     retries that checkpoint on the restarted server after a PostgreSQL crash that lost
     the write, and the workflow would end SUCCESS with its run still `running` (see
     `write_step_rows`). Otherwise each write is keyed or guarded, so none needs the
-    others' transaction, and the rows commit without waiting for their disk flush, which
-    the final status's durable commit, after them on the same connection, does for them
-    (a crash before it loses them too, and the caller's retry writes them all again).
+    others' transaction, and each commits durably (its chunks are visible at once: see
+    `write_step_rows`); a crash between them leaves the rest to the caller's retry.
     Returns whether this call ended the run (an
     abort that got there first keeps its status) and the run's usage.
 
@@ -284,9 +282,9 @@ async def _commit_final(
             drop_checkpoints_of=checkpoints_workflow(),
         )
     if pending is not None:
-        await write_step_rows(session, pending, durable=False)
+        await write_step_rows(session, pending)
     if commit.has_rows:
-        await write_step_rows(session, commit, durable=False)
+        await write_step_rows(session, commit)
     else:
         chunks = commit.events + chunks
     return await end_run(

@@ -195,7 +195,11 @@ async def _suspend(
     pending: list[PendingToolCall],
 ) -> dict[str, float] | None:
     """Record the pending calls and their deadlines, mark the run waiting, and write the
-    step's head first, so the transcript shows the model's request while the run waits."""
+    step's head first, so the transcript shows the model's request while the run waits.
+
+    A run that ended first (an abort that committed before this transaction took the
+    run's row) gets no head, and its calls' requests are recorded already closed: the
+    abort could not see them, so each gets its one result here (issue 46)."""
     session_id, run_id, agent_name, step = head.session_id, head.run_id, head.agent_name, head.step
     await write_head(session, head)
     if await repo.interrupt_pending(session, workflow_id):
@@ -206,9 +210,13 @@ async def _suspend(
     waiting_for = ",".join(sorted({WAITING_FOR[p.kind] for p in pending}))
     # A run paused only for human input shows as `paused`; approvals and client tools as `waiting`.
     status = "paused" if all(p.kind == "human_input" for p in pending) else "waiting"
-    await repo.update_live_run(
+    if not await repo.update_live_run(
         session, run_id, status=status, waiting_for=waiting_for, waiting_since_now=True
-    )
+    ):
+        run = await repo.get_run(session, run_id)
+        reason = (run.error if run else None) or "Not asked: the run had ended"
+        await repo.abort_pending_tool_calls(session, run_id, reason)
+        return deadlines  # the ended run's workflow goes no further (it was cancelled)
     await repo.update_session(session, session_id, status=status)
     await repo.insert_chunks(
         session,

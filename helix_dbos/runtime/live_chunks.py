@@ -1,9 +1,11 @@
 """Stream chunks written the moment they happen, outside a step's rows.
 
 Text deltas, thinking, and the start of a call that waits or runs long are
-shown live; each is keyed, so a replay writes nothing twice. They skip their
-own WAL flush: a PostgreSQL crash can lose the last of them, never a message,
-a state change, a usage row or a `tool_end`.
+shown live; each is keyed, so a replay writes nothing twice. Each commit waits
+for its WAL flush, so a chunk a reader saw survives a PostgreSQL crash and its
+seq is never handed to another chunk (a reader resuming after it misses
+nothing); each carries the execution's owner token, so a fenced execution's
+late chunk does not land (issue 46).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import uuid
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.process_runtime import Runtime
 from helix_dbos.runtime.step_types import ChunkRecord
 from helix_dbos.store import repository as repo
@@ -39,10 +42,11 @@ async def write_chunks(
     `wait`, a database outage is waited out: they are keyed, so one that landed is not
     written twice)."""
     if chunks:
+        owner = execution_owner()
         await rt.on_connection(
             "a live chunk",
             lambda conn: repo.insert_chunks(
-                conn, session_id, run_id, agent_name, step, chunks, durable=False
+                conn, session_id, run_id, agent_name, step, chunks, owner=owner
             ),
             wait=wait,
         )
@@ -83,6 +87,7 @@ class DeltaWriter:
         self._rt, self._session_id, self._run_id = rt, session_id, run_id
         self._agent_name, self._step, self._interval = agent_name, step, interval
         self._attempt = uuid.uuid4().hex[:8]  # a retried call streams again, under new keys
+        self._owner = execution_owner()  # a fenced execution's deltas do not land
         self._buffer: list[str] = []
         self._pending: ChunkRecord | None = None  # a delta whose write failed
         self._last = 0.0
@@ -123,7 +128,7 @@ class DeltaWriter:
                 self._agent_name,
                 self._step,
                 [chunk],
-                durable=False,
+                owner=self._owner,
             ),
             wait=wait,
         )

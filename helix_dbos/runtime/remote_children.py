@@ -51,6 +51,7 @@ from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import LLMUsage, ToolCall
 from helix_dbos.runtime.commit import StepCommit
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.hitl import interrupted_message
 from helix_dbos.runtime.live_chunks import tool_start_chunk, write_chunks
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime, is_transient_db_error
@@ -254,7 +255,9 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
     tool = _tool(rt, ref)
     if await rt.read(repo.interrupt_pending, ref.parent_workflow_id):
         return RemoteStart(error=interrupted_message(None), interrupted=True)
-    await rt.on_connection("a remote child's row", lambda conn: store.open_ref(conn, ref))
+    await rt.on_connection(
+        "a remote child's row", lambda conn: store.open_ref(conn, ref, execution_owner())
+    )
     await write_chunks(
         rt, ref.parent_session_id, ref.parent_run_id, ref.parent_agent_name, ref.step, [shown]
     )
@@ -277,7 +280,9 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
             return RemoteStart(error=error)
     await rt.on_connection(
         "a remote child's row",
-        lambda conn: store.mark_started(conn, ref.parent_run_id, ref.tool_call_id, run.run_id),
+        lambda conn: store.mark_started(
+            conn, ref.parent_run_id, ref.tool_call_id, run.run_id, execution_owner()
+        ),
     )
     return RemoteStart(run_id=run.run_id)
 
@@ -335,12 +340,16 @@ async def _finish(
     counts = (tokens.input_tokens, tokens.output_tokens) if tokens is not None else None
     await rt.on_connection(
         "a remote child's row",
-        lambda conn: store.finish(conn, ref.parent_run_id, ref.tool_call_id, status, error, counts),
+        lambda conn: store.finish(
+            conn, ref.parent_run_id, ref.tool_call_id, status, error, counts, execution_owner()
+        ),
     )
 
 
 async def _proxy(rt: Runtime, ref: RemoteRef, chunk: ProxiedChunk) -> None:
-    await rt.on_connection("a remote chunk", lambda conn: store.proxy_chunk(conn, ref, chunk))
+    await rt.on_connection(
+        "a remote chunk", lambda conn: store.proxy_chunk(conn, ref, chunk, execution_owner())
+    )
 
 
 def _ms_since(opened: datetime) -> float:

@@ -16,7 +16,8 @@ from helix_dbos.runtime.process_runtime import Runtime, logger
 class SlowHead:
     """Once a step's tools have run for `LIVE_TOOL_START_SECONDS`, write its head (the
     model's message, its LLM usage), so a slow or aborted step still shows what the model
-    asked for. Live and keyed, like a slow tool's `tool_start`: best effort."""
+    asked for. Live and keyed, like a slow tool's `tool_start`; durable before it is
+    visible, like every step write (`write_step_rows`)."""
 
     def __init__(self, rt: Runtime, commit: StepCommit) -> None:
         task = asyncio.get_running_loop().create_task(_write_head_if_slow(rt, commit))
@@ -38,6 +39,6 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
     await asyncio.sleep(LIVE_TOOL_START_SECONDS)
     try:
         async with rt.statements() as conn:
-            await write_head(conn, commit, durable=False)
+            await write_head(conn, commit)
     except Exception as exc:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from helix_dbos.store.repository import SQLConnection
+from helix_dbos.store.repository import OWNED, Owner, SQLConnection, owner_params
 from helix_dbos.store.storable import dumps
 
 
@@ -56,17 +56,21 @@ class LiveRemoteChild:
 
 
 _KEY = "parent_run_id = :rid AND tool_call_id = :tcid"
+# Each write below is made by the parent run's workflow (its `remote_start`/`remote_wait`
+# steps) with the execution's `owner`: a fenced execution's raises `HX001` and lands
+# nothing (`OWNED`; None, from outside a workflow, checks nothing).
 
 
-async def open_ref(conn: SQLConnection, ref: RemoteRef) -> None:
+async def open_ref(conn: SQLConnection, ref: RemoteRef, owner: Owner | None = None) -> None:
     await conn.execute(
         text(
             "INSERT INTO helix.remote_children (parent_run_id, tool_call_id, parent_session_id, "
             "parent_agent_name, tool_name, url, agent_name, remote_session_id) "
-            "VALUES (:rid, :tcid, :sid, :pagent, :tool, :url, :agent, :rsid) "
+            f"SELECT :rid, :tcid, :sid, :pagent, :tool, :url, :agent, :rsid WHERE {OWNED} "
             "ON CONFLICT (parent_run_id, tool_call_id) DO NOTHING"
         ),
         {
+            **owner_params(owner),
             "rid": ref.parent_run_id,
             "tcid": ref.tool_call_id,
             "sid": ref.parent_session_id,
@@ -95,14 +99,23 @@ async def get_ref(
 
 
 async def mark_started(
-    conn: SQLConnection, parent_run_id: str, tool_call_id: str, remote_run_id: str
+    conn: SQLConnection,
+    parent_run_id: str,
+    tool_call_id: str,
+    remote_run_id: str,
+    owner: Owner | None = None,
 ) -> None:
     await conn.execute(
         text(
             "UPDATE helix.remote_children SET remote_run_id = :rrid, status = 'running', "
-            f"updated_at = now() WHERE {_KEY} AND status IN ('starting', 'running')"
+            f"updated_at = now() WHERE {OWNED} AND {_KEY} AND status IN ('starting', 'running')"
         ),
-        {"rid": parent_run_id, "tcid": tool_call_id, "rrid": remote_run_id},
+        {
+            "rid": parent_run_id,
+            "tcid": tool_call_id,
+            "rrid": remote_run_id,
+            **owner_params(owner),
+        },
     )
 
 
@@ -113,14 +126,16 @@ async def finish(
     status: str,
     error: str | None,
     tokens: tuple[int, int] | None = None,
+    owner: Owner | None = None,
 ) -> None:
     await conn.execute(
         text(
             "UPDATE helix.remote_children SET status = :status, error = :error, "
             "input_tokens = :inp, output_tokens = :outp, updated_at = now() "
-            f"WHERE {_KEY}"
+            f"WHERE {OWNED} AND {_KEY}"
         ),
         {
+            **owner_params(owner),
             "rid": parent_run_id,
             "tcid": tool_call_id,
             "status": status,
@@ -144,14 +159,16 @@ class ProxiedChunk:
     payload: dict[str, Any]
 
 
-async def proxy_chunk(conn: SQLConnection, ref: RemoteRef, chunk: ProxiedChunk) -> None:
+async def proxy_chunk(
+    conn: SQLConnection, ref: RemoteRef, chunk: ProxiedChunk, owner: Owner | None = None
+) -> None:
     """Copy one remote chunk into the parent's session stream (named by its remote
     session, run and agent, reaching the parent's run) and move `last_seq`; keyed, so a
     resumed proxy that sends it again inserts nothing."""
     await conn.execute(
         text(
             "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + 1 "
-            "WHERE session_id = :sid RETURNING chunk_seq AS seq), "
+            f"WHERE session_id = :sid AND {OWNED} RETURNING chunk_seq AS seq), "
             "ins AS (INSERT INTO helix.stream_chunks (session_id, seq, chunk_key, run_id, "
             "agent_name, step, type, payload, source_session_id, via_run_id) "
             "SELECT :sid, s.seq, :key, :crid, :cagent, :cstep, :ctype, CAST(:payload AS jsonb), "
@@ -161,6 +178,7 @@ async def proxy_chunk(conn: SQLConnection, ref: RemoteRef, chunk: ProxiedChunk) 
             "SELECT pg_notify('helix_chunks', :sid) FROM (SELECT count(*) FROM moved) m"
         ),
         {
+            **owner_params(owner),
             "sid": ref.parent_session_id,
             "rid": ref.parent_run_id,
             "tcid": ref.tool_call_id,

@@ -511,15 +511,17 @@ async def insert_chunks(
     step: int | None,
     chunks: Sequence[tuple[str, str, Any]],
     *,
-    durable: bool = True,
+    owner: Owner | None = None,
 ) -> None:
     """Insert (chunk_key, type, payload) rows at the session's next sequence numbers.
 
     The counter lives on the session row, so allocation locks it until commit and
     chunks of a session commit in sequence order; NOTIFY wakes live readers then.
-    One statement for the whole batch. `durable=False` (live progress: text deltas,
-    tool starts) commits without waiting for the WAL flush: a database crash may lose
-    the last such chunks, never a message, a state change or a usage row.
+    One statement for the whole batch. Its commit waits for the WAL flush, live chunks'
+    too: a chunk is visible the moment it commits, so one a crash could lose would
+    have its seq handed to another chunk, which a reader resuming after that seq never
+    sees (issue 46). With `owner`, an execution that lost the run's workflow writes
+    nothing (`OWNED`).
     """
     if not chunks:
         return
@@ -528,10 +530,10 @@ async def insert_chunks(
             "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk "
             "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
             f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-            "SELECT pg_notify('helix_chunks', :sid)"
-            + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+            f"SELECT pg_notify('helix_chunks', :sid), {OWNED}"
         ),
         {
+            **owner_params(owner),
             "sid": session_id,
             "nchunk": len(chunks),
             "chunks": _chunk_records(chunks),
@@ -559,6 +561,15 @@ _INSERT_CHUNKS = (
     "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
+)
+# `_INSERT_CHUNKS` for a step's rows: only with its `claim`'s `rest` (see `_STEP_ROWS`).
+_INSERT_STEP_CHUNKS = (
+    "INSERT INTO helix.stream_chunks "
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
+    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
+    "COALESCE(c.payload, '{}'::jsonb) FROM s, claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest "
+    "ON CONFLICT (chunk_key) DO NOTHING"
 )
 
 
@@ -616,17 +627,19 @@ INSERT_STEP_USAGE = (
 )
 
 
-# The rows of one step after `s` (the session's counters) and a `claim` with `with_head`:
-# a head already written (`runs.committed_head`) is skipped, and the rest renumbered.
+# The rows of one step after `s` (the session's counters) and a `claim` with `with_head`
+# and `rest`: a head already written (`runs.committed_head`) is skipped, and the rest
+# renumbered. Without `rest` (the run ended after its head was written: whatever ended
+# it paired the head's calls) only the usage lands, so no call gets a second result.
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
     "thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
     f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
-    "WHERE m.ord >= :nhead OR claim.with_head RETURNING 1), "
+    "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
-    f"c AS ({_INSERT_CHUNKS} RETURNING 1) "
+    f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
 )
 # The session's counters, moved past the rows a claimed write inserts.
 _STEP_COUNTERS = (
@@ -693,7 +706,6 @@ async def commit_step_rows(
     usage: Sequence[UsageRecord],
     chunks: Sequence[tuple[str, str, Any]],
     head_messages: int = 0,
-    durable: bool = True,
     workflow_id: str | None = None,
     owner: Owner | None = None,
 ) -> StepWrite:
@@ -704,9 +716,9 @@ async def commit_step_rows(
     and writes nothing. The first `head_messages` messages are the step's head, skipped
     when `commit_step_head` wrote them already (usage and chunks are keyed by
     themselves). With `workflow_id`, the same round trip also answers
-    whether an interrupt is pending and the state, for the LLM step that writes. `durable=False` does not wait
-    for the WAL flush: only for a caller whose own durable commit follows on the same
-    connection (a DBOS checkpoint does not count: see `runtime/commit.py`).
+    whether an interrupt is pending and the state, for the LLM step that writes. Its
+    commit waits for the WAL flush: its chunks are visible once it commits, and a seq a
+    reader saw must never be handed out again (see `insert_chunks`).
     """
     params = _step_params(
         session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages
@@ -718,15 +730,19 @@ async def commit_step_rows(
             _sql(
                 # `prior` locks the run's row and reads its head key before the UPDATE
                 # (an initplan of its WHERE): the UPDATE's RETURNING sees only new values.
-                "WITH prior AS (SELECT committed_head FROM helix.runs WHERE run_id = :rid "
+                # `prior` also reads whether the run is live once the lock is ours (an
+                # abort that committed meanwhile shows), for `rest` (see `_STEP_ROWS`).
+                "WITH prior AS (SELECT committed_head, status IN "
+                f"{_LIVE_STATUSES} AS live FROM helix.runs WHERE run_id = :rid "
                 "FOR UPDATE), "
                 "claim AS (UPDATE helix.runs SET committed_step = :step, "
                 "committed_head = GREATEST(committed_head, :step), step_count = "
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_step < :step AND EXISTS (SELECT 1 FROM prior) "
-                "RETURNING (SELECT committed_head FROM prior) < :step AS with_head), "
-                "nmsg AS (SELECT CASE WHEN claim.with_head THEN :nmsg ELSE :nmsg - :nhead END "
-                "AS n FROM claim), "
+                "RETURNING (SELECT committed_head FROM prior) < :step AS with_head, "
+                "(SELECT live OR committed_head < :step FROM prior) AS rest), "
+                "nmsg AS (SELECT CASE WHEN NOT claim.rest THEN 0 "
+                "WHEN claim.with_head THEN :nmsg ELSE :nmsg - :nhead END AS n FROM claim), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
                 "SELECT count(*) > 0, (SELECT first_msg FROM s), "
                 "COALESCE((SELECT state FROM s), "
@@ -736,8 +752,7 @@ async def commit_step_rows(
                 "bool_or(claim.with_head), "
                 "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
                 f"('running', 'waiting', 'paused'), {OWNED}, {STEER_PENDING}"
-                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
-                + " FROM claim"
+                " FROM claim"
             ),
             params,
         )
@@ -762,7 +777,6 @@ async def commit_step_head(
     step: int,
     messages: Sequence[Message],
     usage: Sequence[UsageRecord],
-    durable: bool = True,
     owner: Owner | None = None,
 ) -> bool:
     """Write a step's head (the model's message, its LLM usage) before the rest of the
@@ -778,12 +792,10 @@ async def commit_step_head(
                 "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
                 "WHERE run_id = :rid AND committed_head < :step AND committed_step < :step "
                 f"AND status IN {_LIVE_STATUSES} "
-                "RETURNING true AS with_head), "
+                "RETURNING true AS with_head, true AS rest), "
                 "nmsg AS (SELECT :nmsg AS n), "
                 f"{_STEP_COUNTERS}{_STEP_ROWS}"
-                f"SELECT count(*) > 0, {OWNED}"
-                + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
-                + " FROM claim"
+                f"SELECT count(*) > 0, {OWNED} FROM claim"
             ),
             params,
         )

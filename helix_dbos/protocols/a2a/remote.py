@@ -40,6 +40,7 @@ from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
 from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.protocols.a2a.mapping import FINAL_STATES, RESPONSE_ARTIFACT
+from helix_dbos.runtime.dbos_internals import execution_owner
 from helix_dbos.runtime.hitl import interrupted_message
 from helix_dbos.runtime.live_chunks import write_chunks
 from helix_dbos.runtime.process_runtime import Runtime, current_runtime
@@ -124,7 +125,9 @@ async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> tuple[str | None, str
     tool = _tool(rt, ref)
     if await rt.read(repo.interrupt_pending, ref.parent_workflow_id):
         return None, interrupted_message(None), True
-    await rt.on_connection("a remote child's row", lambda conn: store.open_ref(conn, ref))
+    await rt.on_connection(
+        "a remote child's row", lambda conn: store.open_ref(conn, ref, execution_owner())
+    )
     await write_chunks(
         rt, ref.parent_session_id, ref.parent_run_id, ref.parent_agent_name, ref.step, [shown]
     )
@@ -153,7 +156,9 @@ async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> tuple[str | None, str
         return None, error, False
     await rt.on_connection(
         "a remote child's row",
-        lambda conn: store.mark_started(conn, ref.parent_run_id, ref.tool_call_id, task_id),
+        lambda conn: store.mark_started(
+            conn, ref.parent_run_id, ref.tool_call_id, task_id, execution_owner()
+        ),
     )
     return task_id, None, False
 
@@ -239,7 +244,9 @@ def _ms_since(opened: datetime) -> float:
 async def _finish(rt: Runtime, ref: RemoteRef, status: str, error: str | None) -> None:
     await rt.on_connection(
         "a remote child's row",
-        lambda conn: store.finish(conn, ref.parent_run_id, ref.tool_call_id, status, error),
+        lambda conn: store.finish(
+            conn, ref.parent_run_id, ref.tool_call_id, status, error, owner=execution_owner()
+        ),
     )
 
 
