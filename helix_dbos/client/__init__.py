@@ -8,6 +8,11 @@ async with AsyncHelixClient("http://127.0.0.1:8000", token="...") as helix:
     async for chunk in helix.stream(run.session_id, run_id=run.run_id):
         ...
 ```
+
+Each method is written once, in the async client (`aio.py`, `aio_schedules.py`):
+`scripts/unasync.py` makes `sync.py` and `sync_schedules.py` from them by token
+substitution (`async def` to `def`, `await` dropped, `AsyncHelixClient` to
+`HelixClient`, ...), and `tests/test_client_unasync.py` fails when they are not current.
 """
 
 from __future__ import annotations

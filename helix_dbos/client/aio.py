@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import httpx
 
 from helix_dbos.client import calls
+from helix_dbos.client.aio_schedules import AsyncScheduleCalls
 from helix_dbos.client.base import (
     RETRY_STATUSES,
     ClientOptions,
@@ -21,7 +22,6 @@ from helix_dbos.client.base import (
     stream_headers,
 )
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
-from helix_dbos.client.schedule_methods import AsyncScheduleCalls
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime.results import RunInfo
@@ -216,7 +216,8 @@ class AsyncHelixClient(AsyncScheduleCalls):
         """Follow the session (or run) to the end of its stream; its last run then."""
         async for _ in self.stream(session_id, run_id=run_id):
             pass
-        last = (await self.status(session_id)).last_run
+        session = await self.status(session_id)
+        last = session.last_run
         assert last is not None
         return last
 

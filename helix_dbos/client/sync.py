@@ -1,3 +1,4 @@
+# Generated from aio.py by scripts/unasync.py; do not edit.
 """`HelixClient`: the helix HTTP API from sync code (httpx)."""
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from helix_dbos.client.base import (
     stream_headers,
 )
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
-from helix_dbos.client.schedule_methods import ScheduleCalls
 from helix_dbos.client.sse import SSEDecoder
+from helix_dbos.client.sync_schedules import ScheduleCalls
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime.results import RunInfo
 from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
@@ -216,7 +217,8 @@ class HelixClient(ScheduleCalls):
         """Follow the session (or run) to the end of its stream; its last run then."""
         for _ in self.stream(session_id, run_id=run_id):
             pass
-        last = self.status(session_id).last_run
+        session = self.status(session_id)
+        last = session.last_run
         assert last is not None
         return last
 
