@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
+    from helix_dbos.api.runs import PendingToolCall, RunInfo, SessionInfo, UsageSummary
     from helix_dbos.builtins import (
         builtin_tools,
         complete_tool,
@@ -91,14 +93,8 @@ if TYPE_CHECKING:
     from helix_dbos.protocols.mcp_task_client import MCPTasks
     from helix_dbos.runtime.handle import RunHandle
     from helix_dbos.runtime.helix import HelixDBOS
-    from helix_dbos.runtime.results import (
-        AgentResult,
-        PendingToolCall,
-        RunInfo,
-        SessionInfo,
-        UsageSummary,
-    )
-    from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView, PruneReport
+    from helix_dbos.runtime.results import AgentResult
+    from helix_dbos.runtime.time_travel import PruneReport
     from helix_dbos.runtime.workers import default_executor_id
     from helix_dbos.server import Principal, bearer_token, create_app
     from helix_dbos.store.database import (
@@ -119,6 +115,10 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["Checkpoint", "CheckpointView"], "helix_dbos.api.checkpoints"),
+    **dict.fromkeys(
+        ["PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"], "helix_dbos.api.runs"
+    ),
     **dict.fromkeys(
         [
             "builtin_tools",
@@ -210,13 +210,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["instrument", "uninstrument"], "helix_dbos.otel"),
     "HelixDBOS": "helix_dbos.runtime.helix",
     "RunHandle": "helix_dbos.runtime.handle",
-    **dict.fromkeys(
-        ["AgentResult", "PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"],
-        "helix_dbos.runtime.results",
-    ),
-    **dict.fromkeys(
-        ["Checkpoint", "CheckpointView", "PruneReport"], "helix_dbos.runtime.time_travel"
-    ),
+    "AgentResult": "helix_dbos.runtime.results",
+    "PruneReport": "helix_dbos.runtime.time_travel",
     "default_executor_id": "helix_dbos.runtime.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(

@@ -1,6 +1,6 @@
 """The package's shape, checked from its source with `ast` (no database, no DBOS launch):
 no import cycles in helix_dbos (function-level and `TYPE_CHECKING` imports count), a pure
-`orchestration/`, and DBOS private modules imported only by `runtime/dbos_internals.py`.
+`orchestration/`, a leaf `api/` (the wire models the client loads), and DBOS private modules imported only by `runtime/dbos_internals.py`.
 
 Each rule is a function returning its violations, run on the real tree and, in a self-test,
 on a small synthetic tree that breaks it, so that every assertion here can fail."""
@@ -144,16 +144,18 @@ def import_cycles(root: Path) -> list[str]:
     return reports
 
 
-def impure_orchestration_imports(package: Path) -> list[str]:
-    """Imports in `<package>/orchestration/` of an impure library or of any other module of
-    the package."""
+def impure_orchestration_imports(
+    package: Path, folder: str = "orchestration", may_import: tuple[str, ...] = ()
+) -> list[str]:
+    """Imports in `<package>/<folder>/` of an impure library or of any other module of
+    the package than the folder's own and those `may_import` names."""
     modules = package_modules(package)
-    inside = f"{package.name}.orchestration"
+    allowed = [f"{package.name}.{name}" for name in (folder, *may_import)]
     bad = []
-    for path in sorted((package / "orchestration").rglob("*.py")):
+    for path in sorted((package / folder).rglob("*.py")):
         for target, line in imports(path, module_name(path, package), modules):
             top = target.split(".")[0]
-            own = target == inside or target.startswith(inside + ".")
+            own = any(target == name or target.startswith(name + ".") for name in allowed)
             if top in IMPURE or (top == package.name and not own):
                 bad.append(f"{path.relative_to(package.parent)}:{line} imports {target}")
     return bad
@@ -184,6 +186,13 @@ def test_orchestration_imports_only_itself_and_plain_libraries():
     assert (PACKAGE / "orchestration" / "types.py").exists()
     bad = impure_orchestration_imports(PACKAGE)
     assert not bad, "helix_dbos/orchestration/ must stay pure:\n" + "\n".join(bad)
+
+
+def test_the_wire_models_are_a_leaf_over_orchestration():
+    """`api/` is what `helix_dbos.client` loads: pydantic and pure orchestration types."""
+    assert (PACKAGE / "api" / "models.py").exists()
+    bad = impure_orchestration_imports(PACKAGE, "api", may_import=("orchestration", "errors"))
+    assert not bad, "helix_dbos/api/ must stay a leaf:\n" + "\n".join(bad)
 
 
 def test_only_the_shim_imports_a_private_dbos_module():
@@ -257,6 +266,27 @@ def test_the_purity_check_reports_impure_and_other_package_imports(tmp_path: Pat
     assert impure_orchestration_imports(pkg) == [
         "pkg/orchestration/plan.py:5 imports sqlalchemy.orm",
         "pkg/orchestration/plan.py:6 imports pkg.errors",
+    ]
+
+
+def test_the_leaf_check_allows_only_the_named_folders(tmp_path: Path):
+    pkg = write_tree(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "orchestration/__init__.py": "",
+            "server/__init__.py": "",
+            "api/__init__.py": "",
+            "api/models.py": (
+                "from pkg import errors\nfrom pkg.orchestration import x\n"
+                "from pkg.server import app\nimport fastapi\nfrom pkg.api import runs\n"
+            ),
+        },
+    )
+    assert impure_orchestration_imports(pkg, "api", ("orchestration", "errors")) == [
+        "pkg/api/models.py:3 imports pkg.server",
+        "pkg/api/models.py:4 imports fastapi",
     ]
 
 

@@ -20,6 +20,7 @@ from live_server import serve
 from tcp_proxy import CuttableProxy
 
 from helix_dbos import AsyncHelixClient, HelixClient, tool
+from helix_dbos.api.models import RunStarted, StatusResponse
 from helix_dbos.client import calls
 from helix_dbos.client.errors import (
     AuthenticationError,
@@ -32,7 +33,6 @@ from helix_dbos.client.errors import (
 )
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.server import bearer_token, create_app
-from helix_dbos.server.models import RunStarted, StatusResponse
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from helix_dbos.api.schedules import ScheduleInfo
 from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, read_connection, resolve_url
 from helix_dbos.cli.output import Column, plural, print_json, print_table
-from helix_dbos.definitions.schedule import ScheduleInfo, ScheduleSpec, check_schedule
+from helix_dbos.definitions.schedule import ScheduleSpec, check_schedule
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.store.database import libpq_url
 

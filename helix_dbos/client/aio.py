@@ -9,6 +9,23 @@ from typing import Any, TypeVar
 
 import httpx
 
+from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
+from helix_dbos.api.models import (
+    AnsweredCall,
+    ChatResponse,
+    ControlResponse,
+    Forked,
+    QueuedMessage,
+    RunStarted,
+    RunSummary,
+    StatusResponse,
+    SubmitToolResultResponse,
+    TerminatingConfigModel,
+    TranscriptMessage,
+    UsageResponse,
+    Workspace,
+)
+from helix_dbos.api.runs import RunInfo
 from helix_dbos.client import calls
 from helix_dbos.client.aio_schedules import AsyncScheduleCalls
 from helix_dbos.client.base import (
@@ -24,23 +41,6 @@ from helix_dbos.client.base import (
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
-from helix_dbos.runtime.results import RunInfo
-from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
-from helix_dbos.server.models import (
-    AnsweredCall,
-    ChatResponse,
-    ControlResponse,
-    Forked,
-    QueuedMessage,
-    RunStarted,
-    RunSummary,
-    StatusResponse,
-    SubmitToolResultResponse,
-    TerminatingConfigModel,
-    TranscriptMessage,
-    UsageResponse,
-    Workspace,
-)
 from helix_dbos.streaming.chunks import StreamChunk
 
 T = TypeVar("T")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from helix_dbos.api.schedules import FiringInfo, ScheduleInfo
 from helix_dbos.client import calls
 from helix_dbos.client.calls import Call
-from helix_dbos.server.schedule_models import FiringInfo, ScheduleInfo
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Every route of the helix server as a typed call: method, path, body, response model.
 
 The sync and async clients send these the same way, so each route is described once,
-with the server's own request and response models (`helix_dbos.server.models`): a
+with the server's own request and response models (`helix_dbos.api.models`): a
 request the server would refuse for its shape fails here already, with pydantic's
 message, and every answer comes back as the model the OpenAPI document names.
 """
@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
 
-from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
-from helix_dbos.server.models import (
+from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
+from helix_dbos.api.models import (
     AddAIMessageRequest,
     AnsweredCall,
     CancelQueuedRequest,
@@ -39,7 +39,7 @@ from helix_dbos.server.models import (
     UsageResponse,
     Workspace,
 )
-from helix_dbos.server.schedule_models import (
+from helix_dbos.api.schedules import (
     Backfilled,
     BackfillRequest,
     FiringInfo,

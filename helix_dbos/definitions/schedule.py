@@ -10,19 +10,19 @@ resumes, deletes and backfills it; helix turns each firing into an ordinary run
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import croniter  # type: ignore[import-untyped]
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from helix_dbos.api.schedules import FiringInfo as FiringInfo
+from helix_dbos.api.schedules import ScheduleInfo as ScheduleInfo
+from helix_dbos.api.schedules import ScheduleStrategy as ScheduleStrategy
 from helix_dbos.errors import InvalidInputError
 
 # The registered DBOS workflow every helix schedule fires.
 FIRING_WORKFLOW = "helix.scheduled_firing"
-# What a firing does when its session already has a live run (double texting's names):
-# `enqueue` waits behind it; `reject` skips the firing; `steer` joins the live run.
-ScheduleStrategy = Literal["enqueue", "reject", "steer"]
 SCHEDULE_STRATEGIES: tuple[str, ...] = ("enqueue", "reject", "steer")
 MAX_NAME_LENGTH = 200
 
@@ -37,39 +37,6 @@ class ScheduleSpec(BaseModel):
     session_id: str | None = None
     state: dict[str, Any] | None = None
     multitask_strategy: ScheduleStrategy = "enqueue"
-
-
-class ScheduleInfo(BaseModel):
-    """A schedule, as `list_schedules`, the HTTP API and `helix-dbos schedules` show it."""
-
-    name: str
-    agent: str
-    cron: str
-    status: Literal["active", "paused"]
-    input: str | None = None
-    session_id: str | None = None
-    state: dict[str, Any] | None = None
-    multitask_strategy: ScheduleStrategy = "enqueue"
-    timezone: str | None = None
-    automatic_backfill: bool = False
-    last_fired_at: datetime | None = None
-    next_fire_at: datetime | None = Field(
-        default=None, description="The next firing time (None while paused)"
-    )
-
-
-class FiringInfo(BaseModel):
-    """One firing of a schedule (a row of `helix.schedule_firings`)."""
-
-    firing_id: str
-    schedule_name: str
-    scheduled_at: datetime
-    agent_name: str
-    session_id: str
-    run_id: str | None = None
-    message_id: str | None = None
-    outcome: Literal["started", "queued", "rejected"]
-    created_at: datetime | None = None
 
 
 def check_schedule(name: str, cron: str, strategy: str, timezone_name: str | None) -> None:

@@ -25,6 +25,7 @@ from ag_ui.core import RunAgentInput, RunErrorEvent, RunStartedEvent, TextPart, 
 from fastapi import APIRouter, Depends, Header, HTTPException
 from fastapi.responses import StreamingResponse
 
+from helix_dbos.api.models import RunStarted, StartRequest
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.protocols.ag_ui_answers import (
@@ -38,7 +39,6 @@ from helix_dbos.protocols.ag_ui_events import HUMAN_REQUESTS, Frame, Translator
 from helix_dbos.runtime.outage import is_transient_db_error
 from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.keyed_start import start_once
-from helix_dbos.server.models import RunStarted, StartRequest
 from helix_dbos.server.route_context import ERROR_RESPONSES, SSE_RESPONSES, ServerContext
 from helix_dbos.server.sse import SSEWire, mapped_event_stream, parse_last_event_id
 from helix_dbos.server.streams import SlotStreamingResponse

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from helix_dbos.api.runs import PendingToolCall
 from helix_dbos.errors import HelixError, SessionNotFoundError
 from helix_dbos.protocols.ai_sdk_models import (
     AISDKChatRequest,
@@ -30,7 +31,6 @@ from helix_dbos.protocols.ai_sdk_models import (
 )
 from helix_dbos.protocols.ai_sdk_parts import HUMAN_REQUESTS, UIChunk, UIPartMapper
 from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.results import PendingToolCall
 from helix_dbos.runtime.session_queue import QueuedRunHandle
 from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.errors import describe_validation, status_for

@@ -15,7 +15,7 @@ from typing import Any
 
 import mcp_types as types
 
-from helix_dbos.runtime.results import PendingToolCall, RunInfo
+from helix_dbos.api.runs import PendingToolCall, RunInfo
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"

@@ -16,44 +16,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from helix_dbos.api.checkpoints import Checkpoint as Checkpoint
+from helix_dbos.api.checkpoints import CheckpointView as CheckpointView
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
 from helix_dbos.memory import store as memory_store  # memory (issue 36)
-from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.process_runtime import logger
-from helix_dbos.runtime.results import UsageSummary
 from helix_dbos.store import checkpoints as sql
 from helix_dbos.store import repository as repo
 from helix_dbos.store.storable import check_storable
-
-
-class Checkpoint(BaseModel):
-    """A session as it stood after one committed step (`kind="step"`), after a step's
-    head written ahead of the step (`"head"`: before a wait for a human, or while a slow
-    tool runs; its last message is the model's, with the pending calls), or at the start
-    of a fork (`"fork"`). `message_seq` is the last message it covers;
-    `usage` is the session's usage so far."""
-
-    checkpoint_id: str
-    session_id: str
-    run_id: str | None
-    step: int
-    kind: str
-    message_seq: int
-    state: dict[str, Any]
-    usage: UsageSummary
-    created_at: datetime
-
-
-class CheckpointView(BaseModel):
-    """A checkpoint with the transcript as it was then."""
-
-    checkpoint: Checkpoint
-    messages: list[Message]
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return self.checkpoint.state
 
 
 class PruneReport(BaseModel):

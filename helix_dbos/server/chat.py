@@ -15,6 +15,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import JSONResponse
 
+from helix_dbos.api.models import (
+    AddAIMessageRequest,
+    ChatErrorResponse,
+    ChatInvokeRequest,
+    ChatRequest,
+    ChatResponse,
+    TerminatingConfigModel,
+)
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
@@ -23,14 +31,6 @@ from helix_dbos.runtime.handle import RunHandle
 from helix_dbos.runtime.results import AgentResult
 from helix_dbos.runtime.session_queue import QueuedRunHandle
 from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.models import (
-    AddAIMessageRequest,
-    ChatErrorResponse,
-    ChatInvokeRequest,
-    ChatRequest,
-    ChatResponse,
-    TerminatingConfigModel,
-)
 from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.visibility import require_own_new_session
 

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from helix_dbos.runtime.time_travel import Checkpoint, CheckpointView
+from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
+from helix_dbos.api.models import Forked, ForkRequest
 from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.models import Forked, ForkRequest
 from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.visibility import require_own_new_session, require_visible
 

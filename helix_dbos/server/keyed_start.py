@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from fastapi import HTTPException
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from helix_dbos.api.models import RunStarted, StartRequest
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.server.models import RunStarted, StartRequest
 from helix_dbos.store import start_keys
 
 Start = Callable[[StartRequest], Awaitable[RunStarted]]

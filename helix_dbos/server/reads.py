@@ -6,10 +6,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
+from helix_dbos.api.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import queries
 from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow
 from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.visibility import require_visible, visible_rows
 

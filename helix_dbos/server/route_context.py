@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from helix_dbos.api.models import ErrorResponse
 from helix_dbos.runtime.helix import HelixDBOS
 from helix_dbos.server.auth import Authenticate
-from helix_dbos.server.models import ErrorResponse
 from helix_dbos.server.streams import StreamSlots
 from helix_dbos.store.storable import check_storable
 

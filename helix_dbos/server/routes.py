@@ -7,13 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.runtime.results import RunInfo
-from helix_dbos.server import queries, session_routes
-from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.keyed_start import start_once
-from helix_dbos.server.models import (
+from helix_dbos.api.models import (
     CancelQueuedRequest,
     ControlRequest,
     ControlResponse,
@@ -25,6 +19,12 @@ from helix_dbos.server.models import (
     SubmitToolResultRequest,
     SubmitToolResultResponse,
 )
+from helix_dbos.api.runs import RunInfo
+from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.helix import HelixDBOS
+from helix_dbos.server import queries, session_routes
+from helix_dbos.server.auth import Principal, current_principal
+from helix_dbos.server.keyed_start import start_once
 from helix_dbos.server.route_context import ERROR_RESPONSES, SSE_RESPONSES, ServerContext
 from helix_dbos.server.session_routes import (
     ControlHandler,

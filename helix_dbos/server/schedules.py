@@ -8,9 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
-from helix_dbos.server.schedule_models import (
+from helix_dbos.api.schedules import (
     Backfilled,
     BackfillRequest,
     FiringInfo,
@@ -18,6 +16,8 @@ from helix_dbos.server.schedule_models import (
     ScheduleRequest,
     Triggered,
 )
+from helix_dbos.server.auth import Principal, current_principal
+from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
 
 
 def _admin(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:

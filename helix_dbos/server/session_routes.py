@@ -17,8 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
-from helix_dbos.server.auth import Principal, current_principal
-from helix_dbos.server.models import (
+from helix_dbos.api.models import (
     ChatControlRequest,
     ChatSubmitToolResultRequest,
     ControlRequest,
@@ -27,6 +26,7 @@ from helix_dbos.server.models import (
     SubmitToolResultResponse,
     Workspace,
 )
+from helix_dbos.server.auth import Principal, current_principal
 from helix_dbos.server.route_context import SSE_RESPONSES
 
 Who = Annotated[Principal, Depends(current_principal)]

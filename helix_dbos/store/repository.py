@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import TextClause, text
 
+from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.types import LLMUsage, Message
 from helix_dbos.store.storable import dumps, storable_text
 
@@ -918,9 +919,6 @@ async def update_live_run(conn: SQLConnection, run_id: str, **fields: Any) -> bo
 
 
 # --- pending tool calls (approvals, client tools, human input) ---------------
-
-
-ToolCallKind = Literal["approval", "client", "human_input"]
 
 
 @dataclass(frozen=True)

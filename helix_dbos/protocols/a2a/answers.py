@@ -18,7 +18,7 @@ from a2a.helpers import get_data_parts, get_text_parts
 from a2a.types import Message
 from a2a.utils.errors import InvalidParamsError
 
-from helix_dbos.runtime.results import PendingToolCall
+from helix_dbos.api.runs import PendingToolCall
 
 YES = frozenset({"yes", "y", "approve", "approved", "ok", "allow"})
 NO = frozenset({"no", "n", "deny", "denied", "reject", "rejected"})

@@ -50,14 +50,15 @@ from a2a.utils.errors import (
 )
 from fastapi import HTTPException
 
+from helix_dbos.api.models import RunStarted, StartRequest
+from helix_dbos.api.runs import PendingToolCall, RunInfo
 from helix_dbos.errors import HelixError
 from helix_dbos.protocols.a2a import mapping
 from helix_dbos.protocols.a2a.answers import Answer, parse_answers
-from helix_dbos.runtime.results import TERMINAL_STATUSES, PendingToolCall, RunInfo
+from helix_dbos.runtime.results import TERMINAL_STATUSES
 from helix_dbos.server.auth import Principal
 from helix_dbos.server.errors import status_for
 from helix_dbos.server.keyed_start import start_once
-from helix_dbos.server.models import RunStarted, StartRequest
 from helix_dbos.server.route_context import ServerContext
 from helix_dbos.server.routes import record_answerer
 from helix_dbos.server.visibility import require_own_new_session, require_visible

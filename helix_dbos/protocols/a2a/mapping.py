@@ -26,8 +26,8 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
+from helix_dbos.api.runs import PendingToolCall, RunInfo
 from helix_dbos.orchestration.types import Message as HelixMessage
-from helix_dbos.runtime.results import PendingToolCall, RunInfo
 from helix_dbos.streaming.chunks import StreamChunk
 
 RESPONSE_ARTIFACT = "response"

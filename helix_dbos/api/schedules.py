@@ -1,16 +1,49 @@
-"""Request and response bodies of the schedule routes (`server/schedules.py`); the
-schedules themselves are `ScheduleInfo` and `FiringInfo` (`definitions/schedule.py`)."""
+"""Schedules as the API shows them, and the bodies of the schedule routes
+(docs/schedules.md)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from helix_dbos.definitions.schedule import FiringInfo as FiringInfo
-from helix_dbos.definitions.schedule import ScheduleInfo as ScheduleInfo
-from helix_dbos.definitions.schedule import ScheduleStrategy
+# What a firing does when its session already has a live run (double texting's names):
+# `enqueue` waits behind it; `reject` skips the firing; `steer` joins the live run.
+ScheduleStrategy = Literal["enqueue", "reject", "steer"]
+
+
+class ScheduleInfo(BaseModel):
+    """A schedule, as `list_schedules`, the HTTP API and `helix-dbos schedules` show it."""
+
+    name: str
+    agent: str
+    cron: str
+    status: Literal["active", "paused"]
+    input: str | None = None
+    session_id: str | None = None
+    state: dict[str, Any] | None = None
+    multitask_strategy: ScheduleStrategy = "enqueue"
+    timezone: str | None = None
+    automatic_backfill: bool = False
+    last_fired_at: datetime | None = None
+    next_fire_at: datetime | None = Field(
+        default=None, description="The next firing time (None while paused)"
+    )
+
+
+class FiringInfo(BaseModel):
+    """One firing of a schedule (a row of `helix.schedule_firings`)."""
+
+    firing_id: str
+    schedule_name: str
+    scheduled_at: datetime
+    agent_name: str
+    session_id: str
+    run_id: str | None = None
+    message_id: str | None = None
+    outcome: Literal["started", "queued", "rejected"]
+    created_at: datetime | None = None
 
 
 class ScheduleRequest(BaseModel):
