@@ -210,7 +210,7 @@ class AgentLoop:
         terminating_call: ToolCall | None,
         run_failed: bool,
     ) -> ToolsDone:
-        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow)
+        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow, self.options.tenant)
         head = SlowHead(self.rt, commit)
         try:
             done = await batch.run(

@@ -260,6 +260,19 @@ async def list_runs(conn: SQLConnection, session_id: str) -> list[RunRow]:
     return [RunRow(*r) for r in rows]
 
 
+async def session_tenant(conn: SQLConnection, session_id: str) -> str | None:
+    """The tenant of the session's latest run: a resume or retry runs for it too."""
+    row = await conn.execute(
+        _sql(
+            "SELECT tenant FROM helix.runs WHERE session_id = :sid "
+            "ORDER BY turn DESC, started_at DESC LIMIT 1"
+        ),
+        {"sid": session_id},
+    )
+    tenant: str | None = row.scalar()
+    return tenant
+
+
 async def insert_run(
     conn: SQLConnection,
     *,
