@@ -1004,27 +1004,6 @@ async def insert_pending_tool_calls(
     return deadlines
 
 
-async def find_tool_call(
-    conn: SQLConnection, session_id: str, tool_call_id: str, *, for_update: bool = False
-) -> ToolCallRow | None:
-    """The most recent call with this id in the session, else in one of its sub-agents'
-    sessions when it is a root (seed 002: submissions go against the ROOT session and
-    reach the owning sub-agent)."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = (
-        await conn.execute(
-            _sql(
-                f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE tool_call_id = :tcid "
-                "AND (session_id = :sid OR session_id IN "
-                "(SELECT session_id FROM helix.sessions WHERE root_session_id = :sid)) "
-                f"ORDER BY session_id = :sid DESC, created_at DESC LIMIT 1{lock}"
-            ),
-            {"sid": session_id, "tcid": tool_call_id},
-        )
-    ).first()
-    return ToolCallRow(*row) if row else None
-
-
 async def mark_answered(conn: SQLConnection, run_id: str, tool_call_id: str) -> None:
     await conn.execute(
         _sql(
