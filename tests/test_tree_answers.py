@@ -9,24 +9,13 @@ import asyncio
 
 import httpx
 import pytest
-from helpers import sql
+from helpers import calls, sql, text
 from live_server import serve
 
 from helix_dbos import sub_agent_tool, tool
 from helix_dbos.errors import AmbiguousToolCallError
 from helix_dbos.server import create_app
 from helix_dbos.server.remote import RemoteControl
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-def text(content: str) -> dict:
-    return {"type": "text", "content": content}
 
 
 async def until(predicate, timeout: float = 30.0) -> None:

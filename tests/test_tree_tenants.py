@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from dbos import DBOS
+from helpers import calls, text
 from live_server import serve
 
 from helix_dbos import LLMConfig, PersistentAgent, remote_sub_agent_tool, sub_agent_tool, tool
@@ -24,17 +25,6 @@ def drop_model_queue(helix) -> Iterator[None]:
     yield
     with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
         thread.submit(DBOS.delete_queue, model_limits.model_queue(MODEL)).result()
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-def text(content: str) -> dict:
-    return {"type": "text", "content": content}
 
 
 async def tenants_of_tree(helix, root_session_id: str) -> dict[str, str | None]:
