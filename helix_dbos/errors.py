@@ -110,6 +110,25 @@ class ToolCallNotFoundError(HelixError, LookupError):
         return (type(self), (self.session_id, self.tool_call_id))
 
 
+class AmbiguousToolCallError(HelixError):
+    """An answer sent through an ancestor session for a call id that several of its
+    descendants wait on (call ids are unique per session, not per tree): nothing was
+    answered; send it to one of `session_ids`, the sessions that own such a call."""
+
+    def __init__(self, session_id: str, tool_call_id: str, session_ids: list[str]) -> None:
+        listed = ", ".join(f"'{s}'" for s in session_ids)
+        super().__init__(
+            f"Tool call '{tool_call_id}' is pending in several sessions below '{session_id}' "
+            f"({listed}); answer it through the session that owns it"
+        )
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.session_ids = session_ids
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str]]]:
+        return (type(self), (self.session_id, self.tool_call_id, self.session_ids))
+
+
 class ToolCallAlreadyAnsweredError(HelixError):
     def __init__(self, tool_call_id: str, status: str) -> None:
         super().__init__(

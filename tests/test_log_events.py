@@ -4,6 +4,7 @@ stable names and fields on the `helix_dbos` logger, as record attributes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
@@ -238,3 +239,46 @@ def test_fields_are_record_attributes_a_json_formatter_emits():
         "helix_fields": {"tool_call_id": "c", "name": "n"},
     }
     assert record.getMessage() == "client_tool.timeout: late"
+
+
+async def _replay(helix, run_id: str) -> None:
+    """Run the run's workflow code again over all its checkpoints (a fork from past its
+    last step: every step is replayed, none runs), as a recovery would."""
+    run = await helix.get_run(run_id)
+    forked = await DBOS.fork_workflow_async(run.workflow_id, 10_000)
+    # Its end was written by the run itself: only what it logs matters here.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(forked.get_result(), 30)
+
+
+async def test_workflow_code_events_are_not_logged_again_on_replay(
+    helix, make_agent, mock_llm, caplog
+):
+    """`llm.failed` (after the LLM step's recorded error) and a client tool's timeout
+    (from the wait's resume statement) are logged by the execution that ran them."""
+    failing = make_agent(llm=LLMConfig(max_attempts=1, retry_interval_seconds=0.01))
+
+    def rate_limited(request):
+        raise LLMProviderError("429 Too Many Requests", retryable=True, status_code=429)
+
+    @tool(execute="client", client_timeout_seconds=0.3)
+    def scan() -> dict:
+        """Scan on the client."""
+
+    waiting = make_agent(tools=[scan])
+    mock_llm.add_responses(
+        calls(("s1", "scan", {})), {"type": "text", "content": "gave up"}, agent=waiting.name
+    )
+    with caplog.at_level(logging.INFO, logger="helix_dbos"):
+        timed_out = await (await helix.execute(waiting, "scan")).result()
+        mock_llm.set_responder(rate_limited)
+        try:
+            failed = await asyncio.wait_for((await helix.execute(failing, "hi")).result(), 30)
+        finally:
+            mock_llm.set_responder(None)
+        assert failed.status == "failed" and timed_out.status == "completed"
+        await _replay(helix, failed.run_id)
+        await _replay(helix, timed_out.run_id)
+    one(events(caplog, failed.run_id), "llm.failed")
+    one(events(caplog, timed_out.run_id), "client_tool.timeout")
+    one(events(caplog, timed_out.run_id), "run.resumed")

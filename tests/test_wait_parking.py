@@ -16,6 +16,7 @@ from sqlalchemy import event
 from helix_dbos.runtime import dbos_internals, wait_parking
 from helix_dbos.runtime.dbos_internals import _ReplayedSteps
 from helix_dbos.runtime.message_recheck import MessageRecheck
+from helix_dbos.runtime.parked_span import PARKED_MESSAGE
 
 
 @pytest.fixture
@@ -346,3 +347,59 @@ def test_replayed_steps_are_handed_out_once_in_order_and_dropped_past_the_replay
 
     steps.add("wf3", [row(1, "llm")])
     assert steps.take("wf3", 2, "tool") is None and steps.pending("wf3") == 0  # past it
+
+
+async def test_a_parked_runs_workflow_span_ends_parked_not_failed(
+    helix, make_agent, mock_llm, parking
+):
+    """DBOS ends the workflow's span when parking cancels its task: the span says
+    parked (an event, an attribute, status OK), and the run's later execution, resumed
+    by the answer, has a span of its own that ends OK without that mark."""
+    trace = pytest.importorskip("opentelemetry.trace")
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        trace.set_tracer_provider(sdk.TracerProvider())
+        provider = trace.get_tracer_provider()
+    if not isinstance(provider, sdk.TracerProvider):
+        pytest.skip("another tracer provider is installed")
+    export = pytest.importorskip("opentelemetry.sdk.trace.export")
+    in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+    exporter = in_memory.InMemorySpanExporter()
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    # DBOS traces only when the application enables it (`enable_otlp` in its config),
+    # which the session's HelixDBOS does not: on for this test alone.
+    was_on = dbos_internals.set_tracing(True)
+    try:
+        ran: list[str] = []
+        handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)
+        run = await helix.get_run(handle.run_id)
+        await helix.approve(handle.session_id, "d1")
+        result = await asyncio.wait_for(handle.result(), 60)
+        assert result.status == "completed" and ran == ["/0"]
+    finally:
+        dbos_internals.set_tracing(was_on)
+    ended = exporter.get_finished_spans()
+    exporter.shutdown()  # the global provider outlives this test: it keeps nothing more
+    workflow = [
+        s
+        for s in ended
+        if run.workflow_id in {str(v) for v in (s.attributes or {}).values()}
+        and not (s.parent and s.parent.is_valid and _is_step(s))
+    ]
+    roots = [s for s in workflow if "helix.parked" in (s.attributes or {})]
+    assert len(roots) == 1, [(s.name, s.status.status_code) for s in workflow]
+    parked = roots[0]
+    assert parked.status.status_code == trace.StatusCode.OK
+    assert [e.name for e in parked.events] == ["helix.run.parked"]
+    # The `recv` DBOS ended inside the cancelled task: its error says it was parked.
+    errors = [s for s in workflow if s.status.status_code == trace.StatusCode.ERROR]
+    assert [(s.name, s.status.description) for s in errors] == [("recv", PARKED_MESSAGE)]
+    # The execution the answer started is a span of its own that ends OK, unmarked.
+    later = [s for s in workflow if s.name == parked.name and s is not parked]
+    assert [s.status.status_code for s in later] == [trace.StatusCode.OK]
+    assert later[0].start_time > parked.end_time
+
+
+def _is_step(span) -> bool:
+    return "step" in str((span.attributes or {}).get("operationType", "")).lower()

@@ -12,7 +12,7 @@ from helpers import approval_gated_delete, pending_calls, sql
 
 from helix_dbos.runtime import dbos_internals
 from helix_dbos.runtime.hitl import Resolution
-from helix_dbos.store.wait_resume import resume_wait
+from helix_dbos.store.wait_resume import WaitResumed, resume_wait
 
 
 def _gated_agent(make_agent, mock_llm):
@@ -68,7 +68,7 @@ async def _answer_and_finish(helix, handle, workflow_id: str) -> None:
     assert result.status == "completed"
 
 
-async def _resume_d1(helix, run, resolution: Resolution, owner=None) -> bool:
+async def _resume_d1(helix, run, resolution: Resolution, owner=None) -> WaitResumed:
     """The resume of call `d1` alone, as the run's workflow would send it."""
     chunk = (f"{run.run_id}:resumed:d1", "run_resumed", {"tool_call_ids": ["d1"]})
     return await helix.runtime.on_connection(
@@ -91,7 +91,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
     ]
     chunk = (f"{run.run_id}:resumed:d1,d2", "run_resumed", {"tool_call_ids": ["d1", "d2"]})
 
-    async def resume() -> bool:
+    async def resume() -> WaitResumed:
         return await helix.runtime.on_connection(
             "test",
             lambda conn: resume_wait(
@@ -99,7 +99,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
             ),
         )
 
-    assert await resume() is True
+    assert await resume() == WaitResumed(True, frozenset({"d1", "d2"}))
     first = _rows(database_url, run.run_id, run.session_id)
     calls, resumed, run_row, session_status = first
     assert [(c[0], c[1]) for c in calls] == [("d1", "approved"), ("d2", "denied")]
@@ -110,7 +110,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
 
     # Again, with other answers: nothing is pending any more, so nothing is resumed.
     resolutions = [Resolution("d1", "denied"), Resolution("d2", "approved")]
-    assert await resume() is False
+    assert await resume() == WaitResumed(False, frozenset())  # a replay: logs nothing
     assert _rows(database_url, run.run_id, run.session_id) == first
 
     # The run waits again (a later step's gate): the replayed resume leaves it waiting.
@@ -124,7 +124,7 @@ async def test_a_resume_run_twice_resolves_and_writes_once(
         "UPDATE helix.sessions SET status = 'waiting' WHERE session_id = %s",
         run.session_id,
     )
-    assert await resume() is False
+    assert await resume() == WaitResumed(False, frozenset())
     calls, resumed, run_row, session_status = _rows(database_url, run.run_id, run.session_id)
     assert (calls, resumed) == first[:2]
     assert run_row == ("waiting", "approval") and session_status == "waiting"
@@ -148,7 +148,7 @@ async def test_a_resume_of_an_ended_run_resolves_its_calls_but_does_not_revive_i
     # to a resume that comes after it).
     sql(database_url, "UPDATE helix.runs SET status = 'aborted' WHERE run_id = %s", run.run_id)
     resumed = await _resume_d1(helix, run, Resolution("d1", "interrupted", reason="aborted"))
-    assert resumed is False
+    assert resumed == WaitResumed(False, frozenset({"d1"}))
     calls, chunks, run_row, _ = _rows(database_url, run.run_id, run.session_id)
     assert [(c[0], c[1]) for c in calls] == [("d1", "interrupted"), ("d2", "pending")]
     assert chunks == [] and run_row[0] == "aborted"

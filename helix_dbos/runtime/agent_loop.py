@@ -156,7 +156,7 @@ class AgentLoop:
             except Exception as exc:
                 if slot is not None:
                     await model_limits.free_slot(slot, step)
-                return await self._llm_failed(step, exc)
+                return await self._llm_failed(step, exc, logged=not ahead.ran)
             if slot is not None:
                 await model_limits.free_slot(slot, step)
             if isinstance(reply, InterruptRequested):
@@ -168,7 +168,8 @@ class AgentLoop:
             # 3.-4. Plan the reply, run its tools, decide what comes next: the step's rows.
             taken = ahead.taken(reply) or await self._take_step(step, reply, ahead.planned(reply))
             self.counters = taken.decision.counters
-            log_invalid_outputs(taken.commit, self.agent, taken.decision)
+            if ahead.replied_here(reply):  # a replay of the step logged them already
+                log_invalid_outputs(taken.commit, self.agent, taken.decision)
             # 5. Rows: left for the next step's write-ahead, or written with the end.
             match taken.decision.next:
                 case Continue():
@@ -210,7 +211,7 @@ class AgentLoop:
         terminating_call: ToolCall | None,
         run_failed: bool,
     ) -> ToolsDone:
-        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow)
+        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow, self.options.tenant)
         head = SlowHead(self.rt, commit)
         try:
             done = await batch.run(
@@ -294,20 +295,23 @@ class AgentLoop:
         commit = self._ended_without_step(step, Fail("The run had ended"))
         return await self._row_result(commit, {})
 
-    async def _llm_failed(self, step: int, exc: Exception) -> AgentResult:
-        """The LLM step failed for good (its retries ran out, or its checkpoint failed)."""
+    async def _llm_failed(self, step: int, exc: Exception, *, logged: bool) -> AgentResult:
+        """The LLM step failed for good (its retries ran out, or its checkpoint failed).
+        `logged`: DBOS replayed the step's recorded error, so the execution that ran the
+        step logged `llm.failed` already (workflow code runs again on every recovery)."""
         error = f"LLM call failed after retries: {describe_llm_failure(exc)}"
-        log_event(  # workflow code: a recovery that replays this logs it again
-            LLM_FAILED,
-            logging.ERROR,
-            error,
-            run_id=self.run_id,
-            session_id=self.session_id,
-            agent_name=self.agent.name,
-            step=step,
-            model=self.agent.llm.model,
-            error=error,
-        )
+        if not logged:
+            log_event(
+                LLM_FAILED,
+                logging.ERROR,
+                error,
+                run_id=self.run_id,
+                session_id=self.session_id,
+                agent_name=self.agent.name,
+                step=step,
+                model=self.agent.llm.model,
+                error=error,
+            )
         usage = failed_llm_usage(self.run_id, step, exc)
         return await self.end_without_step(step, Fail(error), usage=usage)
 

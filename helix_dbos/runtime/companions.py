@@ -85,11 +85,19 @@ class Opened:
 class CompanionCalls:
     """Runs one step's companion calls in the parent's workflow code."""
 
-    def __init__(self, rt: Runtime, agent: Agent, commit: StepCommit, workflow: AgentWorkflow):
+    def __init__(
+        self,
+        rt: Runtime,
+        agent: Agent,
+        commit: StepCommit,
+        workflow: AgentWorkflow,
+        tenant: str | None = None,
+    ):
         self.rt = rt
         self.agent = agent
         self.commit = commit
         self.workflow = workflow
+        self.tenant = tenant  # the parent's, which every turn of a child inherits
 
     def is_companion(self, call: ToolCall) -> bool:
         return isinstance(self.agent.tool(call.name), CompanionTool)
@@ -141,7 +149,11 @@ class CompanionCalls:
         try:
             with SetWorkflowID(child.workflow_id):
                 await DBOS.start_workflow_async(
-                    self.workflow, child.run_id, child.session_id, child.agent_name, RunOptions()
+                    self.workflow,
+                    child.run_id,
+                    child.session_id,
+                    child.agent_name,
+                    RunOptions(tenant=self.tenant),
                 )
         except Exception as exc:  # its turn is closed, so nothing waits on it
             reason = f"its workflow could not be started: {exc}"
@@ -176,6 +188,7 @@ class CompanionCalls:
             str(getattr(args, "message", "")),
             spawn,
             fresh,
+            self.tenant,
         )
 
     async def _interrupt(self, busy: Busy, reason: str) -> None:
@@ -267,6 +280,7 @@ async def open_companion_turn(
     message: str,
     spawn: bool,
     fresh: Fresh | None = None,
+    tenant: str | None = None,
 ) -> Opened:
     """The body of `helix.companion_open`: find or create the named child, refuse or
     report a busy one, else open a turn with `message` in its session. The parent's
@@ -308,6 +322,7 @@ async def open_companion_turn(
         parent_run_id=parent.run_id,
         step=parent.step,
         call_id=call_id,
+        tenant=tenant,
     )
     opened = await open_run(session, request)
     if isinstance(opened, AlreadyRunning):

@@ -28,6 +28,7 @@ from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS doe
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
 from dbos._sys_db import RecordedResult, WorkflowStatusInternal
 from dbos._sys_db_postgres import PostgresSystemDatabase
+from dbos._tracer import dbos_tracer
 from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -578,3 +579,11 @@ class _ReplayedSteps:
         """Steps of `workflow_id` still to be handed out (tests)."""
         replay = self._workflows.get(workflow_id)
         return 0 if replay is None else len(replay.steps)
+
+
+def set_tracing(enabled: bool) -> bool:
+    """Turn DBOS's own workflow and step spans on or off (what `enable_otlp` in an
+    application's DBOS config decides at launch); returns whether they were on. Tests."""
+    was = not dbos_tracer.disable_otlp
+    dbos_tracer.disable_otlp = not enabled
+    return was

@@ -35,7 +35,7 @@ from helix_dbos.runtime.step_types import ChunkRecord, GateDecision, GateKind, T
 from helix_dbos.runtime.tool_step import TOOL_STARTED, tool_context
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import PendingToolCall
-from helix_dbos.store.wait_resume import resume_wait
+from helix_dbos.store.wait_resume import WaitResumed, resume_wait
 
 INTERRUPT_TOPIC = "helix.interrupt"
 TOPICS: dict[GateKind, str] = {
@@ -266,7 +266,7 @@ async def _resume(rt: Runtime, head: StepCommit, resolutions: list[Resolution]) 
     session_id, run_id = head.session_id, head.run_id
     ids = [r.tool_call_id for r in resolutions]
     chunk = ChunkRecord(f"{run_id}:resumed:{','.join(ids)}", "run_resumed", {"tool_call_ids": ids})
-    resumed = await rt.on_connection(
+    done = await rt.on_connection(
         "helix.resume_wait",
         lambda conn: resume_wait(
             conn,
@@ -279,17 +279,20 @@ async def _resume(rt: Runtime, head: StepCommit, resolutions: list[Resolution]) 
             owner=execution_owner(),
         ),
     )
-    _log_resolutions(session_id, run_id, resolutions, resumed=resumed)
+    _log_resolutions(session_id, run_id, resolutions, done)
 
 
 def _log_resolutions(
-    session_id: str, run_id: str, resolutions: list[Resolution], *, resumed: bool
+    session_id: str, run_id: str, resolutions: list[Resolution], done: WaitResumed
 ) -> None:
     """`<kind>.timeout` and `<kind>.aborted` per call the wait closed without an answer,
-    and `run.resumed` if the run works again (an abort may have closed it)."""
+    and `run.resumed` if the run works again (an abort may have closed it). Only what
+    this resume did is logged: replayed, it resolves nothing and logs nothing."""
     ids: dict[str, Any] = {"run_id": run_id, "session_id": session_id}
     for r in resolutions:
         if r.kind is None or r.status not in ("timed_out", "interrupted"):
+            continue
+        if r.tool_call_id not in done.resolved:
             continue
         action, cause = ("timeout", None) if r.status == "timed_out" else ("aborted", "interrupted")
         log_event(
@@ -300,7 +303,7 @@ def _log_resolutions(
             cause=cause,
             **ids,
         )
-    if resumed:
+    if done.resumed:
         log_event(RUN_RESUMED, tool_call_ids=[r.tool_call_id for r in resolutions], **ids)
 
 

@@ -67,6 +67,8 @@ class ReplyTaker(Protocol):
 
     def take(self, reply: ModelReply) -> None: ...
 
+    def begin(self) -> None: ...
+
 
 def is_retryable_llm_error(exc: BaseException) -> bool:
     """Provider rate limits and 5xx. The step's own statements wait a database outage
@@ -168,6 +170,8 @@ async def llm_step(
     durable operation of its own beyond its LLM and tool steps. `taker` plans the reply
     (once) and gets it last, before DBOS checkpoints it (the workflow's `StepAhead`).
     """
+    if taker is not None:  # the body runs: not a replay of the step's checkpoint
+        taker.begin()
     rt = current_runtime()
     await rt.lease_check()  # a worker that may have lost its lease writes and asks nothing
     agent = rt.agent(agent_name)

@@ -92,7 +92,12 @@ def remote_start_key(parent_session_id: str, call_id: str) -> str:
 
 
 def remote_ref(
-    commit: StepCommit, call: ToolCall, tool: RemoteSubAgentTool, text: str, workflow_id: str
+    commit: StepCommit,
+    call: ToolCall,
+    tool: RemoteSubAgentTool,
+    text: str,
+    workflow_id: str,
+    tenant: str | None = None,
 ) -> RemoteRef:
     return RemoteRef(
         parent_session_id=commit.session_id,
@@ -107,6 +112,7 @@ def remote_ref(
         remote_session_id=remote_session_id(commit.session_id, call.id),
         idempotency_key=remote_start_key(commit.session_id, call.id),
         input=text,
+        tenant=tenant,
     )
 
 
@@ -149,7 +155,7 @@ def step_options(kind: str, tool: RemoteSubAgentTool) -> StepOptions:
 
 
 async def run_remote_children(
-    agent: Agent, commit: StepCommit, calls: list[ToolCall]
+    agent: Agent, commit: StepCommit, calls: list[ToolCall], tenant: str | None = None
 ) -> dict[str, ToolOutcome]:
     """The outcomes of one step's remote sub-agent calls, all at once (in the parent's
     workflow code), each with its hooks fired once. Each call's three steps (start, wait,
@@ -160,7 +166,7 @@ async def run_remote_children(
     assert workflow_id is not None
     plans = [(call, [DBOS.reserve_step() for _ in range(3)]) for call in calls]
     outcomes = await asyncio.gather(
-        *(_run_one(agent, commit, call, workflow_id, steps) for call, steps in plans)
+        *(_run_one(agent, commit, call, workflow_id, steps, tenant) for call, steps in plans)
     )
     return {call.id: outcome for call, outcome in zip(calls, outcomes, strict=True)}
 
@@ -171,6 +177,7 @@ async def _run_one(
     call: ToolCall,
     workflow_id: str,
     steps: list[StepReservation],
+    tenant: str | None,
 ) -> ToolOutcome:
     tool = agent.tool(call.name)
     assert isinstance(tool, RemoteSubAgentTool)
@@ -180,7 +187,7 @@ async def _run_one(
     except ToolArgumentsError as exc:  # the model's mistake: an argument error
         outcome = ToolOutcome.not_executed(str(exc))
     else:
-        ref = remote_ref(commit, call, tool, tool.child_input(arguments), workflow_id)
+        ref = remote_ref(commit, call, tool, tool.child_input(arguments), workflow_id, tenant)
         shown = tool_start_chunk(commit.run_id, commit.step, call)
         outcome = await _delegate(ref, tool, shown, start, wait)
     await hooks.run_async(
@@ -268,6 +275,7 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
                 ref.input,
                 session_id=ref.remote_session_id,
                 idempotency_key=ref.idempotency_key,
+                tenant=ref.tenant,
             )
         except APIStatusError as exc:
             if _transient(exc):

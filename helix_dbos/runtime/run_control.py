@@ -36,7 +36,7 @@ from helix_dbos.runtime.session_reads import SessionReads
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
-from helix_dbos.store.answer_claim import claim_and_send, claim_answer
+from helix_dbos.store.answer_claim import claim_and_send, claim_answer, find_answer_target
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 
@@ -106,7 +106,7 @@ class RunControl:
                     await self._check_client_result(conn, claimed, payload)
                     await self._send_answer(claimed, kind, payload, conn)
                     return claimed
-                row = await repo.find_tool_call(conn, session_id, tool_call_id, for_update=True)
+                row = await find_answer_target(conn, session_id, tool_call_id)
                 if row is None:
                     if await repo.get_session(conn, session_id) is None:
                         raise SessionNotFoundError(session_id)

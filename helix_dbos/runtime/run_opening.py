@@ -150,8 +150,10 @@ class OpenRunRequest:
         parent_run_id: str,
         root_session_id: str,
         call_id: str,
+        tenant: str | None = None,
     ) -> OpenRunRequest:
-        """A sub-agent call's child run, in a new session below the parent's."""
+        """A sub-agent call's child run, in a new session below the parent's, for the
+        parent's tenant."""
         return cls(
             kind="child",
             run_id=run_id,
@@ -159,7 +161,7 @@ class OpenRunRequest:
             agent_name=agent.name,
             max_steps=agent.max_steps,
             messages=[Message(role="user", content=text)],
-            options={"parent_run_id": parent_run_id, "tool_call_id": call_id},
+            options=child_options(parent_run_id, call_id, tenant),
             new_state=agent.initial_state(None),
             parent_session_id=parent_session_id,
             root_session_id=root_session_id,
@@ -175,8 +177,10 @@ class OpenRunRequest:
         parent_run_id: str,
         step: int,
         call_id: str,
+        tenant: str | None = None,
     ) -> OpenRunRequest:
-        """The next turn of a companion's session, asked for by its parent's call."""
+        """The next turn of a companion's session, asked for by its parent's call, for
+        the parent's tenant."""
         return cls(
             kind="companion",
             run_id=companion_run_id(parent_run_id, step, call_id),
@@ -184,7 +188,7 @@ class OpenRunRequest:
             agent_name=agent.name,
             max_steps=agent.max_steps,
             messages=[Message(role="user", content=text)],
-            options={"parent_run_id": parent_run_id, "tool_call_id": call_id},
+            options=child_options(parent_run_id, call_id, tenant),
         )
 
     @classmethod
@@ -208,6 +212,15 @@ class OpenRunRequest:
             state=message.state,
             queued=QueuedStart(message.message_id, rollback),
         )
+
+
+def child_options(parent_run_id: str, call_id: str, tenant: str | None) -> dict[str, Any]:
+    """What a child run's `helix.runs.options` records: its parent's call and, so its
+    `tenant` column shows it, the tenant it inherits."""
+    options: dict[str, Any] = {"parent_run_id": parent_run_id, "tool_call_id": call_id}
+    if tenant is not None:
+        options["tenant"] = tenant
+    return options
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,8 @@ class RunStarts:
         session = await self.reads.get_session(session_id)
         messages = [Message(role="user", content=message)] if message is not None else []
         agent = self.agent(session.agent_name)
-        return await self.open_and_start("resume", agent, session_id, messages, None)
+        options = await self._inherited_options(session_id)
+        return await self.open_and_start("resume", agent, session_id, messages, None, options)
 
     async def retry(self, session_id: str) -> OpenedRun:
         session = await self.reads.get_session(session_id)
@@ -189,7 +190,13 @@ class RunStarts:
                 f"Session '{session_id}' is {session.status}; only a failed, aborted or interrupted run can be retried"
             )
         agent = self.agent(session.agent_name)
-        return await self.open_and_start("retry", agent, session_id, [], None)
+        options = await self._inherited_options(session_id)
+        return await self.open_and_start("retry", agent, session_id, [], None, options)
+
+    async def _inherited_options(self, session_id: str) -> RunOptions:
+        """A resume's or retry's options: the tenant of the session's latest run (a
+        child's is its parent's), so a run cannot leave its tenant's share that way."""
+        return RunOptions(tenant=await self.reads.read(repo.session_tenant, session_id))
 
     async def open_and_start(
         self,

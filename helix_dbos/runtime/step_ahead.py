@@ -92,6 +92,9 @@ class StepAhead:
         self._plan: tuple[StepResult, PlannedReply] | None = None
         self._reply: ModelReply | None = None
         self._taken: TakenStep | None = None
+        # Whether the LLM step's body ran in this execution (False: DBOS replayed its
+        # checkpoint): what workflow code logs about the step is logged only then.
+        self.ran = False
         self.final_write: asyncio.Future[EndedRun] | None = None  # of `_taken`'s commit
 
     def plan(self, result: StepResult) -> PlannedReply:
@@ -118,6 +121,14 @@ class StepAhead:
         status = commit.status
         if status is not None and ends_quietly(self.agent, status, commit.unannounced):
             self.final_write = asyncio.ensure_future(write_final(commit, None, True))
+
+    def begin(self) -> None:
+        """The LLM step's body started (every attempt calls it)."""
+        self.ran = True
+
+    def replied_here(self, reply: ModelReply) -> bool:
+        """Whether the LLM step made this reply in this execution (not a replay)."""
+        return reply is self._reply
 
     def planned(self, reply: ModelReply) -> PlannedReply | None:
         """The plan of this reply, if the LLM step made it (not on a replay)."""

@@ -125,11 +125,19 @@ class ParentCall:
 class SubAgentDispatch:
     """One step's sub-agent calls: open and start the children, then settle the parent."""
 
-    def __init__(self, rt: Runtime, agent: Agent, commit: StepCommit, workflow: AgentWorkflow):
+    def __init__(
+        self,
+        rt: Runtime,
+        agent: Agent,
+        commit: StepCommit,
+        workflow: AgentWorkflow,
+        tenant: str | None = None,
+    ):
         self.rt = rt
         self.agent = agent
         self.commit = commit
         self.workflow = workflow
+        self.tenant = tenant  # the parent's, which every child inherits
         # An interrupt that came before the children could start: the batch ends with it.
         self.interrupt: InterruptNotice | None = None
         self._calls: dict[str, ToolCall] = {}  # the sub-agent calls, by id
@@ -206,6 +214,7 @@ class SubAgentDispatch:
                 dispatched,
                 workflow_id,
                 opening,
+                self.tenant,
             )
         except Exception as exc:
             failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
@@ -225,7 +234,7 @@ class SubAgentDispatch:
                         child.run_id,
                         child.session_id,
                         child.agent_name,
-                        RunOptions(),
+                        RunOptions(tenant=self.tenant),
                     )
             except Exception as exc:  # its run is closed, so nothing waits on it
                 reason = f"its workflow could not be started: {exc}"
@@ -343,6 +352,7 @@ async def open_children(
     calls: list[ToolCall],
     workflow_id: str,
     fresh: Fresh | None = None,
+    tenant: str | None = None,
 ) -> dict[str, str] | None:
     """The body of `helix.open_children`; returns why each undispatchable child was not
     opened, by call id, or None, opening nothing, when an interrupt for the parent's
@@ -378,12 +388,17 @@ async def open_children(
     )
     root = await repo.session_root(session, parent.session_id)
     for child in opening:
-        await _open_child(session, parent, child, agents[child.agent_name], root)
+        await _open_child(session, parent, child, agents[child.agent_name], root, tenant)
     return failures
 
 
 async def _open_child(
-    session: repo.SQLConnection, parent: StepCommit, child: ChildRun, agent: Agent, root: str
+    session: repo.SQLConnection,
+    parent: StepCommit,
+    child: ChildRun,
+    agent: Agent,
+    root: str,
+    tenant: str | None,
 ) -> None:
     """The child's session, run, input and `run_started` chunk."""
     request = OpenRunRequest.child(
@@ -395,6 +410,7 @@ async def _open_child(
         parent_run_id=parent.run_id,
         root_session_id=root,
         call_id=child.call_id,
+        tenant=tenant,
     )
     await open_run(session, request)
 

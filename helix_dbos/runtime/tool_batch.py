@@ -75,7 +75,12 @@ class ToolBatch:
     """Runs one step's tool calls; `outcomes` holds each call's `ToolOutcome`."""
 
     def __init__(
-        self, rt: Runtime, agent: Agent, commit: StepCommit, workflow: AgentWorkflow
+        self,
+        rt: Runtime,
+        agent: Agent,
+        commit: StepCommit,
+        workflow: AgentWorkflow,
+        tenant: str | None = None,
     ) -> None:
         self.rt = rt
         self.agent = agent
@@ -85,8 +90,9 @@ class ToolBatch:
         self.step = commit.step
         self.outcomes: dict[str, ToolOutcome] = {}
         self.interrupt: InterruptNotice | None = None  # a wait for a human was interrupted
-        self.children = SubAgentDispatch(rt, agent, commit, workflow)
-        self.companions = CompanionCalls(rt, agent, commit, workflow)
+        self.tenant = tenant  # the run's, which every run it starts inherits
+        self.children = SubAgentDispatch(rt, agent, commit, workflow, tenant)
+        self.companions = CompanionCalls(rt, agent, commit, workflow, tenant)
 
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool
@@ -129,7 +135,9 @@ class ToolBatch:
         state = await self._parallel(plain, state, started)
         await self.children.settle(started)
         remote = [c for c in calls if self._is_remote(c)]  # remote children (issue 32), at once
-        self.outcomes.update(await run_remote_children(self.agent, self.commit, remote))
+        self.outcomes.update(
+            await run_remote_children(self.agent, self.commit, remote, self.tenant)
+        )
         for call in calls:
             if self._in_workflow(call) and not self._is_remote(call):
                 state = await self._in_workflow_code(call, state)
@@ -213,7 +221,9 @@ class ToolBatch:
 
     async def _in_workflow_code(self, call: ToolCall, state: dict[str, Any]) -> dict[str, Any]:
         if self._is_remote(call):  # remote children (issue 32)
-            outcome = (await run_remote_children(self.agent, self.commit, [call]))[call.id]
+            outcome = (await run_remote_children(self.agent, self.commit, [call], self.tenant))[
+                call.id
+            ]
         else:
             outcome = await run_workflow_tool(
                 self.agent, self.session_id, self.run_id, self.step, call, state

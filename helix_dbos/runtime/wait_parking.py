@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from helix_dbos.log_events import RUN_PARKED, RUN_UNPARKED, log_event
 from helix_dbos.runtime import dbos_internals
+from helix_dbos.runtime.parked_span import PARKED_MESSAGE, mark_parked
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class _InMemoryWait:
     deadline: float  # epoch seconds
     since: float  # monotonic
     task: asyncio.Task[object]
+    parked: bool = False  # its task was cancelled to park it
 
 
 @dataclass(slots=True, eq=False)
@@ -116,6 +118,10 @@ class WaitParking:
             self._make_room()
             self._arm_sweep()
             yield
+        except asyncio.CancelledError:
+            if wait.parked:  # DBOS ends the workflow's span next: parked, not failed
+                mark_parked(wait.workflow_id)
+            raise
         finally:
             if self._waits.get(wait.workflow_id) is wait:
                 del self._waits[wait.workflow_id]
@@ -195,7 +201,8 @@ class WaitParking:
         parked.timer = self._loop.call_later(delay, self._wake, wait.workflow_id)
         wait.task.add_done_callback(lambda _task: self._settled(parked))
         self._cancelling += 1
-        wait.task.cancel()
+        wait.parked = True
+        wait.task.cancel(PARKED_MESSAGE)  # DBOS's span of the `recv` ends with it
         self.parked_total += 1
         log_event(RUN_PARKED, workflow_id=wait.workflow_id)
 

@@ -31,7 +31,15 @@ from helix_dbos.runtime.dbos_internals import DBOSNonExistentWorkflowError
 from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.step_types import GateKind
 from helix_dbos.store import run_versions
+from helix_dbos.store.answer_claim import (
+    BELOW_CALLS_SQL,
+    LOCK_CALL_SQL,
+    OWN_CALL_SQL,
+    answer_target,
+    pg_style,
+)
 from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
+from helix_dbos.store.repository import ToolCallRow
 from helix_dbos.store.storable import check_storable
 
 CLI_COMMAND = {
@@ -116,19 +124,17 @@ class RemoteControl:
                 f"Malformed answer for tool call '{tool_call_id}': {exc}"
             ) from exc
         with connect(self.database_url) as conn:
-            row = conn.execute(
-                "SELECT run_id, workflow_id, tool_name, kind, status, answered_at "
-                "FROM helix.tool_calls WHERE tool_call_id = %(tcid)s AND (session_id = %(sid)s "
-                # An answer addressed to a root reaches the sub-agent that owns the call.
-                "OR session_id IN (SELECT session_id FROM helix.sessions "
-                "WHERE root_session_id = %(sid)s)) "
-                "ORDER BY session_id = %(sid)s DESC, created_at DESC LIMIT 1 FOR UPDATE",
-                {"sid": session_id, "tcid": tool_call_id},
-            ).fetchone()
+            row = _answer_target(conn, session_id, tool_call_id)
             if row is None:
                 self._require_session(conn, session_id)
                 raise ToolCallNotFoundError(session_id, tool_call_id)
-            run_id, workflow_id, tool_name, row_kind, status, answered_at = row
+            run_id, workflow_id, tool_name, row_kind = (
+                row.run_id,
+                row.workflow_id,
+                row.tool_name,
+                row.kind,
+            )
+            status, answered_at = row.status, row.answered_at
             if row_kind != kind:
                 raise InvalidAnswerError(
                     f"Tool call '{tool_call_id}' waits for {row_kind.replace('_', ' ')}; "
@@ -258,3 +264,22 @@ class RemoteControl:
             is None
         ):
             raise SessionNotFoundError(session_id)
+
+
+def _answer_target(
+    conn: psycopg.Connection[Any], session_id: str, tool_call_id: str
+) -> ToolCallRow | None:
+    """The call an answer through `session_id` is for, locked: the rule the Python API
+    applies (`store/answer_claim.answer_target`), ambiguity refused the same way."""
+    params = {"sid": session_id, "tcid": tool_call_id}
+    own = conn.execute(pg_style(OWN_CALL_SQL), params).fetchone()
+    if own is not None:
+        return ToolCallRow(*own)
+    below = [ToolCallRow(*r) for r in conn.execute(pg_style(BELOW_CALLS_SQL), params)]
+    target = answer_target(session_id, tool_call_id, None, below)
+    if target is None:
+        return None
+    locked = conn.execute(
+        pg_style(LOCK_CALL_SQL), {"rid": target.run_id, "tcid": tool_call_id}
+    ).fetchone()
+    return ToolCallRow(*locked) if locked else None

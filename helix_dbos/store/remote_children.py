@@ -34,6 +34,8 @@ class RemoteRef:
     remote_session_id: str
     idempotency_key: str
     input: str
+    # The parent's tenant, sent with the start request: the child counts against it.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)

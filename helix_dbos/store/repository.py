@@ -261,6 +261,19 @@ async def list_runs(conn: SQLConnection, session_id: str) -> list[RunRow]:
     return [RunRow(*r) for r in rows]
 
 
+async def session_tenant(conn: SQLConnection, session_id: str) -> str | None:
+    """The tenant of the session's latest run: a resume or retry runs for it too."""
+    row = await conn.execute(
+        _sql(
+            "SELECT tenant FROM helix.runs WHERE session_id = :sid "
+            "ORDER BY turn DESC, started_at DESC LIMIT 1"
+        ),
+        {"sid": session_id},
+    )
+    tenant: str | None = row.scalar()
+    return tenant
+
+
 async def insert_run(
     conn: SQLConnection,
     *,
@@ -999,27 +1012,6 @@ async def insert_pending_tool_calls(
             raise DuplicateToolCallIdError(run_id, call.tool_call_id)
         deadlines[call.tool_call_id] = float(row)
     return deadlines
-
-
-async def find_tool_call(
-    conn: SQLConnection, session_id: str, tool_call_id: str, *, for_update: bool = False
-) -> ToolCallRow | None:
-    """The most recent call with this id in the session, else in one of its sub-agents'
-    sessions when it is a root (seed 002: submissions go against the ROOT session and
-    reach the owning sub-agent)."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = (
-        await conn.execute(
-            _sql(
-                f"SELECT {_TOOL_CALL_COLUMNS} FROM helix.tool_calls WHERE tool_call_id = :tcid "
-                "AND (session_id = :sid OR session_id IN "
-                "(SELECT session_id FROM helix.sessions WHERE root_session_id = :sid)) "
-                f"ORDER BY session_id = :sid DESC, created_at DESC LIMIT 1{lock}"
-            ),
-            {"sid": session_id, "tcid": tool_call_id},
-        )
-    ).first()
-    return ToolCallRow(*row) if row else None
 
 
 async def mark_answered(conn: SQLConnection, run_id: str, tool_call_id: str) -> None:

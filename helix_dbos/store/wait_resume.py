@@ -14,6 +14,7 @@ execution's resume fails on the owner check and writes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import TextClause, text
@@ -44,6 +45,15 @@ class CallResolution(Protocol):
     def reason(self) -> str | None: ...
 
 
+@dataclass(frozen=True)
+class WaitResumed:
+    """What one `resume_wait` did: `resolved`, the calls this statement closed (none on
+    a replay: they were closed already), and whether it resumed the run."""
+
+    resumed: bool
+    resolved: frozenset[str]
+
+
 # The run is marked running only if this statement resolved a call and the run is
 # still live (an abort may have ended it meanwhile); that update decides the rest: the
 # session is marked running, and the chunk written (after the session's chunk counter,
@@ -54,7 +64,7 @@ _RESUME: TextClause = text(
     "calls AS (UPDATE helix.tool_calls AS t SET status = a.status, result = a.result, "
     "error = a.error, reason = a.reason, resolved_at = now() FROM a "
     "WHERE t.run_id = :rid AND t.tool_call_id = a.tool_call_id AND t.status = 'pending' "
-    "RETURNING 1), "
+    "RETURNING t.tool_call_id), "
     "run AS (UPDATE helix.runs SET status = 'running', waiting_for = NULL, "
     "waiting_since = NULL WHERE run_id = :rid AND status IN ('running', 'waiting', 'paused') "
     "AND EXISTS (SELECT 1 FROM calls) RETURNING 1), "
@@ -63,7 +73,8 @@ _RESUME: TextClause = text(
     "RETURNING chunk_seq - :nchunk AS chunk_base), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
     f"SELECT {OWNED} AND EXISTS (SELECT 1 FROM run), "
-    "(SELECT pg_notify('helix_chunks', :sid) FROM s)"
+    "(SELECT pg_notify('helix_chunks', :sid) FROM s), "
+    "ARRAY(SELECT tool_call_id FROM calls)"
 )
 
 
@@ -76,10 +87,10 @@ async def resume_wait(
     resolutions: Sequence[CallResolution],
     chunk: tuple[str, str, Any],
     owner: Owner | None = None,
-) -> bool:
+) -> WaitResumed:
     """Resolve the calls still pending, and if any was and the run is live, mark it and
-    its session running and write `chunk` (key, type, payload); True if this call
-    resumed the run. `owner`: the execution that must still own the run's workflow
+    its session running and write `chunk` (key, type, payload); says which calls this
+    statement resolved and whether it resumed the run. `owner`: the execution that must still own the run's workflow
     (`HX001` otherwise). `_json` makes every text storable (a NUL, a lone surrogate)."""
     calls = [
         {
@@ -106,4 +117,6 @@ async def resume_wait(
             },
         )
     ).first()
-    return bool(row is not None and row[0])
+    if row is None:
+        return WaitResumed(False, frozenset())
+    return WaitResumed(bool(row[0]), frozenset(row[2] or ()))
