@@ -9,6 +9,10 @@ usage: memory_app.py MODE DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
 - `inject-start`: runs an agent with `recall_hooks` whose model call (MockLLM) records
   the system prompt and then SIGKILLs this process; `inject-recover`: relaunched, prints
   the run's end once it finished.
+- `remember-start`: runs an agent that calls `__remember__`, then `__recall__`, then
+  answers with what it recalled; prints {"run_id": ...} and waits to be killed (the
+  test holds the save step's checkpoint); `remember-recover`: relaunched, prints the
+  run's end.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
 from helix_dbos.memory import BackgroundEmbeddingExecutor, HashingEmbedder, recall_hooks
@@ -52,7 +57,22 @@ class CountingEmbedder(HashingEmbedder):
         return await super().embed(texts)
 
 
-def respond(request: LLMRequest) -> dict[str, str]:
+def remember_then_recall(request: LLMRequest) -> dict[str, Any]:
+    """Save a fact, search for it in the same run, answer with what the search found."""
+    results = [m for m in request.messages if m.role == "tool"]
+    if not results:
+        fact = {"text": "The user drinks oolong tea"}
+        call = {"id": "r1", "name": "__remember__", "arguments": fact}
+        return {"type": "tool_calls", "tool_calls": [call]}
+    if len(results) == 1:
+        call = {"id": "q1", "name": "__recall__", "arguments": {"query": "oolong tea"}}
+        return {"type": "tool_calls", "tool_calls": [call]}
+    return {"type": "text", "content": results[-1].content}
+
+
+def respond(request: LLMRequest) -> dict[str, Any]:
+    if mode.startswith("remember"):
+        return remember_then_recall(request)
     mark("prompts.log", json.dumps(request.system))
     if mode == "inject-start":
         os.kill(os.getpid(), signal.SIGKILL)  # mid-step: the recall is recorded, no reply
@@ -60,8 +80,11 @@ def respond(request: LLMRequest) -> dict[str, str]:
 
 
 agent = Agent("memory_crash_agent", system_prompt="You help.", hooks=recall_hooks(top_k=2))
+rememberer = Agent(
+    "memory_crash_rememberer", system_prompt="You remember.", tools=["__remember__", "__recall__"]
+)
 helix = HelixDBOS(
-    [agent],
+    [agent, rememberer],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,
@@ -70,7 +93,7 @@ helix = HelixDBOS(
 )
 if mode == "save":
     helix.use_memory(embedder=BlockingEmbedder(64), executor=BackgroundEmbeddingExecutor(2))
-elif mode == "embed":
+elif mode == "embed" or mode.startswith("remember"):
     helix.use_memory(embedder=CountingEmbedder(64))
 else:
     helix.use_memory(embedder=HashingEmbedder(64))
@@ -91,6 +114,10 @@ async def main() -> None:
     elif mode == "embed":
         outcome = await memory.process_unembedded()
         print(json.dumps({"embedded": outcome.embedded, "pending": outcome.pending}), flush=True)
+    elif mode == "remember-start":
+        handle = await helix.execute(rememberer, "Remember my tea", resource_id=RESOURCE)
+        print(json.dumps({"run_id": handle.run_id}), flush=True)
+        await asyncio.sleep(3600)
     elif mode == "inject-start":
         await memory.save("The user drinks oolong tea", resource_id=RESOURCE)
         await memory.save("The user likes green tea too", resource_id=RESOURCE)

@@ -109,3 +109,80 @@ def test_prompt_recall_injects_the_same_memories_after_a_crash(database_url, tmp
         "AND search @@ plainto_tsquery('english', 'puerh')",
     )
     assert found == [("mem_late",)]
+
+
+@pytest.mark.parametrize(
+    ("step", "status_at_kill"),
+    [("helix.memory.save", "pending"), ("helix.memory.embed", "complete")],
+)
+def test_a_kill_between_a_memory_steps_commit_and_its_checkpoint_writes_once(
+    database_url, tmp_path, step, status_at_kill
+):
+    """`__remember__`'s save (or embed) step commits its row; DBOS's record of the step
+    is held (a trigger) and the process is killed. The step runs again on recovery: it
+    meets the row its first life wrote (the id is the step's), so there is one memory,
+    embedded once, and the run's recall finds it once."""
+    hold = "memory_crash_hold_checkpoint"
+    sql(
+        database_url,
+        f"CREATE FUNCTION helix.{hold}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF NEW.function_name = '{step}' THEN PERFORM pg_sleep(60); END IF; "
+        "RETURN NEW; END $$",
+    )
+    sql(
+        database_url,
+        f"CREATE TRIGGER {hold} BEFORE INSERT ON dbos.operation_outputs "
+        f"FOR EACH ROW EXECUTE FUNCTION helix.{hold}()",
+    )
+    held = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND query LIKE '%operation_outputs%' "
+        "AND wait_event = 'PgSleep'"
+    )
+    executor = f"mem-save-{uuid.uuid4().hex[:8]}"
+    try:
+        proc = spawn("remember-start", database_url, executor, tmp_path)
+        assert proc.stdout is not None
+        run_id = json.loads(proc.stdout.readline())["run_id"]
+        wait_for(lambda: sql(database_url, held))  # the rows committed, the record waits
+        sigkill(proc)
+    finally:
+        sql(database_url, f"SELECT pg_terminate_backend(pid) FROM ({held}) h")
+        sql(database_url, f"DROP TRIGGER {hold} ON dbos.operation_outputs")
+        sql(database_url, f"DROP FUNCTION helix.{hold}()")
+    workflow = f"helix-{run_id}"
+    assert sql(
+        database_url,
+        "SELECT text, embedding_status FROM helix.memories WHERE resource_id = 'crash-user'",
+    ) == [("The user drinks oolong tea", status_at_kill)], "the step committed before the kill"
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s "
+        "AND function_name = %s",
+        workflow,
+        step,
+    ) == [(0,)], "the step's record never committed"
+
+    relaunched = spawn("remember-recover", database_url, executor, tmp_path, run_id)
+    out, _ = relaunched.communicate(timeout=180)
+    assert relaunched.returncode == 0, out
+    end = json.loads(out.strip().splitlines()[-1])
+    assert end["status"] == "completed", end
+    rows = sql(
+        database_url,
+        "SELECT memory_id, embedding_status FROM helix.memories WHERE resource_id = 'crash-user'",
+    )
+    assert len(rows) == 1, f"saved once, not {len(rows)} times: {rows}"
+    assert rows[0][1] == "complete", "the one memory is embedded, none left pending"
+    embedded = lines(tmp_path, "embedded.log")  # the memory, and the recall's query
+    assert embedded.count("The user drinks oolong tea") == 1, f"embedded once: {embedded}"
+    recalled = json.loads(end["output"])["memories"]
+    assert [(m["memory_id"], m["text"]) for m in recalled] == [
+        (rows[0][0], "The user drinks oolong tea")
+    ], "the run's recall finds the memory once"
+    assert sql(
+        database_url,
+        "SELECT function_name, count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s "
+        "AND function_name LIKE 'helix.memory.%%' GROUP BY function_name ORDER BY 1",
+        workflow,
+    ) == [("helix.memory.embed", 1), ("helix.memory.save", 1)]

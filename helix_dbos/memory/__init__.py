@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from helix_dbos.memory.errors import (
         EmbeddingDimensionError,
         EmbeddingError,
+        InvalidMemoryError,
         MemoryNotConfiguredError,
         VectorSearchUnavailableError,
     )
@@ -24,7 +25,12 @@ if TYPE_CHECKING:
         EmbeddingExecutor,
         InlineEmbeddingExecutor,
     )
-    from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
+    from helix_dbos.memory.manager import (
+        MAX_MEMORY_CHARS,
+        MemoryManager,
+        current_memory,
+        install_memory,
+    )
     from helix_dbos.memory.recall import recall_hooks
     from helix_dbos.memory.types import (
         EmbedOutcome,
@@ -40,6 +46,7 @@ _EXPORTS: dict[str, str] = {
         [
             "EmbeddingDimensionError",
             "EmbeddingError",
+            "InvalidMemoryError",
             "MemoryNotConfiguredError",
             "VectorSearchUnavailableError",
         ],
@@ -50,7 +57,8 @@ _EXPORTS: dict[str, str] = {
         "helix_dbos.memory.executors",
     ),
     **dict.fromkeys(
-        ["MemoryManager", "current_memory", "install_memory"], "helix_dbos.memory.manager"
+        ["MAX_MEMORY_CHARS", "MemoryManager", "current_memory", "install_memory"],
+        "helix_dbos.memory.manager",
     ),
     "recall_hooks": "helix_dbos.memory.recall",
     **dict.fromkeys(
@@ -60,6 +68,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "MAX_MEMORY_CHARS",
     "BackgroundEmbeddingExecutor",
     "EmbedOutcome",
     "Embedder",
@@ -68,6 +77,7 @@ __all__ = [
     "EmbeddingExecutor",
     "HashingEmbedder",
     "InlineEmbeddingExecutor",
+    "InvalidMemoryError",
     "Memory",
     "MemoryHit",
     "MemoryManager",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helix_dbos.errors import HelixError
+from helix_dbos.errors import HelixError, InvalidInputError
 
 PGVECTOR_INSTALL = (
     "install pgvector on the PostgreSQL server (Debian/Ubuntu: `apt install "
@@ -49,3 +49,9 @@ class EmbeddingDimensionError(EmbeddingError, ValueError):
 
 class MemoryNotConfiguredError(HelixError, RuntimeError):
     """A memory tool or recall ran in a process without a memory manager."""
+
+
+class InvalidMemoryError(InvalidInputError):
+    """Memory text that is empty (or only whitespace) or longer than
+    `MAX_MEMORY_CHARS`: refused before anything is written (a 422 over HTTP; as the
+    `__remember__` tool, an error result the model can act on)."""

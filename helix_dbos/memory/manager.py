@@ -9,7 +9,6 @@ tool, a hook) they are part of that step.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -24,6 +23,7 @@ from helix_dbos.memory import store
 from helix_dbos.memory.embedders import Embedder, HashingEmbedder, checked_vectors
 from helix_dbos.memory.errors import (
     EmbeddingError,
+    InvalidMemoryError,
     MemoryNotConfiguredError,
     VectorSearchUnavailableError,
 )
@@ -32,6 +32,7 @@ from helix_dbos.memory.executors import (
     InlineEmbeddingExecutor,
     in_workflow_code,
 )
+from helix_dbos.memory.keys import StepMemoryIds
 from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.process_runtime import current_runtime
@@ -41,6 +42,10 @@ T = TypeVar("T")
 logger = logging.getLogger("helix_dbos.memory")
 
 EMBED_BATCH = 64
+# The longest memory text, in characters: a memory is a fact or a note (about 8,000
+# tokens, what common embedding models take at most), and PostgreSQL's full-text index
+# of a text caps out at 1 MB. Longer text is refused, not cut: split it into memories.
+MAX_MEMORY_CHARS = 32_000
 MAX_LIMIT = 1000
 # One key for the vector set-up of every process (first 8 bytes of a fixed hash).
 _ENSURE_LOCK = 0x6D656D5F76656331  # "mem_vec1"
@@ -63,6 +68,7 @@ class MemoryManager:
         self.embedder: Embedder = embedder or HashingEmbedder()
         self.executor: EmbeddingExecutor = executor or InlineEmbeddingExecutor()
         self._support: VectorSupport | None = None
+        self._ids = StepMemoryIds()
 
     # --- set-up -------------------------------------------------------------------
 
@@ -99,10 +105,12 @@ class MemoryManager:
         expires_at: datetime | None = None,
     ) -> Memory:
         """Save a memory: full-text searchable once this returns, vector-searchable once
-        embedded. Without `resource_id` it belongs to `session_id`'s resource."""
+        embedded. Without `resource_id` it belongs to `session_id`'s resource. Empty
+        text, or text longer than `MAX_MEMORY_CHARS`, raises `InvalidMemoryError`."""
         check_storable(
             text=text, resource_id=resource_id, session_id=session_id, metadata=metadata or {}
         )
+        check_memory_text(text)
         if resource_id is None and session_id is None:
             raise ValueError("save() needs a resource_id or a session_id")
         if ttl_seconds is not None and ttl_seconds <= 0:
@@ -146,7 +154,7 @@ class MemoryManager:
                 resource_id = await store.session_resource(conn, session_id)
             return await store.insert(
                 conn,
-                memory_id=f"mem_{uuid.uuid4().hex}",
+                memory_id=self._ids.next_id(),
                 resource_id=resource_id,
                 session_id=session_id,
                 body=body,
@@ -169,11 +177,11 @@ class MemoryManager:
     async def _embed_batch(self, support: VectorSupport, memory_ids: list[str]) -> EmbedOutcome:
         assert support.schema is not None
         async with self.engine.connect() as conn:
-            found = await store.texts(conn, memory_ids)
+            found, done = await store.texts_to_embed(conn, memory_ids, model=self.embedder.model)
         ids = [i for i in memory_ids if i in found]
         texts = [found[i] for i in ids]
         if not ids:
-            return EmbedOutcome()
+            return EmbedOutcome(embedded=done)
         try:
             vectors = checked_vectors(self.embedder, texts, await self.embedder.embed(texts))
         except Exception as exc:
@@ -187,7 +195,9 @@ class MemoryManager:
             )
             async with self.engine.begin() as conn:
                 await store.mark_unembedded(conn, ids, failed=not retryable, error=str(exc))
-            return EmbedOutcome(pending=len(ids)) if retryable else EmbedOutcome(failed=len(ids))
+            if retryable:
+                return EmbedOutcome(embedded=done, pending=len(ids))
+            return EmbedOutcome(embedded=done, failed=len(ids))
         async with self.engine.begin() as conn:
             stored = await store.store_embeddings(
                 conn,
@@ -196,7 +206,7 @@ class MemoryManager:
                 self.embedder.dimension,
                 dict(zip(ids, vectors, strict=True)),
             )
-        return EmbedOutcome(embedded=stored)
+        return EmbedOutcome(embedded=stored + done)
 
     async def process_unembedded(self, *, limit: int | None = None) -> EmbedOutcome:
         """Embed every live memory left `pending` or `failed` (after an embedder outage
@@ -320,6 +330,17 @@ class MemoryManager:
         if in_workflow_code():
             return await DBOS.run_step_async({"name": name}, func, *args)
         return await on_target_loop(lambda: func(*args))
+
+
+def check_memory_text(text: str) -> None:
+    """Refuse what no one would recall: nothing, or more than one memory's worth."""
+    if not text.strip():
+        raise InvalidMemoryError("text is empty: a memory needs something to remember")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise InvalidMemoryError(
+            f"text is {len(text):,} characters long, more than a memory's "
+            f"{MAX_MEMORY_CHARS:,}: split it into several memories"
+        )
 
 
 _installed: MemoryManager | None = None

@@ -117,7 +117,8 @@ async def insert(
     metadata: dict[str, Any],
     expires_at: datetime | None,
 ) -> Memory:
-    """Insert a memory (a replayed insert of the same id is a no-op) and return it."""
+    """Insert a memory and return it. The id is the saving step's (`keys`): a step run
+    again after a crash finds its first life's row and keeps it, as readers saw it."""
     await conn.execute(
         text(
             "INSERT INTO helix.memories (memory_id, resource_id, session_id, text, metadata, "
@@ -199,12 +200,26 @@ async def unembedded(conn: AsyncConnection, *, model: str, limit: int | None = N
     return [row[0] for row in rows]
 
 
-async def texts(conn: AsyncConnection, memory_ids: list[str]) -> dict[str, str]:
+async def texts_to_embed(
+    conn: AsyncConnection, memory_ids: list[str], *, model: str
+) -> tuple[dict[str, str], int]:
+    """The texts of these memories that `model` has not embedded yet, and how many of
+    them it has: an embed step run again after a crash asks the embedder nothing."""
     rows = await conn.execute(
-        text("SELECT memory_id, text FROM helix.memories WHERE memory_id = ANY(:ids)"),
-        {"ids": memory_ids},
+        text(
+            "SELECT memory_id, text, (embedding_status = 'complete' AND embedding_model = "
+            ":model) AS done FROM helix.memories WHERE memory_id = ANY(:ids)"
+        ),
+        {"ids": memory_ids, "model": model},
     )
-    return {row[0]: row[1] for row in rows}
+    todo: dict[str, str] = {}
+    done = 0
+    for row in rows:
+        if row.done:
+            done += 1
+        else:
+            todo[row.memory_id] = row.text
+    return todo, done
 
 
 async def store_embeddings(
