@@ -14,18 +14,22 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from helpers import require_pgvector, sql
 
+from helix_dbos import Tool, ToolContext
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.memory import (
+    MAX_MEMORY_CHARS,
     BackgroundEmbeddingExecutor,
     EmbeddingDimensionError,
     EmbeddingError,
     HashingEmbedder,
     InlineEmbeddingExecutor,
+    InvalidMemoryError,
     MemoryManager,
     recall_hooks,
     store,
 )
 from helix_dbos.memory.embedders import checked_vectors
+from helix_dbos.memory.manager import current_memory
 
 
 @pytest.fixture(autouse=True)
@@ -203,6 +207,107 @@ async def test_unstorable_input_is_refused_at_the_edge(helix):
         await memory.search("bad\x00", resource_id="r")
     with pytest.raises(ValueError, match="mode must be one of"):
         await memory.search("x", resource_id="r", mode="semantic")  # type: ignore[arg-type]
+
+
+async def test_empty_and_oversized_text_is_refused_and_nothing_is_written(helix, database_url):
+    memory = manager(helix)
+    rid = resource()
+    for bad in ["", "  \n\t "]:
+        with pytest.raises(InvalidMemoryError, match="text is empty"):
+            await memory.save(bad, resource_id=rid)
+    # 2.4 MB failed with PostgreSQL's "string is too long for tsvector" before
+    for size in [MAX_MEMORY_CHARS + 1, 2_400_000]:
+        with pytest.raises(InvalidMemoryError, match=f"{size:,} characters long"):
+            await memory.save("tea " * (size // 4) + "x" * (size % 4), resource_id=rid)
+    assert sql(database_url, "SELECT count(*) FROM helix.memories WHERE resource_id = %s", rid) == [
+        (0,)
+    ]
+    # the longest memory allowed, of all-distinct words, is stored and found by its last word
+    words = " ".join(f"w{i:05d}" for i in range(MAX_MEMORY_CHARS // 7 - 1))
+    longest = words + " " * (MAX_MEMORY_CHARS - len(words) - 4) + "tail"
+    assert len(longest) == MAX_MEMORY_CHARS
+    saved = await memory.save(longest, resource_id=rid)
+    assert saved.embedding_status == "complete"
+    [hit] = await memory.search("tail", resource_id=rid, mode="text")
+    assert hit.memory.memory_id == saved.memory_id
+    # a query of any size is searched by its first MAX_MEMORY_CHARS characters (2.4 MB
+    # of distinct words: a full-text form over PostgreSQL's 1 MB, which failed before)
+    huge = "tail " + " ".join(f"q{i:07d}" for i in range(300_000))
+    assert [h.memory.memory_id for h in await memory.search(huge, resource_id=rid)] == [
+        saved.memory_id
+    ]
+
+
+async def test_remember_with_bad_text_gives_the_model_an_error_and_writes_nothing(
+    helix, make_agent, mock_llm, database_url
+):
+    """The model's empty, blank, oversized, NUL or lone-surrogate text: the run goes on,
+    the tool's result says what was wrong (the model can fix it), nothing bad is stored."""
+    agent = make_agent(system_prompt="You remember users.", tools=["__remember__"])
+    texts = ["", "   ", "x" * 2_400_000, "tea\x00 and \ud800 cake"]
+
+    def respond(request):
+        results = [m for m in request.messages if m.role == "tool"]
+        if len(results) < len(texts):
+            fact = {"text": texts[len(results)]}
+            call = {"id": f"r{len(results)}", "name": "__remember__", "arguments": fact}
+            return {"type": "tool_calls", "tool_calls": [call]}
+        return {"type": "text", "content": json.dumps([m.content for m in results])}
+
+    rid = resource()
+    mock_llm.set_responder(respond)
+    try:
+        done = await (await helix.execute(agent, "remember", resource_id=rid)).result()
+    finally:
+        mock_llm.set_responder(None)
+    assert done.status == "completed", done.error
+    empty, blank, huge, unstorable = json.loads(done.output)
+    assert "at least 1 character" in empty
+    assert "text is empty" in blank
+    assert "2,400,000 characters long" in huge and "split it" in huge
+    assert json.loads(unstorable)["remembered"] is True
+    assert sql(database_url, "SELECT text FROM helix.memories WHERE resource_id = %s", rid) == [
+        ("tea\ufffd and \ufffd cake",)
+    ]
+
+
+async def test_a_tool_step_saving_several_memories_keeps_each_one(
+    helix, make_agent, mock_llm, database_url
+):
+    """Inside a step (a tool's), a memory's id is the step's plus the save's ordinal:
+    two saves in one step are two memories, not one met twice."""
+
+    async def save_two(ctx: ToolContext) -> list[str]:
+        memory = current_memory()
+        saved = [
+            await memory.save(text, session_id=ctx.session_id)
+            for text in ["Ivo plays the cello", "Ivo lives in Ghent"]
+        ]
+        return [m.memory_id for m in saved]
+
+    agent = make_agent(system_prompt="You remember.", tools=[Tool("save_two", save_two)])
+
+    def respond(request):
+        results = [m for m in request.messages if m.role == "tool"]
+        if not results:
+            call = {"id": "s1", "name": "save_two", "arguments": {}}
+            return {"type": "tool_calls", "tool_calls": [call]}
+        return {"type": "text", "content": results[0].content}
+
+    rid = resource()
+    mock_llm.set_responder(respond)
+    try:
+        done = await (await helix.execute(agent, "save", resource_id=rid)).result()
+    finally:
+        mock_llm.set_responder(None)
+    assert done.status == "completed", done.error
+    ids = json.loads(done.output)
+    assert len(set(ids)) == 2
+    assert sql(
+        database_url,
+        "SELECT memory_id, text FROM helix.memories WHERE resource_id = %s ORDER BY text",
+        rid,
+    ) == [(ids[1], "Ivo lives in Ghent"), (ids[0], "Ivo plays the cello")]
 
 
 async def test_expired_memories_are_not_found_and_prune_deletes_them(helix, database_url):

@@ -30,3 +30,10 @@ def test_prompt_recall_runs_as_pasted_and_prints_the_prompt_shown(database_url, 
     snippet = next(b for b in code_blocks(part, "python") if "recall_hooks(top_k=2)" in b)
     [shown] = code_blocks(part, "text")
     assert run(snippet, database_url, tmp_path) == shown.rstrip("\n").splitlines()
+
+
+def test_what_a_memory_can_hold_runs_as_pasted(database_url, tmp_path):
+    part = section("What a memory can hold")
+    [snippet] = code_blocks(part, "python")
+    [shown] = code_blocks(part, "text")
+    assert run(snippet, database_url, tmp_path) == shown.rstrip("\n").splitlines()

@@ -110,7 +110,6 @@ class MemoryManager:
         check_storable(
             text=text, resource_id=resource_id, session_id=session_id, metadata=metadata or {}
         )
-        check_memory_text(text)
         if resource_id is None and session_id is None:
             raise ValueError("save() needs a resource_id or a session_id")
         if ttl_seconds is not None and ttl_seconds <= 0:
@@ -146,6 +145,9 @@ class MemoryManager:
         ttl_seconds: float | None,
         expires_at: datetime | None,
     ) -> Memory:
+        # Checked in the step, not before it: a run in flight that saved such a text
+        # before this check existed replays its recorded step instead of diverging.
+        check_memory_text(body)
         if ttl_seconds is not None:
             expires_at = datetime.now(timezone.utc) + timedelta(seconds=ttl_seconds)
         async with self.engine.begin() as conn:
@@ -267,8 +269,11 @@ class MemoryManager:
         """The resource's live memories best matching `query`, best first. `text`:
         full text; `vector`: cosine similarity of embeddings (pgvector needed);
         `hybrid`: both, fused by reciprocal rank (text alone without pgvector, or when
-        the embedder is unreachable)."""
+        the embedder is unreachable). A query longer than `MAX_MEMORY_CHARS` searches by
+        its first `MAX_MEMORY_CHARS` characters (prompt recall's query is a user's whole
+        message, whose full-text form could exceed PostgreSQL's limit)."""
         check_storable(query=query, resource_id=resource_id)
+        query = query[:MAX_MEMORY_CHARS]
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if not 1 <= limit <= MAX_LIMIT:
