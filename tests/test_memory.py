@@ -29,6 +29,7 @@ from helix_dbos.memory import (
     store,
 )
 from helix_dbos.memory.embedders import checked_vectors
+from helix_dbos.memory.keys import step_memory_id
 from helix_dbos.memory.manager import current_memory
 
 
@@ -308,6 +309,14 @@ async def test_a_tool_step_saving_several_memories_keeps_each_one(
         "SELECT memory_id, text FROM helix.memories WHERE resource_id = %s ORDER BY text",
         rid,
     ) == [(ids[1], "Ivo lives in Ghent"), (ids[0], "Ivo plays the cello")]
+    [(workflow, step)] = sql(
+        database_url,
+        "SELECT workflow_uuid, function_id FROM dbos.operation_outputs o JOIN helix.runs r "
+        "ON r.workflow_id = o.workflow_uuid WHERE r.run_id = %s "
+        "AND function_name = 'helix.tool:save_two'",
+        done.run_id,
+    )
+    assert ids == [step_memory_id(workflow, step, 0), step_memory_id(workflow, step, 1)]
 
 
 async def test_expired_memories_are_not_found_and_prune_deletes_them(helix, database_url):

@@ -38,3 +38,7 @@ class StepMemoryIds:
 def step_memory_id(workflow_id: str, step_id: int, ordinal: int) -> str:
     digest = hashlib.sha256(f"helix.memory:{workflow_id}:{step_id}:{ordinal}".encode())
     return f"mem_{digest.hexdigest()[:32]}"
+
+
+# One for the process: two managers saving in one step must not both number from 0.
+step_memory_ids = StepMemoryIds()

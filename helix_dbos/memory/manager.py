@@ -32,7 +32,7 @@ from helix_dbos.memory.executors import (
     InlineEmbeddingExecutor,
     in_workflow_code,
 )
-from helix_dbos.memory.keys import StepMemoryIds
+from helix_dbos.memory.keys import step_memory_ids
 from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.process_runtime import current_runtime
@@ -68,7 +68,6 @@ class MemoryManager:
         self.embedder: Embedder = embedder or HashingEmbedder()
         self.executor: EmbeddingExecutor = executor or InlineEmbeddingExecutor()
         self._support: VectorSupport | None = None
-        self._ids = StepMemoryIds()
 
     # --- set-up -------------------------------------------------------------------
 
@@ -156,7 +155,7 @@ class MemoryManager:
                 resource_id = await store.session_resource(conn, session_id)
             return await store.insert(
                 conn,
-                memory_id=self._ids.next_id(),
+                memory_id=step_memory_ids.next_id(),
                 resource_id=resource_id,
                 session_id=session_id,
                 body=body,
