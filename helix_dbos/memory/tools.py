@@ -5,7 +5,8 @@ Both act on the resource of the run's session (`execute(..., resource_id=...)`, 
 root session's for a sub-agent; the session itself when none is bound), so a user's
 memories follow them from session to session. `__remember__` runs in workflow code:
 saving and embedding are two DBOS steps, so a crash neither loses the memory nor
-embeds it twice. Unlike the Hyphen toolkit they need no `__complete__`: an agent
+embeds it twice (the memory's id is the save step's). Empty or oversized text is
+refused (`InvalidMemoryError`), which the model gets as the tool's error. Unlike the Hyphen toolkit they need no `__complete__`: an agent
 ends its turn with text as usual. What the model hands in is stored with NUL and lone surrogates
 replaced, as a model's text is everywhere.
 """
