@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from helpers import calls
 from live_server import serve
 
 from helix_dbos import tool
@@ -17,13 +18,6 @@ from helix_dbos.server import bearer_token, create_app
 def look(what: str) -> str:
     """Look at something."""
     return f"saw {what}"
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 @pytest.fixture(scope="module")
