@@ -108,7 +108,7 @@ def calls(*items: tuple[str, str, dict[str, Any]], content: str | None = None) -
 
 
 async def wait_until_waiting(
-    helix: HelixDBOS, session_id: str, count: int = 1, timeout: float = 20.0
+    helix: HelixDBOS, session_id: str, count: int = 1, timeout: float = 60.0
 ) -> list[PendingToolCall]:
     """The session's unanswered calls, once its run is `waiting` with `count` of them."""
     deadline = time.monotonic() + timeout

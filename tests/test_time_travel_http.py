@@ -9,6 +9,7 @@ import httpx
 import pytest
 from helpers import calls
 from live_server import serve
+from test_time_travel import no_slow_tool_heads  # noqa: F401 - autouse: these tests count checkpoints
 
 from helix_dbos import tool
 from helix_dbos.server import bearer_token, create_app
