@@ -60,10 +60,11 @@ DATABASE_MODULES = frozenset(
 )
 
 
-# What CI runs on Python 3.10 (`-m py310`, see `.ci/run`): the import of every module, and one
-# end to end path through each dependency whose version can resolve differently there (DBOS
-# on 3.10's asyncio, a crash and recovery, the HTTP stack, typer and rich, genai-prices, the
-# MCP, A2A and AG-UI SDKs, pgvector's adapter, DBOS's scheduler, OpenTelemetry).
+# What CI runs on Python 3.10 (`-m "py310 and not crash"`, see `.ci/run`): the import of every
+# module, and one end to end path through each dependency whose version can resolve
+# differently there (DBOS on 3.10's asyncio, the HTTP stack, typer and rich, genai-prices,
+# the MCP client, pgvector's adapter, DBOS's scheduler, OpenTelemetry). Crash tests stay on
+# 3.11, as before: some need 3.11 (tests/release_code.py reads tomllib).
 PY310_MODULES = frozenset(
     {
         "test_every_module_imports",
@@ -73,15 +74,11 @@ PY310_MODULES = frozenset(
         "test_hitl",
         "test_streaming",
         "test_subagents",
-        "test_hook_crash",
         "test_server",
         "test_client",
         "test_cli",
         "test_costs",
         "test_mcp",
-        "test_mcp_server",
-        "test_a2a",
-        "test_ag_ui",
         "test_memory",
         "test_schedules",
         "test_otel",
