@@ -189,14 +189,6 @@ def messages_to(database_url: str, run_id: str) -> int:
     )[0][0]
 
 
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    """A scripted model reply that calls tools: `(id, name, arguments)` each."""
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
 def text(content: str) -> dict[str, Any]:
     """A scripted model reply that ends with text."""
     return {"type": "text", "content": content}
