@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from dbos import DBOS
+from helpers import skip_or_fail_in_ci
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
 from helix_dbos.definitions.queue import agent_queue
@@ -34,6 +35,12 @@ from helix_dbos.store.database import (
 from helix_dbos.store.embedded import stop_embedded
 
 REPO = Path(__file__).resolve().parent.parent
+
+# pytest-xdist's workers start with COLUMNS=80 in their environment, which a serial run does
+# not have: the CLI subprocesses the tests start would inherit it and cut their reports to 80
+# columns instead of the 100 they print to a pipe.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 
 # Modules whose outcome depends on the PostgreSQL server itself (its SQL, its errors, its
@@ -53,11 +60,77 @@ DATABASE_MODULES = frozenset(
 )
 
 
+# What CI runs on Python 3.10 (`-m "py310 and not crash"`, see `.ci/run`): the import of every
+# module, and one end to end path through each dependency whose version can resolve
+# differently there (DBOS on 3.10's asyncio, the HTTP stack, typer and rich, genai-prices,
+# the MCP client, pgvector's adapter, DBOS's scheduler, OpenTelemetry). Crash tests stay on
+# 3.11, as before: some need 3.11 (tests/release_code.py reads tomllib).
+PY310_MODULES = frozenset(
+    {
+        "test_every_module_imports",
+        "test_public_api",
+        "test_readme",
+        "test_orchestration",
+        "test_hitl",
+        "test_streaming",
+        "test_subagents",
+        "test_server",
+        "test_client",
+        "test_cli",
+        "test_costs",
+        "test_mcp",
+        "test_memory",
+        "test_schedules",
+        "test_otel",
+    }
+)
+
+# The modules that took longest (from `--durations=0`, slowest first), started first under
+# pytest-xdist: `--dist loadfile` hands out whole modules in collection order, and one long
+# module handed out last would run alone at the end. Only the order changes; a module left
+# out of this list runs in its usual place.
+SLOW_MODULES = (
+    "test_workers",
+    "test_remote_subagents",
+    "test_limits",
+    "test_db_outage",
+    "test_ai_sdk",
+    "test_crash",
+    "test_ag_ui",
+    "test_schedules_fleet",
+    "test_cli",
+    "test_time_travel",
+    "test_cli_setup",
+    "test_a2a",
+    "test_fencing",
+    "test_migrations",
+    "test_mcp_server",
+    "test_schedules",
+    "test_readme",
+    "test_http_robustness",
+    "test_subagents",
+    "test_chaos_soak",
+    "test_schedules_cli",
+    "test_subagent_crash",
+    "test_server_security",
+)
+
+
+def _module_name(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    return "" if module is None else str(module.__name__).rsplit(".", 1)[-1]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in DATABASE_MODULES:
+        name = _module_name(item)
+        if name in DATABASE_MODULES:
             item.add_marker(pytest.mark.database)
+        if name in PY310_MODULES:
+            item.add_marker(pytest.mark.py310)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: the same collection
+        rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+        items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))  # stable
 
 
 @pytest.fixture(scope="session")
@@ -193,3 +266,35 @@ def make_agent(helix: HelixDBOS, request: pytest.FixtureRequest) -> Iterator[Cal
     with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
         for queue in queues:
             thread.submit(DBOS.delete_queue, queue).result()
+
+
+CHROMIUM = os.environ.get("HELIX_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+async def browser_page() -> AsyncIterator[tuple[Any, list[str]]]:
+    """A page of headless Chromium (Debian's, driven by Playwright) and the page errors it
+    logged; skipped where either is missing, failed in CI."""
+    try:
+        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional: skip without it
+    except ImportError:
+        skip_or_fail_in_ci("playwright is not installed: pip install playwright")
+    if not os.path.exists(CHROMIUM):
+        skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page, errors
+        await browser.close()

@@ -1,5 +1,6 @@
 """Small helpers shared by tests: plain SQL against the test database, a terminal,
-polling, the marker files of the crash apps, and a tool that waits for approval."""
+polling, the marker files of the crash apps, a scripted LLM's tool calls, the wait for a
+run that waits for a human, and a tool that waits for approval."""
 
 from __future__ import annotations
 
@@ -94,6 +95,32 @@ def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def calls(*items: tuple[str, str, dict[str, Any]], content: str | None = None) -> dict[str, Any]:
+    """A scripted LLM response (`MockLLM.add_responses`) that calls tools: (id, name, arguments)
+    each, with assistant text beside them when `content` is given."""
+    response: dict[str, Any] = {
+        "type": "tool_calls",
+        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
+    }
+    if content:
+        response["content"] = content
+    return response
+
+
+async def wait_until_waiting(
+    helix: HelixDBOS, session_id: str, count: int = 1, timeout: float = 60.0
+) -> list[PendingToolCall]:
+    """The session's unanswered calls, once its run is `waiting` with `count` of them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = await helix.get_current_run(session_id)
+        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
+        if run is not None and run.status == "waiting" and len(pending) >= count:
+            return pending
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the run of session {session_id} never waited for {count} calls")
+
+
 async def pending_calls(
     helix: HelixDBOS, session_id: str, count: int = 1, timeout: float = 60.0
 ) -> list[PendingToolCall]:
@@ -160,14 +187,6 @@ def messages_to(database_url: str, run_id: str) -> int:
         "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
         run_id,
     )[0][0]
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    """A scripted model reply that calls tools: `(id, name, arguments)` each."""
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict[str, Any]:

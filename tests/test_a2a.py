@@ -47,7 +47,7 @@ from helix_dbos import tool
 from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
 from helix_dbos.server import create_app
 
-APP = Path(__file__).with_name("a2a_app.py")
+APP = Path(__file__).parent / "apps" / "a2a_app.py"
 TOKEN = "a2a-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 VERSION = {"A2A-Version": "1.0"}
@@ -55,7 +55,7 @@ pytestmark = pytest.mark.crash
 
 
 class Server(ServerProcess):
-    """One helix server process (tests/a2a_app.py); `start()` again after `kill()`."""
+    """One helix server process (tests/apps/a2a_app.py); `start()` again after `kill()`."""
 
     def __init__(self, database_url: str, markers: Path, child_url: str = "") -> None:
         self.executor = f"a2a-{uuid.uuid4().hex[:8]}"

@@ -1,6 +1,6 @@
 """AG-UI (issue 33): helix's POST /ag-ui/{agent} driven by AG-UI's own client.
 
-A real server process (tests/ag_ui_app.py) and `@ag-ui/client`'s HttpAgent under Node
+A real server process (tests/apps/ag_ui_app.py) and `@ag-ui/client`'s HttpAgent under Node
 (tests/js/ag_ui/run.mjs, which prints what it received as JSON lines): a plain run, a
 tool call, an approval round trip, a front-end tool, a reconnect mid-run and a SIGKILL of
 the server mid-run. Input errors are checked with plain HTTP: they are JSON 4xx.
@@ -25,7 +25,7 @@ from conftest import _new_database
 from helpers import skip_or_fail_in_ci, sql
 from live_server import ServerProcess, answers
 
-APP = Path(__file__).with_name("ag_ui_app.py")
+APP = Path(__file__).parent / "apps" / "ag_ui_app.py"
 CLIENT_DIR = Path(__file__).parent / "js" / "ag_ui"
 TOKEN = "ag-ui-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

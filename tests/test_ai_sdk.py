@@ -1,6 +1,6 @@
 """The Vercel AI SDK's UI message stream (docs/protocols/ai-sdk.md), driven by the `ai`
 npm package's own chat client under Node (tests/js/ai_sdk/chat.mjs) against a real helix
-server process (tests/ai_sdk_app.py): a plain run, a tool call, approvals approved and
+server process (tests/apps/ai_sdk_app.py): a plain run, a tool call, approvals approved and
 denied, a page reload mid-run, a SIGKILL of the server mid-run, and bad input."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from docs_text import PAGES, REPO
 from helpers import lines, sql, wait_for
 from live_server import ServerProcess, answers, free_port
 
-APP = Path(__file__).with_name("ai_sdk_app.py")
+APP = Path(__file__).parent / "apps" / "ai_sdk_app.py"
 JS = Path(__file__).parent / "js" / "ai_sdk"
 TOKEN = "ai-sdk-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 from dbos import DBOS
-from helpers import sql
-from test_hitl import calls, make_deleter, wait_until_waiting
+from helpers import calls, sql, wait_until_waiting
+from test_hitl import make_deleter
 
 from helix_dbos.errors import ToolCallAlreadyAnsweredError
 from helix_dbos.runtime import run_control

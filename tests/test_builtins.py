@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import calls, sql
 from pydantic import BaseModel, ConfigDict
 
 from helix_dbos import (
@@ -34,13 +34,6 @@ from helix_dbos.errors import InvalidAnswerError, ToolArgumentsError, ToolCallAl
 from helix_dbos.runtime.event_loop import on_target_loop
 
 _names = itertools.count()
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def complete(call_id: str = "done", **arguments: Any) -> dict:

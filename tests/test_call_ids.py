@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-import test_inbox_browser
-from helpers import sql
+from helpers import calls, sql
 from live_server import serve
 
 from helix_dbos import tool
@@ -40,16 +39,8 @@ from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.server import create_app
 from helix_dbos.store import repository as repo
 
-browser_page = test_inbox_browser.browser_page  # the inbox tests' headless Chromium
 ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # the Messages API's tool_use id pattern
 LONG_ID = "x" * 300
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict:

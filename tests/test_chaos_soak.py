@@ -1,6 +1,6 @@
 """A bounded chaos soak: concurrent runs, SIGKILLed workers, answers from another process.
 
-Runs (tests/soak_app.py) take parallel async and sync tools, one of which changes state,
+Runs (tests/apps/soak_app.py) take parallel async and sync tools, one of which changes state,
 wait for approvals and client tools answered by a separate process with a plain
 `DBOSClient.send` (a quarter of the answers sent twice), and complete with a finish_with
 tool or the injected `__finish__`; the model takes up to 0.8 s, so kills land in model
@@ -45,7 +45,7 @@ import pytest
 import soak_app
 from helpers import sql
 
-APP = Path(__file__).with_name("soak_app.py")
+APP = Path(__file__).parent / "apps" / "soak_app.py"
 
 RUNS = int(os.environ.get("HELIX_SOAK_RUNS", "6"))
 KILLS = int(os.environ.get("HELIX_SOAK_KILLS", "3"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import sql
+from helpers import calls, sql, wait_until_waiting
 
 from helix_dbos import tool
 from tests.docs_text import TEXT
@@ -41,22 +41,6 @@ async def helix_dbos(database_url: str, *args: str) -> subprocess.CompletedProce
         env=cli_env(database_url),
         cwd=REPO,
     )
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-async def wait_until_waiting(helix, session_id: str) -> None:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        if run is not None and run.status == "waiting":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
 
 
 def gated(log: list[str]):

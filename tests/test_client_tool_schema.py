@@ -10,7 +10,7 @@ import logging
 import httpx
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import calls, sql, wait_until_waiting
 from live_server import serve
 from pydantic import BaseModel
 
@@ -25,13 +25,6 @@ class Loc(BaseModel):
     lon: float
 
 
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
 def locate_agent(make_agent, mock_llm):
     @tool(execute="client", output_schema=Loc)
     def locate() -> dict:
@@ -42,15 +35,6 @@ def locate_agent(make_agent, mock_llm):
         calls(("loc", "locate", {})), {"type": "text", "content": "thanks"}, agent=agent.name
     )
     return agent
-
-
-async def wait_until_waiting(helix, session_id: str) -> None:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        if run is not None and run.status == "waiting":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
 
 
 def tool_messages(messages) -> dict:

@@ -6,17 +6,10 @@ import asyncio
 import json
 import threading
 
-from helpers import sql
+from helpers import calls, sql
 
 from helix_dbos import AgentHooks, PersistentAgent, tool
 from helix_dbos.orchestration.types import LLMRequest
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict:

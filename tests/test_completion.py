@@ -6,7 +6,7 @@ import json
 import logging
 
 import pytest
-from helpers import sql
+from helpers import calls, sql
 from pydantic import BaseModel
 
 from helix_dbos import AgentHooks, MockLLM, ToolContext, tool
@@ -18,13 +18,6 @@ FINISH = "__finish__"
 class Sentiment(BaseModel):
     sentiment: str
     confidence: float
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 @tool

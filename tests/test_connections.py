@@ -1,7 +1,7 @@
 """Another application takes every connection the server allows (issue 26, item 6).
 
 On a PostgreSQL cluster of the test's own with `max_connections = 20`, a worker
-(tests/connections_app.py) has a run whose tool is under way. The test then takes every
+(tests/apps/connections_app.py) has a run whose tool is under way. The test then takes every
 free connection, as a busy neighbour would, and closes the worker's pooled connections
 (all but its heartbeat's, so fencing stays out of it) until the server has no slot left
 for it. Then: `execute()` waits `connection_timeout_seconds` and raises
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import lines, wait_for
 from pg_cluster import Cluster
-from test_crash import assert_transcript_is_clean, lines, wait_for
+from test_crash import assert_transcript_is_clean
 
-APP = Path(__file__).with_name("connections_app.py")
+APP = Path(__file__).parent / "apps" / "connections_app.py"
 MAX_CONNECTIONS = 20
 WORKER_POOLS = "application_name IN ('helix', 'helix-tx', 'helix-listen', 'dbos_transact')"
 

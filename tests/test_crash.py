@@ -21,7 +21,7 @@ from helpers import lines, sql, wait_for
 
 from helix_dbos.store.database import libpq_url
 
-APP = Path(__file__).with_name("crash_app.py")
+APP = Path(__file__).parent / "apps" / "crash_app.py"
 pytestmark = pytest.mark.crash
 
 

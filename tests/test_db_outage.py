@@ -1,7 +1,7 @@
 """The database restarts under in-flight runs, and no run notices (issue 26).
 
-On a PostgreSQL cluster of the test's own (tests/pg_cluster.py, never a shared server),
-one worker (tests/outage_app.py) runs the chaos soak's script (parallel async and sync
+On a PostgreSQL cluster of the test's own (tests/apps/pg_cluster.py, never a shared server),
+one worker (tests/apps/outage_app.py) runs the chaos soak's script (parallel async and sync
 tools, one changing state; approvals and client tools answered from another process
 with a plain `DBOSClient.send`, some twice; one run in six interrupted while it waits)
 and runs that delegate to a sub-agent beside a plain tool, while an SSE client of the
@@ -58,7 +58,7 @@ from test_chaos_soak import (
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.statement_pool import StatementPool
 
-APP = Path(__file__).with_name("outage_app.py")
+APP = Path(__file__).parent / "apps" / "outage_app.py"
 RUNS = int(os.environ.get("HELIX_OUTAGE_RUNS", "8"))
 LEADS = int(os.environ.get("HELIX_OUTAGE_LEADS", str(max(2, RUNS // 4))))
 RESTARTS = int(os.environ.get("HELIX_OUTAGE_RESTARTS", "0"))  # 0: each test's own count

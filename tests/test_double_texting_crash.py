@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import lines, sql
 
-APP = Path(__file__).with_name("double_texting_crash_app.py")
+APP = Path(__file__).parent / "apps" / "double_texting_crash_app.py"
 pytestmark = pytest.mark.crash
 
 

@@ -3,13 +3,11 @@ in headless Chromium (Playwright, system Chromium), as the inbox tests run it.""
 
 from __future__ import annotations
 
+from helpers import calls, wait_until_waiting
 from live_server import serve
-from test_inbox_browser import browser_page, calls, wait_until_waiting
 
 from helix_dbos import tool
 from helix_dbos.server import create_app
-
-__all__ = ["browser_page"]  # the inbox tests' browser fixture, shared
 
 
 async def test_a_waiting_runs_card_lists_the_messages_queued_on_its_session(

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
-from helpers import sql
+from helpers import lines, sql, wait_for
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
-from test_crash import assert_transcript_is_clean, lines, spawn, wait_for
+from test_crash import assert_transcript_is_clean, spawn
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import Message

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from dbos import DBOS
 from golden_steps import check, record
-from helpers import approval_gated_delete, pending_calls, sql, wait_for
+from helpers import approval_gated_delete, calls, pending_calls, sql, wait_for
 from live_server import serve
 from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 
@@ -42,13 +42,6 @@ from helix_dbos.runtime.session_queue import QueuedRunHandle
 from helix_dbos.server import create_app
 
 SLOT_MODEL = "mock:golden-slot"
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict[str, Any]:

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import calls, sql, wait_until_waiting
 
-from helix_dbos import AgentHooks, PendingToolCall, ToolContext, tool
+from helix_dbos import AgentHooks, ToolContext, tool
 from helix_dbos.errors import (
     InvalidAnswerError,
     RunNotActiveError,
@@ -22,23 +22,6 @@ from helix_dbos.errors import (
 )
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.store.database import libpq_url
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-async def wait_until_waiting(helix, session_id: str, count: int = 1) -> list[PendingToolCall]:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
-        if run is not None and run.status == "waiting" and len(pending) >= count:
-            return pending
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
 
 
 def make_deleter(log: list):

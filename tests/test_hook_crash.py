@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import sql
-from test_crash import lines, sigkill, spawn, wait_for
+from helpers import lines, sql, wait_for
+from test_crash import sigkill, spawn
 
 pytestmark = pytest.mark.crash
 HOOKS = {"CRASH_APP_HOOKS": "1"}

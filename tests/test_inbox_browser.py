@@ -1,65 +1,19 @@
-"""The approvals inbox end to end in headless Chromium (Playwright, system Chromium)."""
+"""The approvals inbox end to end in headless Chromium (Playwright, system Chromium; the
+`browser_page` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
 
-import pytest
-from helpers import skip_or_fail_in_ci
+from helpers import calls, wait_until_waiting
 from live_server import serve
 
 from helix_dbos import sub_agent_tool, tool
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.store.database import libpq_url
-
-CHROMIUM = os.environ.get("HELIX_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-async def wait_until_waiting(helix, session_id: str) -> None:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        if run is not None and run.status == "waiting":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
-
-
-@pytest.fixture
-async def browser_page():
-    try:
-        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional: skip without it
-    except ImportError:
-        skip_or_fail_in_ci("playwright is not installed: pip install playwright")
-    if not os.path.exists(CHROMIUM):
-        skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = await browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page, errors
-        await browser.close()
 
 
 async def test_inbox_shows_waiting_calls_and_answers_them(

@@ -5,13 +5,11 @@ docs render without internet."""
 from __future__ import annotations
 
 import pytest
+from helpers import calls, wait_until_waiting
 from live_server import serve
-from test_inbox_browser import browser_page, calls, wait_until_waiting
 
 from helix_dbos import tool
 from helix_dbos.server import bearer_token, create_app
-
-__all__ = ["browser_page"]  # the fixture, shared with the inbox's other browser tests
 
 SPOOF = "/home/alice/invoice\u202efdp.exe"
 

@@ -1,5 +1,5 @@
 """Limits per model and per tenant (docs/limits.md), with real worker processes on one
-database (tests/limits_app.py): the limit holds across the fleet, a small tenant is not
+database (tests/apps/limits_app.py): the limit holds across the fleet, a small tenant is not
 starved by a big one, a run waiting for a slot shows as queued, and a worker killed
 while runs wait leaves every run to finish once."""
 
@@ -20,7 +20,7 @@ from helix_dbos import Agent, LLMConfig
 from helix_dbos.errors import AgentDefinitionError
 from helix_dbos.runtime import model_limits
 
-APP = Path(__file__).with_name("limits_app.py")
+APP = Path(__file__).parent / "apps" / "limits_app.py"
 pytestmark = pytest.mark.crash
 
 

@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from dbos import DBOS
 from live_server import serve
-from test_inbox_browser import browser_page  # noqa: F401 - fixture
 
 from helix_dbos import AgentHooks, AsyncHelixClient, LLMConfig
 from helix_dbos.runtime import model_limits
@@ -76,7 +75,7 @@ async def test_tenants_over_http_and_a_run_queued_for_its_models_slot(helix, mak
 
 
 async def test_the_inbox_lists_a_run_queued_for_its_models_slot(
-    browser_page,  # noqa: F811 - the fixture
+    browser_page,
     helix,
     make_agent,
     mock_llm,

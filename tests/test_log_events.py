@@ -10,19 +10,13 @@ import logging
 
 import pytest
 from dbos import DBOS
+from helpers import calls
 
 from helix_dbos import AgentHooks, tool
 from helix_dbos.definitions.agent import LLMConfig
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.log_events import log_event
 from helix_dbos.runtime.event_loop import on_target_loop
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def events(caplog: pytest.LogCaptureFixture, run_or_session: str) -> list[logging.LogRecord]:

@@ -16,18 +16,11 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from helpers import sql
+from helpers import calls, sql
 
 from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolError, MCPToolset
 
-SERVER = Path(__file__).with_name("mcp_server.py")
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
+SERVER = Path(__file__).parent / "apps" / "mcp_server.py"
 
 
 def free_port() -> int:

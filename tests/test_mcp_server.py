@@ -38,7 +38,7 @@ from helix_dbos.protocols.mcp_task_client import TaskCreated, TaskState
 from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
 from helix_dbos.runtime.results import PendingToolCall, RunInfo
 
-APP = Path(__file__).with_name("mcp_agents_app.py")
+APP = Path(__file__).parent / "apps" / "mcp_agents_app.py"
 TOKEN = "mcp-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import lines, require_pgvector, sql, wait_for
 
 pytestmark = pytest.mark.crash
-APP = Path(__file__).with_name("memory_app.py")
+APP = Path(__file__).parent / "apps" / "memory_app.py"
 
 
 @pytest.fixture(autouse=True)

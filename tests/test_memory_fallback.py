@@ -22,7 +22,7 @@ from helpers import skip_or_fail_in_ci
 from helix_dbos.store.database import libpq_url, with_database
 
 pytestmark = pytest.mark.database
-APP = Path(__file__).with_name("memory_fallback_app.py")
+APP = Path(__file__).parent / "apps" / "memory_fallback_app.py"
 SERVER = os.environ.get(
     "HELIX_NO_VECTOR_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_crash import lines, sigkill, spawn, wait_for
+from helpers import lines, wait_for
+from test_crash import sigkill, spawn
 
 pytest.importorskip("opentelemetry.sdk")
 

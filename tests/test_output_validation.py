@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
+from helpers import calls
 from pydantic import BaseModel
 
 from helix_dbos import MockLLM, tool
@@ -15,13 +16,6 @@ from helix_dbos import MockLLM, tool
 class Answer(BaseModel):
     answer: str
     score: int
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 async def test_a_finish_with_output_that_fails_the_output_schema_goes_back_to_the_model(

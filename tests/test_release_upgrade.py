@@ -4,7 +4,7 @@ The previous release is pinned in .ci/previous-release (a commit and its version
 code comes from the git history (`git archive <commit> helix_dbos migrations
 pyproject.toml`) and runs with this venv on PYTHONPATH when this venv satisfies its
 dependencies (else in a venv of its own, built once in .ci/previous/<commit>/).
-tests/release_app.py, which uses only public API of both releases and helix's defaults
+tests/apps/release_app.py, which uses only public API of both releases and helix's defaults
 (application name, version, executor id), starts every scenario on the old code, on a
 database the old code migrates:
 
@@ -53,12 +53,12 @@ from release_code import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-APP = Path(__file__).with_name("release_app.py")
+APP = Path(__file__).parent / "apps" / "release_app.py"
 pytestmark = [pytest.mark.crash, pytest.mark.release]
 
 
 class App:
-    """One life of tests/release_app.py; its first output line is its report."""
+    """One life of tests/apps/release_app.py; its first output line is its report."""
 
     def __init__(self, mode: str, code: Interpreter, database_url: str, port: int, markers: Path):
         env = {

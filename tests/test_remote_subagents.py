@@ -24,7 +24,7 @@ from helix_dbos import HelixClient
 from helix_dbos.runtime.remote_children import remote_session_id
 from helix_dbos.store.database import database_name, with_database
 
-APP = Path(__file__).with_name("remote_app.py")
+APP = Path(__file__).parent / "apps" / "remote_app.py"
 TOKEN = "remote-secret"
 
 

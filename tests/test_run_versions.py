@@ -21,6 +21,7 @@ import pytest
 from helpers import (
     answered,
     approval_gated_delete,
+    calls,
     messages_to,
     pending_calls,
     set_version,
@@ -32,13 +33,6 @@ from helix_dbos.server import create_app
 
 REPO = Path(__file__).resolve().parent.parent
 OLD = "helix-4"
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

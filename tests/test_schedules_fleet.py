@@ -22,7 +22,7 @@ from helix_dbos.store.database import libpq_url
 from helix_dbos.store.schedules import ScheduleBook
 
 pytestmark = pytest.mark.crash
-APP = Path(__file__).resolve().parent / "schedule_app.py"
+APP = Path(__file__).resolve().parent / "apps" / "schedule_app.py"
 NAME = "every-second"
 
 

@@ -10,21 +10,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from helpers import sql
+from helpers import calls, sql
 from live_server import serve
 
 from helix_dbos import tool
 from helix_dbos.server import bearer_token, create_app
-
-
-def calls(*items: tuple[str, str, dict], content: str | None = None) -> dict:
-    out = {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-    if content:
-        out["content"] = content
-    return out
 
 
 def text(content: str) -> dict:

@@ -20,7 +20,7 @@ from contextlib import closing
 import httpx
 import pytest
 import uvicorn
-from helpers import sql
+from helpers import calls, sql, wait_until_waiting
 from live_server import serve
 
 from helix_dbos import tool
@@ -30,13 +30,6 @@ from helix_dbos.server.limits import with_header_timeout
 from helix_dbos.server.pages import page
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def nest(depth: int) -> dict:
@@ -61,15 +54,6 @@ def gated_agent(make_agent, mock_llm, ran: list[str], call_id: str = "d1", n: in
         agent=agent.name,
     )
     return agent
-
-
-async def wait_until_waiting(helix, session_id: str) -> None:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        if run is not None and run.status == "waiting":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
 
 
 def raw_request(url: str, data: bytes, *, wait: float = 20.0) -> bytes:

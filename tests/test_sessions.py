@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import calls, sql
 from pydantic import BaseModel
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -24,13 +24,6 @@ from helix_dbos.errors import SessionAgentMismatchError
 from helix_dbos.runtime import agent_loop, final_write, step_ahead
 from helix_dbos.runtime.event_loop import on_target_loop
 from helix_dbos.runtime.process_runtime import is_transient_db_error
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 class Verdict(BaseModel):

@@ -7,18 +7,11 @@ import threading
 import time
 
 import pytest
-from helpers import sql
+from helpers import calls, sql
 
 from helix_dbos import ToolContext, tool
 from helix_dbos.streaming import CHUNK_TYPES, PAYLOAD_MODELS, StreamChunk
 from helix_dbos.streaming.reads import SharedChunkReads
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 async def collect(helix, session_id: str, **kwargs) -> list[StreamChunk]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import lines, sql, wait_for
 
-APP = Path(__file__).with_name("subagent_crash_app.py")
+APP = Path(__file__).parent / "apps" / "subagent_crash_app.py"
 pytestmark = pytest.mark.crash
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
-from helpers import sql
+from helpers import calls, sql
 from live_server import serve
 from sqlalchemy import text as sql_text
 
@@ -29,13 +29,6 @@ from helix_dbos.store import companions as companions_sql
 from helix_dbos.store import repository as repo
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict:

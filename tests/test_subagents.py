@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
-from helpers import sql
+from helpers import calls, sql
 from live_server import serve
 from pydantic import BaseModel
 
@@ -29,13 +29,6 @@ from helix_dbos.runtime.subagents import ChildRun
 from helix_dbos.server import create_app
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from dbos import DBOS
-from helpers import sql
+from helpers import calls, sql
 from pydantic import BaseModel, Field
 
 from helix_dbos import Agent, AgentDefinitionError, TerminatingConfig, Tool, tool
@@ -22,13 +22,6 @@ DEFAULT_NUDGE = (
     "You are currently in an autonomous execution mode with no user interaction. "
     "You must complete your task by calling one of the terminating tools."
 )
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 def text(content: str) -> dict:

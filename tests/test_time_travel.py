@@ -13,9 +13,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import calls, sql, wait_for, wait_until_waiting
 from pydantic import BaseModel
-from test_crash import sigkill, wait_for
+from test_crash import sigkill
 from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
@@ -23,7 +23,7 @@ from helix_dbos.errors import InvalidInputError, SessionNotFoundError
 from helix_dbos.runtime import slow_head
 from helix_dbos.store.checkpoints import UNANSWERED
 
-FORK_APP = Path(__file__).with_name("fork_crash_app.py")
+FORK_APP = Path(__file__).parent / "apps" / "fork_crash_app.py"
 
 
 def spawn_app(app: Path, mode: str, database_url: str, *args: object) -> subprocess.Popen:
@@ -35,13 +35,6 @@ def spawn_app(app: Path, mode: str, database_url: str, *args: object) -> subproc
         stderr=stderr,
         text=True,
     )
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 class Counter(BaseModel):
@@ -66,16 +59,6 @@ def look(what: str) -> str:
 def launch_rocket(target: str) -> str:
     """Launch a rocket (needs approval)."""
     return f"launched at {target}"
-
-
-async def wait_until_waiting(helix, session_id: str) -> None:
-    for _ in range(400):
-        run = await helix.get_current_run(session_id)
-        pending = [p for p in await helix.pending_tool_calls(session_id) if not p.answered]
-        if run is not None and run.status == "waiting" and pending:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("run never started waiting")
 
 
 @pytest.fixture(autouse=True)

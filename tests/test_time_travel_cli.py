@@ -7,8 +7,8 @@ import asyncio
 import json
 
 import pytest
-from helpers import sql
-from test_cli import calls, helix_dbos
+from helpers import calls, sql
+from test_cli import helix_dbos
 
 from helix_dbos import tool
 

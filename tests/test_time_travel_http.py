@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from helpers import calls
 from live_server import serve
+from test_time_travel import no_slow_tool_heads  # noqa: F401 - autouse: these tests count checkpoints
 
 from helix_dbos import tool
 from helix_dbos.server import bearer_token, create_app
@@ -17,13 +19,6 @@ from helix_dbos.server import bearer_token, create_app
 def look(what: str) -> str:
     """Look at something."""
     return f"saw {what}"
-
-
-def calls(*items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,15 @@ inbox's link to a waiting run's timeline."""
 
 from __future__ import annotations
 
+from helpers import wait_until_waiting
 from live_server import serve
-from test_inbox_browser import browser_page
 from test_time_travel import (
     launch_rocket,
     no_slow_tool_heads,  # noqa: F401 - autouse fixture
     three_step_session,
-    wait_until_waiting,
 )
 
 from helix_dbos.server import create_app
-
-__all__ = ["browser_page"]  # the inbox tests' browser fixture, shared
 
 
 async def test_timeline_shows_steps_and_forks_from_a_checkpoint(

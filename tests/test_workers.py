@@ -1,4 +1,4 @@
-"""Many workers on one database: real processes (tests/crash_app.py), SIGKILL and SIGSTOP.
+"""Many workers on one database: real processes (tests/apps/crash_app.py), SIGKILL and SIGSTOP.
 
 Each worker holds a lease in helix.workers (4 s in crash_app); a live worker claims a
 lapsed one and hands its runs back to the queues, and a worker that could not renew its
@@ -18,16 +18,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import sql
+from helpers import lines, sql, wait_for
 from tcp_proxy import CuttableProxy
 from test_crash import (
     APP,
     assert_transcript_is_clean,
-    lines,
     relaunch,
     sigkill,
     spawn,
-    wait_for,
 )
 
 from helix_dbos.store import workers as workers_sql

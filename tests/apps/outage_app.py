@@ -11,7 +11,7 @@ usage:
       that run's result as one JSON line.
   outage_app.py serve DATABASE_URL EXECUTOR_ID MARKER_DIR SOAK_RUNS LEAD_RUNS
       launch a worker, start SOAK_RUNS runs of the chaos soak's script
-      (tests/soak_app.py: parallel tools, approvals and client tools answered from another
+      (tests/apps/soak_app.py: parallel tools, approvals and client tools answered from another
       process) and LEAD_RUNS runs of an agent that delegates to a sub-agent beside a
       plain tool; serve the HTTP API (for the test's SSE readers); print one JSON line
       {"soak": [[index, run_id, session_id], ...], "lead": [[run_id, session_id], ...],
