@@ -45,6 +45,7 @@ from helix_dbos.runtime.time_travel_methods import TimeTravelMethods
 from helix_dbos.runtime.wait_parking import WaitParking
 from helix_dbos.runtime.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.store.database import resolve_database_url
+from helix_dbos.store.pooler import pooler_settings
 from helix_dbos.store.session_queue import QueuedMessage
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS
 from helix_dbos.store.storable import check_storable
@@ -96,6 +97,8 @@ class HelixDBOS(
         listen_queues: Iterable[str] = (),
         waiting_runs_in_memory: int = 1000,
         park_waiting_runs_after_seconds: float = 60,
+        pooler: str | None = None,
+        listen_database_url: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
@@ -107,8 +110,11 @@ class HelixDBOS(
         self.application_version = application_version or os.environ.get(
             "HELIX_APP_VERSION", worker_process.DEFAULT_APP_VERSION
         )
+        # Behind a transaction pooler (`pooler="transaction"`, HELIX_DB_POOLER): see
+        # docs/poolers.md; `listen_database_url` is a direct URL for LISTEN and heartbeats.
+        self.pooler = pooler_settings(pooler, listen_database_url)
         worker_process.configure_dbos(
-            app_name, self.database_url, self.application_version, executor_id
+            app_name, self.database_url, self.application_version, executor_id, self.pooler
         )
         self.runtime = worker_process.process_runtime(
             self.database_url,
@@ -120,6 +126,7 @@ class HelixDBOS(
             database_outage_seconds=database_outage_seconds,
             connection_timeout_seconds=connection_timeout_seconds,
             parking=WaitParking(waiting_runs_in_memory, park_waiting_runs_after_seconds),
+            pooler=self.pooler,
         )
         self.reconcile_seconds = reconcile_seconds
         self.worker_lease_seconds = worker_lease_seconds or float(
@@ -128,7 +135,9 @@ class HelixDBOS(
         self._reads = SessionReads(self.runtime)
         self._starts = RunStarts(self.runtime, self._reads, self.dispatch, pool_size)
         self._control = RunControl(self._reads)
-        self._waits = RunWaits(self._reads, self._starts, self.database_url)
+        self._waits = RunWaits(
+            self._reads, self._starts, self.pooler.listen_url or self.database_url
+        )
         self.runtime.notifier = self._waits.notifier
         self._process = worker_process.WorkerProcess(
             self.runtime, self.dispatch, self._starts, self._waits, self.database_url
@@ -176,7 +185,7 @@ class HelixDBOS(
     def migrate(self) -> None:
         """Create the database if missing and bring helix's and DBOS's tables up to date
         (idempotent, safe from many processes at once). `launch()` calls it first."""
-        worker_process.migrate(self.database_url)
+        worker_process.migrate(self.database_url, self.pooler)
 
     def launch(self) -> None:
         """Migrate, take this worker's lease (refused while another live process holds

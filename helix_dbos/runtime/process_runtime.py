@@ -28,6 +28,7 @@ from helix_dbos.runtime.outage import is_transient_db_error as is_transient_db_e
 from helix_dbos.runtime.wait_parking import WaitParking
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverConnection
+from helix_dbos.store.pooler import DIRECT, PoolerSettings
 from helix_dbos.store.statement_pool import CHECKOUT_TIMEOUT_SECONDS, StatementPool
 from helix_dbos.streaming.notifier import ChunkNotifier
 
@@ -143,8 +144,10 @@ class Runtime:
         client_tool_timeout_seconds: float = 600,
         database_outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
         connection_timeout_seconds: float = CHECKOUT_TIMEOUT_SECONDS,
+        pooler: PoolerSettings = DIRECT,
     ) -> None:
         self.agents = agents
+        self.pooler = pooler  # behind a transaction pooler: no session-level locks
         self.engine = engine  # transactions: DBOS's datasource, and a few of helix's own
         self.statement_pool = statement_pool  # every other statement (`statements()`)
         self.datasource = datasource

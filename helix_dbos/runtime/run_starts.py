@@ -239,10 +239,14 @@ class RunStarts:
         has started, so at most `pool_size` starts (half that pool) hold a lock at once:
         a burst of starts leaves the runs under way connections for their steps.
         """
+        pooled = self.runtime.pooler.pooled
         async with self._slots, self.runtime.statements() as lock:
-            # Inside a workflow, even a new session opens in its exactly-once transaction.
-            one_statement = request.creates_session and DBOS.workflow_id is None
-            if not one_statement:
+            # Inside a workflow, even a new session opens in its exactly-once transaction;
+            # behind a pooler too (the lock's transaction must not hold the run's rows).
+            one_statement = request.creates_session and DBOS.workflow_id is None and not pooled
+            if pooled:
+                await repo.lock_run_start_in_transaction(lock, request.run_id)
+            elif not one_statement:
                 await repo.lock_run_start(lock, request.run_id)
             task: asyncio.Future[Any] | None
             try:
@@ -262,7 +266,10 @@ class RunStarts:
             finally:
                 failed = sys.exc_info()[1] is not None
                 try:
-                    await repo.unlock_run_start(lock, request.run_id)
+                    if pooled:
+                        await repo.end_run_start_transaction(lock)
+                    else:
+                        await repo.unlock_run_start(lock, request.run_id)
                 except BaseException:
                     await lock.discard()  # never return a connection that holds the lock
                     if not failed:  # else the first error is the one the caller sees

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -41,6 +42,7 @@ from helix_dbos.store.database import (
     sqlalchemy_url,
 )
 from helix_dbos.store.migrations import apply_migrations
+from helix_dbos.store.pooler import DIRECT, PoolerSettings, pooler_warning
 from helix_dbos.store.statement_pool import StatementPool
 from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 
@@ -58,7 +60,11 @@ DEFAULT_SCHEDULER_POLL_SECONDS = 5.0
 
 
 def configure_dbos(
-    app_name: str, database_url: str, application_version: str, executor_id: str | None
+    app_name: str,
+    database_url: str,
+    application_version: str,
+    executor_id: str | None,
+    pooler: PoolerSettings = DIRECT,
 ) -> None:
     """`DBOS(config=...)` for helix, unless the application configured DBOS itself."""
     if dbos_internals.is_configured():
@@ -80,7 +86,11 @@ def configure_dbos(
             "pool_size": DBOS_POOL_MAX,
             "max_overflow": 0,
             "pool_timeout": 30,
-            "connect_args": {"application_name": "dbos_transact", "connect_timeout": 10},
+            "connect_args": {
+                "application_name": "dbos_transact",
+                "connect_timeout": 10,
+                **pooler.psycopg_kwargs(),
+            },
         },
         # DBOS's default: half its pool (its pool_size, 2 here, would give 1).
         "sys_db_polling_concurrency": DBOS_POOL_MAX // 2,
@@ -90,6 +100,14 @@ def configure_dbos(
             os.environ.get("HELIX_SCHEDULER_POLL_SECONDS", DEFAULT_SCHEDULER_POLL_SECONDS)
         ),
     }
+    if pooler.pooled:
+        # LISTEN does not cross a transaction pooler: DBOS's listener polls for the
+        # messages and events its waiters wait for (its triggers still NOTIFY, harmless).
+        config["use_listen_notify"] = False
+        config["notification_listener_polling_interval_sec"] = pooler.poll_seconds
+        # DBOS's session-level SET of idle_in_transaction_session_timeout on each new
+        # connection would stay on the server connection the pooler lent.
+        config["sys_db_idle_transaction_timeout_sec"] = 0
     config["executor_id"] = (
         executor_id
         or os.environ.get("HELIX_EXECUTOR_ID")
@@ -99,7 +117,9 @@ def configure_dbos(
     DBOS(config=config)
 
 
-def transaction_engine(database_url: str, pool_size: int) -> AsyncEngine:
+def transaction_engine(
+    database_url: str, pool_size: int, pooler: PoolerSettings = DIRECT
+) -> AsyncEngine:
     """SQLAlchemy's pool, for transactions (DBOS's datasource, a few of helix's own);
     psycopg's statement pool, of 2 * pool_size, takes every other statement."""
     return create_async_engine(
@@ -110,7 +130,10 @@ def transaction_engine(database_url: str, pool_size: int) -> AsyncEngine:
         poolclass=IdleTrimmedAsyncQueuePool,
         pool_size=pool_size,
         max_overflow=0,
-        connect_args={"fallback_application_name": ENGINE_APPLICATION_NAME},
+        connect_args={
+            "fallback_application_name": ENGINE_APPLICATION_NAME,
+            **pooler.psycopg_kwargs(),
+        },
         # Under a burst (a thousand runs resuming at once) wait for a connection;
         # failing a durable run because the pool was busy would be worse.
         pool_timeout=600,
@@ -128,17 +151,21 @@ def process_runtime(
     database_outage_seconds: float,
     connection_timeout_seconds: float,
     parking: WaitParking,
+    pooler: PoolerSettings = DIRECT,
 ) -> Runtime:
     """The process-wide runtime the agent workflow finds its dependencies in (set as the
     current one). Its pools connect on first use; DBOS's exactly-once datasource on
     helix's engine (its checkpoint table in schema `dbos`) is registered now, as DBOS
     requires before its launch, and migrated by `migrate`."""
-    engine = transaction_engine(database_url, pool_size)
+    engine = transaction_engine(database_url, pool_size, pooler)
     runtime = Runtime(
         agents=agents,
         engine=engine,
         statement_pool=StatementPool(
-            libpq_url(database_url), 2 * pool_size, connection_timeout_seconds
+            libpq_url(database_url),
+            2 * pool_size,
+            connection_timeout_seconds,
+            pooler.psycopg_kwargs(),
         ),
         datasource=dbos_internals.unmigrated_datasource(
             sqlalchemy_url(database_url), engine, DATASOURCE_SCHEMA
@@ -150,6 +177,7 @@ def process_runtime(
         database_outage_seconds=database_outage_seconds,
         connection_timeout_seconds=connection_timeout_seconds,
         parking=parking,
+        pooler=pooler,
     )
     set_runtime(runtime)
     return runtime
@@ -169,12 +197,17 @@ class Migrated:
     applied: list[str]  # helix's migrations applied now
 
 
-def migrate(database_url: str) -> Migrated:
+def migrate(database_url: str, pooler: PoolerSettings = DIRECT) -> Migrated:
     """Create the database if missing, then bring helix's tables, DBOS's system tables
     and the datasource's checkpoint table up to date; each under its own lock, and one
-    query each once current (`HelixDBOS.migrate`, `helix-dbos migrate`)."""
+    query each once current (`HelixDBOS.migrate`, `helix-dbos migrate`).
+
+    Behind a pooler, over the direct URL when there is one (DBOS migrates under a
+    session-level lock); else helix's migrations run in one transaction."""
+    if pooler.listen_url is not None:
+        database_url = pooler.listen_url
     created = ensure_database_exists(database_url)
-    applied = apply_migrations(database_url)
+    applied = apply_migrations(database_url, pooled=pooler.pooled and pooler.listen_url is None)
     if not dbos_internals.is_launched():
         # DBOS's tables up to date before anything here reads them (the lease's first
         # claim, at launch): on an empty database, workers started together would
@@ -228,7 +261,14 @@ class WorkerProcess:
         if self.dispatch.executes_runs:
             self.runtime.check_agents(list(agents.values()))
         identity = self._identity(lease_seconds)
-        lease = WorkerLease(self.database_url, identity)
+        pooler = self.runtime.pooler
+        self._say_pooler(pooler)
+        lease = WorkerLease(
+            self.database_url,
+            identity,
+            heartbeat_url=pooler.listen_url,
+            early_death=not pooler.pooled or pooler.listen_url is not None,
+        )
         lease.acquire()
         # Heartbeat from now on: DBOS's launch can outlast the fence, and the runs it
         # recovers are fenced like any other.
@@ -255,6 +295,20 @@ class WorkerProcess:
         else:  # launched from async code, on the loop DBOS adopted
             self._sweep = asyncio.get_running_loop().create_task(sweep)
         return lease
+
+    def _say_pooler(self, pooler: PoolerSettings) -> None:
+        """Say at launch how helix reaches the database, and warn when the URL reaches
+        PgBouncer while helix is not set up for a pooler (the check is cheap: one
+        connection, and PgBouncer's console is tried only when the ports differ)."""
+        if pooler.pooled:
+            logger.warning("helix reaches PostgreSQL %s", pooler.describe())
+            return
+        try:
+            warning = pooler_warning(self.database_url, pooler)
+        except psycopg.Error:
+            return  # the launch that follows says what is wrong with the database
+        if warning is not None:
+            logger.warning("helix: %s", warning)
 
     def _identity(self, lease_seconds: float) -> WorkerIdentity:
         executes = self.dispatch.executes_runs

@@ -119,8 +119,17 @@ class WorkerLease:
         identity: sql.WorkerIdentity,
         *,
         on_recovered: Callable[[str, list[str]], None] | None = None,
+        heartbeat_url: str | None = None,
+        early_death: bool = True,
     ) -> None:
         self.database_url = database_url
+        # The heartbeat's connection: a direct one behind a pooler, if given, so that
+        # `pg_stat_activity` shows it while this process lives.
+        self.heartbeat_url = heartbeat_url or database_url
+        # Whether a worker whose heartbeat connection closed is dead before its lease
+        # lapses: not behind a pooler without a direct heartbeat URL, where a pooled
+        # connection's `application_name` and backend pid mean nothing.
+        self.early_death = early_death
         self.identity = identity
         self.lease = identity.lease_seconds
         self.interval = sql.heartbeat_seconds(self.lease)
@@ -150,9 +159,9 @@ class WorkerLease:
         deadline = time.monotonic() + (self.lease + self.interval if wait else 0)
         with connect(self.database_url, autocommit=True) as conn:
             holder = sql.holder(conn, self.identity.executor_id)  # a previous life's row
-            gone = holder is not None and _gone(holder)
+            gone = holder is not None and self._gone(holder)
             while True:
-                if sql.register(conn, self.identity, pid_gone=gone):
+                if sql.register(conn, self.identity, pid_gone=gone, early=self.early_death):
                     self._renewed_at = time.monotonic()
                     if holder is not None:
                         self.predecessor = _why_dead(holder, gone)
@@ -160,7 +169,7 @@ class WorkerLease:
                 holder = sql.holder(conn, self.identity.executor_id)
                 if holder is None:
                     continue  # it stopped between the two statements
-                if not gone and _gone(holder):
+                if not gone and self._gone(holder):
                     gone = True
                     continue
                 if time.monotonic() >= deadline:
@@ -268,7 +277,7 @@ class WorkerLease:
         """Another worker declared this one dead while it could not renew: its runs were
         handed back and continue elsewhere. Drop them here (see `Fence`) and register again."""
         self.epoch += 1
-        if not sql.register(conn, self.identity):
+        if not sql.register(conn, self.identity, early=self.early_death):
             fence_exit(
                 f"worker {self.identity.executor_id}: another live process took its executor id"
             )
@@ -288,10 +297,12 @@ class WorkerLease:
         for dead in sql.claimable_workers(conn, me.application_name, me.application_version):
             if dead.executor_id == me.executor_id:
                 continue
-            gone = _gone(dead)
+            gone = self._gone(dead)
             if same_host_only and not gone:
                 continue
-            claimed = sql.claim_and_requeue(conn, dead.executor_id, me.executor_id, pid_gone=gone)
+            claimed = sql.claim_and_requeue(
+                conn, dead.executor_id, me.executor_id, pid_gone=gone, early=self.early_death
+            )
             if claimed is None:
                 continue  # alive after all, or another worker claimed it first
             claims.append(claimed)
@@ -307,15 +318,21 @@ class WorkerLease:
                 self._on_recovered(dead.executor_id, claimed.workflow_ids)
         return claims
 
+    def _gone(self, worker: sql.Holder) -> bool:
+        return self.early_death and _gone(worker)
+
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
             timeout = max(1, int(self.lease * FENCE_AFTER / 2))
+            # A pooler refuses the `options` startup parameter (PgBouncer: "unsupported
+            # startup parameter"); a heartbeat through one goes without its timeout.
+            through_pooler = not self.early_death
             self._conn = connect(
-                self.database_url,
+                self.heartbeat_url,
                 autocommit=True,
                 connect_timeout=timeout,
                 application_name=sql.heartbeat_application_name(self.identity.executor_id),
-                options=f"-c statement_timeout={timeout * 1000}",
+                **({} if through_pooler else {"options": f"-c statement_timeout={timeout * 1000}"}),
             )
         return self._conn
 

@@ -29,7 +29,22 @@ async def start_once(helix: HelixDBOS, body: StartRequest, start: Start) -> RunS
     key = body.idempotency_key
     assert key is not None
 
+    async def held_in_transaction() -> RunStarted:
+        """Behind a transaction pooler: the lock is a transaction-level one, held by a
+        transaction of its own on a second connection (a session-level lock would stay
+        behind on the server connection the pooler lent)."""
+        engine = helix.runtime.engine
+        async with engine.connect() as holder, engine.connect() as conn:
+            await start_keys.lock_in_transaction(holder, key)
+            try:
+                return await _start_locked(conn, key, body, start)
+            finally:
+                await conn.rollback()
+                await holder.rollback()
+
     async def locked() -> RunStarted:
+        if helix.pooler.pooled:
+            return await held_in_transaction()
         async with helix.runtime.engine.connect() as conn:
             await start_keys.lock(conn, key)
             await conn.commit()

@@ -167,6 +167,10 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     conninfo = libpq_url(url)
     if "connect_timeout" not in conninfo_to_dict(conninfo):
         kwargs.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    # No server-side prepared statements: these connections run a few statements each
+    # (the heartbeat one a small UPDATE a second), and through a transaction pooler a
+    # statement prepared on one server connection is missing on the next.
+    kwargs.setdefault("prepare_threshold", None)
     return psycopg.connect(conninfo, **kwargs)
 
 

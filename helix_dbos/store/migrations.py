@@ -15,6 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -93,45 +94,64 @@ def load_migrations(directory: str | Path | None = None) -> list[Migration]:
     return migrations
 
 
-def apply_migrations(url: str, *, directory: str | Path | None = None) -> list[str]:
+def apply_migrations(
+    url: str, *, directory: str | Path | None = None, pooled: bool = False
+) -> list[str]:
     """Apply every migration not yet recorded; return the versions applied by this call.
 
-    Checksums of already-applied files are verified before anything new runs.
+    Checksums of already-applied files are verified before anything new runs. `pooled`
+    (a transaction pooler's URL): all of it in one transaction, under a transaction-level
+    lock, since a session-level one would stay behind on the server connection the
+    pooler lent (each migration is then a savepoint of that transaction).
     """
+    if pooled:
+        return _apply_in_one_transaction(url, load_migrations(directory))
     migrations = load_migrations(directory)
     with connect(url, autocommit=True) as conn:
         # Session-level lock: held across the per-file transactions below, released on
         # unlock or, if this process dies, when its connection drops.
         conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
         try:
-            conn.execute(_BOOTSTRAP)
-            rows = conn.execute(f"SELECT version, checksum FROM {TABLE}").fetchall()
-            recorded = {version: checksum for version, checksum in rows}
-            for migration in migrations:
-                stored = recorded.get(migration.version)
-                if stored is not None and stored != migration.checksum:
-                    raise MigrationChecksumError(
-                        f"Migration {migration.path.name} was changed after it was applied "
-                        f"(recorded checksum {stored[:12]}, file now {migration.checksum[:12]}); "
-                        "add a new migration instead of editing an applied one"
-                    )
-            applied: list[str] = []
-            for migration in migrations:
-                if migration.version in recorded:
-                    continue
-                with conn.transaction():
-                    conn.execute(migration.sql)
-                    conn.execute(
-                        f"INSERT INTO {TABLE} (version, checksum) VALUES (%s, %s)",
-                        (migration.version, migration.checksum),
-                    )
-                applied.append(migration.version)
-            return applied
+            return _apply_under_lock(conn, migrations)
         finally:
             # Best effort: a broken connection has released the lock already, and an
             # unlock failure must not hide the error that got us here.
             with contextlib.suppress(psycopg.Error):
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+
+
+def _apply_in_one_transaction(url: str, migrations: list[Migration]) -> list[str]:
+    with connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        return _apply_under_lock(conn, migrations)
+
+
+def _apply_under_lock(conn: psycopg.Connection[Any], migrations: list[Migration]) -> list[str]:
+    """Verify the applied migrations' checksums, then apply the rest, each in a
+    transaction (a savepoint inside an outer one) with its record."""
+    conn.execute(_BOOTSTRAP)
+    rows = conn.execute(f"SELECT version, checksum FROM {TABLE}").fetchall()
+    recorded = {version: checksum for version, checksum in rows}
+    for migration in migrations:
+        stored = recorded.get(migration.version)
+        if stored is not None and stored != migration.checksum:
+            raise MigrationChecksumError(
+                f"Migration {migration.path.name} was changed after it was applied "
+                f"(recorded checksum {stored[:12]}, file now {migration.checksum[:12]}); "
+                "add a new migration instead of editing an applied one"
+            )
+    applied: list[str] = []
+    for migration in migrations:
+        if migration.version in recorded:
+            continue
+        with conn.transaction():
+            conn.execute(migration.sql)
+            conn.execute(
+                f"INSERT INTO {TABLE} (version, checksum) VALUES (%s, %s)",
+                (migration.version, migration.checksum),
+            )
+        applied.append(migration.version)
+    return applied
 
 
 async def apply_migrations_async(url: str, *, directory: str | Path | None = None) -> list[str]:

@@ -212,6 +212,24 @@ async def unlock_run_start(conn: SQLConnection, run_id: str) -> None:
     )
 
 
+# Behind a transaction pooler a session-level lock stays with the server connection the
+# pooler lent, while the unlock may go to another: the lock would leak. There the start
+# lock is a transaction-level one, held by a transaction of its own on the lock's
+# connection (a pooler keeps a transaction on one server connection) and released by
+# its COMMIT; the run's rows are written by other connections meanwhile.
+
+
+async def lock_run_start_in_transaction(conn: SQLConnection, run_id: str) -> None:
+    await conn.execute(_sql("BEGIN"))
+    await conn.execute(
+        _sql("SELECT pg_advisory_xact_lock(hashtextextended(:rid, 0))"), {"rid": run_id}
+    )
+
+
+async def end_run_start_transaction(conn: SQLConnection) -> None:
+    await conn.execute(_sql("COMMIT"))
+
+
 async def run_start_settled(conn: SQLConnection, run_id: str) -> bool:
     """Nobody is starting this run; the check holds until the transaction ends."""
     row = await conn.execute(

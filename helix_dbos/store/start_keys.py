@@ -95,6 +95,14 @@ async def lock(conn: SQLConnection, key: str) -> None:
     )
 
 
+async def lock_in_transaction(conn: SQLConnection, key: str) -> None:
+    """The same lock, released when `conn`'s transaction ends (behind a pooler)."""
+    await conn.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('helix.start:' || :key, 0))"),
+        {"key": key},
+    )
+
+
 async def unlock(conn: SQLConnection, key: str) -> None:
     await conn.execute(
         text("SELECT pg_advisory_unlock(hashtextextended('helix.start:' || :key, 0))"),

@@ -53,9 +53,15 @@ class StatementPool:
     that use (helix's target loop: psycopg's async connections belong to one loop)."""
 
     def __init__(
-        self, conninfo: str, max_size: int, timeout: float = CHECKOUT_TIMEOUT_SECONDS
+        self,
+        conninfo: str,
+        max_size: int,
+        timeout: float = CHECKOUT_TIMEOUT_SECONDS,
+        connect_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._conninfo = conninfo
+        # Behind a transaction pooler, `prepare_threshold=None` (see `store/pooler.py`).
+        self._connect_kwargs = connect_kwargs or {}
         self._max_size = max_size
         self.timeout = timeout  # a checkout's wait, unless the caller gives its own
         self._pool = self._new_pool()
@@ -69,7 +75,11 @@ class StatementPool:
             min_size=1,
             max_size=self._max_size,
             max_idle=IDLE_SECONDS,
-            kwargs={"autocommit": True, "fallback_application_name": APPLICATION_NAME},
+            kwargs={
+                "autocommit": True,
+                "fallback_application_name": APPLICATION_NAME,
+                **self._connect_kwargs,
+            },
             open=False,
             name="helix",
         )

@@ -97,9 +97,13 @@ class WorkerRow:
     pending_runs: int
 
 
-def register(conn: psycopg.Connection[Any], me: WorkerIdentity, *, pid_gone: bool = False) -> bool:
+def register(
+    conn: psycopg.Connection[Any], me: WorkerIdentity, *, pid_gone: bool = False, early: bool = True
+) -> bool:
     """Take the executor id unless a live worker heartbeats under it; True if taken.
-    `pid_gone`: the holder runs on this host and its process is gone."""
+    `pid_gone`: the holder runs on this host and its process is gone. Without `early`
+    (behind a transaction pooler, where `pg_stat_activity` tells nothing) only a lapsed
+    lease or a clean stop frees the id."""
     row = conn.execute(
         f"""
         INSERT INTO helix.workers AS w (executor_id, application_name, application_version,
@@ -116,7 +120,7 @@ def register(conn: psycopg.Connection[Any], me: WorkerIdentity, *, pid_gone: boo
         WHERE w.state <> 'live' OR {_DEAD}
         RETURNING executor_id
         """,
-        {**_identity_params(me), "early": True, "pid_gone": pid_gone},
+        {**_identity_params(me), "early": early, "pid_gone": pid_gone},
     ).fetchone()
     return row is not None
 
