@@ -18,6 +18,7 @@ from helpers import lines, sql
 
 APP = Path(__file__).parent / "apps" / "double_texting_crash_app.py"
 pytestmark = pytest.mark.crash
+POOLER_ENV = ("HELIX_DB_POOLER", "HELIX_LISTEN_DATABASE_URL")
 
 
 def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str):
@@ -27,7 +28,8 @@ def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: P
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("HELIX_")},
+        # Nothing of the test's own settings, but a pooler's (tests/test_pooler.py).
+        env={k: v for k, v in os.environ.items() if not k.startswith("HELIX_") or k in POOLER_ENV},
     )
 
 

@@ -9,6 +9,7 @@ for LISTEN and the heartbeat). The worker processes are tests/crash_app.py's.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import test_double_texting_crash
+import test_limits
 from helpers import sql
+from pg_cluster import Cluster
 from pgbouncer import PgBouncer
 from test_crash import assert_transcript_is_clean, lines, sigkill, spawn, wait_for
 from test_workers import executor_of, run_status, started, stop, workflow_row
@@ -163,3 +167,75 @@ def test_no_session_lock_stays_behind_on_a_pooled_connection(pooled_url, databas
             "WHERE l.locktype = 'advisory' AND d.datname = current_database()"
         ).fetchone()
     assert held == (0,)
+
+
+def _doctor_pooler(env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "helix_dbos.cli", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("HELIX_")} | env,
+    )
+    [check] = [c for c in json.loads(done.stdout) if c["name"] == "pooler"]
+    return check
+
+
+def test_doctor_says_whether_helix_is_set_up_for_the_pooler(pooled_url, database_url):
+    unannounced = _doctor_pooler({"HELIX_DATABASE_URL": pooled_url})
+    assert unannounced["level"] == "fail" and "PgBouncer" in unannounced["found"]
+    assert "HELIX_DB_POOLER=transaction" in unannounced["fix"]
+    set_up = _doctor_pooler(
+        {
+            "HELIX_DATABASE_URL": pooled_url,
+            "HELIX_DB_POOLER": "transaction",
+            "HELIX_LISTEN_DATABASE_URL": database_url,
+        }
+    )
+    assert set_up["level"] == "ok", set_up
+    assert "PgBouncer" in set_up["found"] and "direct listen URL" in set_up["found"]
+    assert _doctor_pooler({"HELIX_DATABASE_URL": database_url})["level"] == "ok"
+
+
+def test_double_texting_survives_a_kill_through_the_pooler(
+    pooled_url, tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    """tests/test_double_texting_crash.py's kill with two messages stored, on the pooler."""
+    monkeypatch.setenv("HELIX_DB_POOLER", "transaction")
+    test_double_texting_crash.test_kill_mid_run_with_two_messages_stored(pooled_url, tmp_path)
+
+
+def test_a_model_limit_holds_across_two_workers_through_the_pooler(
+    pooled_url, tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    """tests/test_limits.py's limit of two concurrent calls, on the pooler."""
+    monkeypatch.setenv("HELIX_DB_POOLER", "transaction")
+    test_limits.test_a_limit_of_two_concurrent_calls_holds_across_two_workers(pooled_url, tmp_path)
+
+
+@pytest.mark.faults
+def test_a_database_restart_behind_the_pooler_loses_nothing(tmp_path):
+    """A cluster of the test's own restarts behind the pooler while a tool runs: the run
+    goes on through the pooler (which reconnects to the server) and completes once."""
+    cluster = Cluster(tmp_path / "pg")
+    cluster.start()
+    bouncer = PgBouncer(tmp_path / "pgbouncer", cluster.url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    url = bouncer.url(cluster.url)
+    try:
+        proc = spawn("run", url, "-", "restart", markers, env=POOLED)
+        first = started(proc)
+        wait_for(lambda: (markers / "in_slow_b").exists())
+        booted = sql(cluster.url, "SELECT pg_postmaster_start_time()")
+        cluster.restart()
+        assert sql(cluster.url, "SELECT pg_postmaster_start_time()") != booted
+        (markers / "release").touch()
+        out, _ = proc.communicate(timeout=120)
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "completed", outcome
+        assert lines(markers, "record_a.log") == ["one"] and lines(markers, "slow_b.log") == ["two"]
+        assert_transcript_is_clean(cluster.url, first["session_id"], first["run_id"])
+    finally:
+        bouncer.stop()
+        cluster.destroy()

@@ -31,6 +31,7 @@ from helix_dbos.store.database import (
     redact_url,
 )
 from helix_dbos.store.migrations import applied_migrations, load_migrations
+from helix_dbos.store.pooler import behind_proxy, detect_pgbouncer, pooler_settings
 
 Level = Literal["ok", "warn", "fail"]
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
@@ -242,6 +243,41 @@ def check_run_versions(url: str) -> Check:
     )
 
 
+def check_pooler(url: str) -> Check:
+    """Whether the URL reaches a pooler, and whether helix is set up for one
+    (HELIX_DB_POOLER, HELIX_LISTEN_DATABASE_URL: docs/poolers.md)."""
+    try:
+        settings = pooler_settings()
+    except ValueError as exc:
+        return Check("pooler", "fail", str(exc), "set HELIX_DB_POOLER=transaction or unset it")
+    try:
+        with connect(url, connect_timeout=5) as conn:
+            proxied = behind_proxy(conn, url)
+    except Exception as exc:
+        return Check("pooler", "warn", redact_secrets(str(exc), url), "fix the database first")
+    bouncer = detect_pgbouncer(url) if proxied or settings.pooled else None
+    if settings.pooled:
+        fix = "" if settings.listen_url else "set HELIX_LISTEN_DATABASE_URL for LISTEN"
+        level: Level = "ok" if settings.listen_url else "warn"
+        seen = f" ({bouncer} answers)" if bouncer else ""
+        return Check("pooler", level, f"helix runs {settings.describe()}{seen}", fix)
+    if bouncer is not None:
+        return Check(
+            "pooler",
+            "fail",
+            f"the URL reaches {bouncer}, and helix is not set up for a pooler",
+            "set HELIX_DB_POOLER=transaction (and HELIX_LISTEN_DATABASE_URL), see docs/poolers.md",
+        )
+    if proxied:
+        return Check(
+            "pooler",
+            "warn",
+            "the server answers on another port than the URL's: a proxy or a pooler?",
+            "behind a transaction pooler set HELIX_DB_POOLER=transaction (docs/poolers.md)",
+        )
+    return Check("pooler", "ok", "direct connections (no pooler seen)")
+
+
 def check_app(spec: str) -> Check:
     try:
         helix = load_helix(spec)
@@ -271,6 +307,7 @@ def run_checks(database_url: str | None, app: str | None) -> list[Check]:
         later = [
             lambda: check_migrations(url),
             lambda: check_vector_search(url),  # memory (issue 36)
+            lambda: check_pooler(url),  # poolers (issue 51)
             check_provider_keys,
             lambda: check_worker_identity(url),
             lambda: check_held_runs(url),
