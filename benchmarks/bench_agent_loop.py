@@ -152,7 +152,9 @@ class Bench:
         self.mock = mock
         self.script = script
         self.database_url = database_url
-        self.sql = psycopg.connect(libpq_url(database_url), autocommit=True)
+        self.sql = psycopg.connect(
+            libpq_url(database_url), autocommit=True, prepare_threshold=None
+        )  # seeding only; no prepared statement, so it works through a pooler too
 
     def close(self) -> None:
         self.sql.close()

@@ -136,7 +136,7 @@ class HelixDBOS(
         self._starts = RunStarts(self.runtime, self._reads, self.dispatch, pool_size)
         self._control = RunControl(self._reads)
         self._waits = RunWaits(
-            self._reads, self._starts, self.pooler.listen_url or self.database_url
+            self._reads, self._starts, *self.pooler.listen_where(self.database_url)
         )
         self.runtime.notifier = self._waits.notifier
         self._process = worker_process.WorkerProcess(

@@ -32,11 +32,20 @@ from helix_dbos.streaming.reads import SharedChunkReads
 class RunWaits:
     """Results, run ends and streams, for callers in any process."""
 
-    def __init__(self, reads: SessionReads, starts: RunStarts, database_url: str) -> None:
+    def __init__(
+        self,
+        reads: SessionReads,
+        starts: RunStarts,
+        listen_url: str | None,
+        poll_seconds: float | None = None,
+    ) -> None:
+        """`listen_url`: where to LISTEN (None: nowhere, waiters re-check every
+        `poll_seconds`, behind a transaction pooler with no direct URL)."""
         self.reads = reads
         self.runtime = reads.runtime
         self.starts = starts
-        self.database_url = database_url
+        self.listen_url = listen_url
+        self.poll_seconds = poll_seconds
         self.notifier_started: ChunkNotifier | None = None
         self._chunk_reads = SharedChunkReads(self._load_chunks)
 
@@ -44,9 +53,10 @@ class RunWaits:
         """The process's LISTEN connection, started on first use (on the target loop)."""
         if self.notifier_started is None:
             self.notifier_started = ChunkNotifier(
-                libpq_url(self.database_url),
+                None if self.listen_url is None else libpq_url(self.listen_url),
                 on_lost=self.runtime.statement_pool.connections_lost,
                 on_back=lambda: asyncio.to_thread(dbos_internals.recheck_message_waiters),
+                poll_seconds=self.poll_seconds,
             )
             await self.notifier_started.start()
         return self.notifier_started

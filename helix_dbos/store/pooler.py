@@ -47,6 +47,15 @@ class PoolerSettings:
         psycopg's prepared statements save a parse per statement on the hot path)."""
         return {"prepare_threshold": None} if self.pooled else {}
 
+    def listen_where(self, database_url: str) -> tuple[str | None, float | None]:
+        """Where helix's own listener LISTENs (None: nowhere) and the longest a waiter
+        then sleeps between re-checks (None: its own interval)."""
+        if not self.pooled:
+            return database_url, None
+        if self.listen_url is not None:
+            return self.listen_url, None
+        return None, self.poll_seconds
+
     def describe(self) -> str:
         if not self.pooled:
             return "direct connections (no pooler)"

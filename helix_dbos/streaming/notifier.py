@@ -37,13 +37,19 @@ def run_end_key(run_id: str) -> str:
 
 
 class ChunkNotifier:
+    """`conninfo` None: no LISTEN at all (behind a transaction pooler, with no direct URL
+    to listen on, a notification would never arrive); waiters then re-check every
+    `poll_seconds` at most."""
+
     def __init__(
         self,
-        conninfo: str,
+        conninfo: str | None,
         on_lost: Callable[[float], None] | None = None,
         on_back: Callable[[], Awaitable[None]] | None = None,
+        poll_seconds: float | None = None,
     ) -> None:
         self._conninfo = conninfo
+        self._poll_seconds = poll_seconds
         self._on_lost = on_lost
         self._on_back = on_back
         self._back: set[asyncio.Task[None]] = set()
@@ -56,6 +62,9 @@ class ChunkNotifier:
         return self._versions[session_id]
 
     async def start(self) -> None:
+        if self._conninfo is None:
+            self._ready.set()
+            return
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._listen())
         with contextlib.suppress(asyncio.TimeoutError):
@@ -64,6 +73,8 @@ class ChunkNotifier:
     async def wait(self, session_id: str, seen_version: int, timeout: float) -> None:
         """Return when the session got a notification after `seen_version`, or after `timeout`."""
         await self.start()
+        if self._poll_seconds is not None:
+            timeout = min(timeout, self._poll_seconds)
         condition = self._conditions.setdefault(session_id, asyncio.Condition())
         async with condition:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -81,6 +92,7 @@ class ChunkNotifier:
             self._task = None
 
     async def _listen(self) -> None:
+        assert self._conninfo is not None
         delay = 0.5
         lost = False
         while True:
