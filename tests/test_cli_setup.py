@@ -142,6 +142,7 @@ def test_doctor_says_what_is_fine_and_what_to_fix(database_url, helix, tmp_path)
         "database",
         "migrations",
         "vector search",
+        "pooler",
         "provider keys",
         "worker identity",
         "held runs",
