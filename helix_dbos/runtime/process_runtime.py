@@ -167,6 +167,10 @@ class Runtime:
         # Set by the worker lease, awaited before each step: waits while this worker cannot
         # reach the database, and stops a workflow this execution no longer owns.
         self.lease_check: Callable[[], Awaitable[None]] = no_lease
+        # The application version this process executes runs of, while it holds its
+        # worker lease (None: it executes none): its own runs are served, whatever the
+        # workers table says (`runtime/run_versions.py`).
+        self.serves_version: str | None = None
         # Set by HelixDBOS: awaited by a run's workflow once the run has ended, to start
         # its session's next stored message (double texting, `runtime/session_queue.py`).
         self.after_run: Callable[[str], Awaitable[None]] | None = None

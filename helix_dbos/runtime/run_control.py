@@ -102,7 +102,7 @@ class RunControl:
             async with self.runtime.engine.begin() as conn:
                 claimed = await claim_answer(conn, session_id, tool_call_id, kind)
                 if claimed is not None:  # the usual case, one statement
-                    await refuse_unserved(conn, claimed.run_id, claimed.workflow_id)
+                    await refuse_unserved(conn, claimed.run_id, claimed.workflow_id, self._mine)
                     await self._check_client_result(conn, claimed, payload)
                     await self._send_answer(claimed, kind, payload, conn)
                     return claimed
@@ -120,7 +120,7 @@ class RunControl:
                     raise ToolCallAlreadyAnsweredError(
                         tool_call_id, row.status if row.status != "pending" else "answered"
                     )
-                await refuse_unserved(conn, row.run_id, row.workflow_id)
+                await refuse_unserved(conn, row.run_id, row.workflow_id, self._mine)
                 await self._check_client_result(conn, row, payload)
                 await repo.mark_answered(conn, row.run_id, tool_call_id)
                 await self._send_answer(row, kind, payload, conn)
@@ -139,6 +139,10 @@ class RunControl:
             error=payload.get("error"),
             reason=payload.get("reason"),
         )
+
+    @property
+    def _mine(self) -> str | None:
+        return self.runtime.serves_version
 
     async def _claim_and_send(
         self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
@@ -162,6 +166,7 @@ class RunControl:
                 topic=TOPICS[kind],
                 message=message,
                 serialization=serialization,
+                mine=self.runtime.serves_version,
             )
 
     async def _send_answer(
@@ -226,7 +231,7 @@ class RunControl:
         async def check() -> None:
             async with self.runtime.engine.connect() as conn:
                 for run in runs:
-                    await refuse_unserved(conn, run.run_id, run.workflow_id)
+                    await refuse_unserved(conn, run.run_id, run.workflow_id, self._mine)
 
         await on_target_loop(check)
 

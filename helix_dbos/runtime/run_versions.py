@@ -18,12 +18,15 @@ from helix_dbos.store.repository import SQLConnection
 from helix_dbos.store.run_versions import SERVED_VERSIONS
 
 
-async def refuse_unserved(conn: SQLConnection, run_id: str, workflow_id: str) -> None:
+async def refuse_unserved(
+    conn: SQLConnection, run_id: str, workflow_id: str, mine: str | None
+) -> None:
     """Raise `RunOnOtherVersionError` if no live worker runs the run's version. The
-    version is DBOS's (its system database may be another database than helix's)."""
+    version is DBOS's (its system database may be another database than helix's);
+    `mine`, the version this process executes runs of (if it does), is served."""
     status = await DBOS.get_workflow_status_async(workflow_id)
     version = status.app_version if status is not None else None
-    if version is None:
+    if version is None or version == mine:
         return
     served = await conn.execute(text("SELECT helix.version_served(:v)"), {"v": version})
     if served.scalar_one():

@@ -187,7 +187,7 @@ class SessionQueue:
                 # rollback aborts that run, which works whatever its version).
                 target, workflow = found.live_run_id, found.live_workflow_id
                 if target and workflow and action_on_live_run(strategy) != "abort":
-                    await refuse_unserved(conn, target, workflow)
+                    await refuse_unserved(conn, target, workflow, self._rt.serves_version)
                 stored = await store.insert_message(
                     conn,
                     message_id=message_id,

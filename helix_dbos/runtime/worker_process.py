@@ -289,6 +289,9 @@ class WorkerProcess:
             lease.stop()
             raise
         self.lease = lease
+        self.runtime.serves_version = (
+            identity.application_version if identity.executes_runs else None
+        )
         sweep = self.starts.reconcile_forever(reconcile_seconds)
         if running_loop() is None:  # from sync code: start it on the loop DBOS runs workflows on
             self._sweep = run_sync(lambda: _as_task(sweep))
@@ -362,6 +365,7 @@ class WorkerProcess:
             self.waits.notifier_started = None
         self._close_on_target_loop(self.runtime.statement_pool.close)
         self._recheck.stop()
+        self.runtime.serves_version = None
         set_runtime(None)
         DBOS.destroy(destroy_registry=False)
         if self.lease is not None:

@@ -83,14 +83,16 @@ _CLAIM_AND_SEND: dict[str, TextClause] = {}  # by DBOS's message table
 def _claim_and_send(notifications: str) -> TextClause:
     clause = _CLAIM_AND_SEND.get(notifications)
     if clause is None:
-        # Only a run that a live worker will resume is claimed (`helix.version_served`,
-        # migration 0019): nothing is claimed or sent for one started by an application
-        # version no live worker runs, and the slower path says why.
+        # Only a run that a live worker will resume is claimed: one of the version this
+        # process runs (`:mine`, when it executes runs), else `helix.version_served`
+        # (migration 0019). Nothing is claimed or sent for a run started by a version no
+        # live worker runs, and the slower path says why.
         status_table = notifications.rsplit(".", 1)[0] + ".workflow_status"
         guarded = _CLAIM_SQL.replace(
             " RETURNING ",
-            " AND helix.version_served((SELECT ws.application_version FROM "
-            f"{status_table} ws WHERE ws.workflow_uuid = t.workflow_id)) RETURNING ",
+            " AND COALESCE((SELECT COALESCE(ws.application_version = :mine, false) "
+            "OR helix.version_served(ws.application_version) "
+            f"FROM {status_table} ws WHERE ws.workflow_uuid = t.workflow_id), true) RETURNING ",
         )
         # The key is `DBOS.send`'s for an idempotency key `run_id:tool_call_id`.
         clause = _CLAIM_AND_SEND[notifications] = text(
@@ -115,12 +117,15 @@ async def claim_and_send(
     topic: str,
     message: str | None,
     serialization: str,
+    mine: str | None,
 ) -> ToolCallRow | None:
     """`claim_answer` and the answer's message row (DBOS's table in this database) in one
     statement: one round trip, committed alone, so the claim and the answer land
     together and the commit wakes the run; None: nothing claimed (and nothing sent),
-    also where the run's application version has no live worker."""
+    also where the run's application version has no live worker. `mine`: the version
+    this process executes runs of, if it does (served, whatever the workers table says)."""
     params = {
+        "mine": mine,
         "sid": session_id,
         "tcid": tool_call_id,
         "kind": kind,
