@@ -631,21 +631,28 @@ def print_report(
 # --- main ------------------------------------------------------------------------------
 
 
+def launch_bench(database_url: str) -> Bench:
+    """The ping agent on a scripted model, launched on the running event loop (workflows,
+    steps and the benchmark share it)."""
+    script = Script()
+    mock = MockLLM(script)
+    agent = Agent(AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000)
+    helix = HelixDBOS(
+        [agent],
+        database_url=database_url,
+        llm=mock,
+        executor_id=f"bench-{uuid.uuid4().hex[:8]}",
+        application_version="helix-bench",
+    )
+    helix.launch()
+    return Bench(helix, agent, mock, script, database_url)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server, kind = server_url(args.database_url)
     with fresh_database(server) as database_url:
-        script = Script()
-        mock = MockLLM(script)
-        agent = Agent(AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000)
-        helix = HelixDBOS(
-            [agent],
-            database_url=database_url,
-            llm=mock,
-            executor_id=f"bench-{uuid.uuid4().hex[:8]}",
-            application_version="helix-bench",
-        )
-        helix.launch()  # on this loop: workflows, steps and the benchmark share it
-        bench = Bench(helix, agent, mock, script, database_url)
+        bench = launch_bench(database_url)
+        helix = bench.helix
         try:
             ratio = await measure_ratio(bench, args.steps, args.repeats)
             hist = await measure_history(bench, args.history_steps, args.repeats)

@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,18 +44,14 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import (
-    AGENT_NAME,
     LARGE_HISTORY,
     SMALL_HISTORY,
     Bench,
     RunTiming,
-    Script,
     fresh_database,
-    ping,
+    launch_bench,
 )
 from bench_common import rounded
-
-from helix_dbos import Agent, HelixDBOS, MockLLM
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"  # the cluster's files belong to it when the benchmark runs as root
@@ -376,18 +371,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ).stdout.strip()
     }
     with own_cluster() as server, fresh_database(server) as database_url:
-        script = Script()
-        mock = MockLLM(script)
-        agent = Agent(AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000)
-        helix = HelixDBOS(
-            [agent],
-            database_url=database_url,
-            llm=mock,
-            executor_id=f"bench-{uuid.uuid4().hex[:8]}",
-            application_version="helix-bench",
-        )
-        helix.launch()
-        bench = Bench(helix, agent, mock, script, database_url)
+        bench = launch_bench(database_url)
+        helix = bench.helix
         bench.sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # its views
         try:
             for size in (SMALL_HISTORY, LARGE_HISTORY):  # warm-up: pools, plans, caches
