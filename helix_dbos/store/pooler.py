@@ -118,7 +118,10 @@ def behind_proxy(conn: psycopg.Connection[Any], url: str) -> bool:
     row = conn.execute("SELECT inet_server_port()").fetchone()
     server_port = row[0] if row else None
     url_port = conn.info.port
-    return server_port is not None and url_port is not None and int(server_port) != int(url_port)
+    over_tcp = url_port is not None and not str(conn.info.host).startswith("/")
+    if server_port is None:  # the server sees a Unix socket where we dialled TCP
+        return over_tcp
+    return over_tcp and int(server_port) != int(url_port)
 
 
 def pooler_warning(url: str, settings: PoolerSettings) -> str | None:
