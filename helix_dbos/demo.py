@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from helix_dbos import Agent, AgentResult, HelixDBOS, LLMConfig, MockLLM, ToolContext, tool
 from helix_dbos.llm.providers import model_from_env
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server import queries
 
 AGENT_NAME = "review_analyst"

@@ -1,6 +1,6 @@
 """The package's shape, checked from its source with `ast` (no database, no DBOS launch):
 no import cycles in helix_dbos (function-level and `TYPE_CHECKING` imports count), a pure
-`orchestration/`, a leaf `api/` (the wire models the client loads), and DBOS private modules imported only by `runtime/dbos_internals.py`.
+`orchestration/`, a leaf `api/` (the wire models the client loads), and DBOS private modules imported only by `runtime/dbos/dbos_internals.py`.
 
 Each rule is a function returning its violations, run on the real tree and, in a self-test,
 on a small synthetic tree that breaks it, so that every assertion here can fail."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "helix_dbos"
-SHIM = "helix_dbos.runtime.dbos_internals"
+SHIM = "helix_dbos.runtime.dbos.dbos_internals"
 # What pure orchestration may not import: DBOS, SQL drivers, provider SDKs, web stacks.
 IMPURE = ("dbos", "sqlalchemy", "psycopg", "anthropic", "openai", "fastapi", "starlette",
           "uvicorn", "httpx")  # fmt: skip
@@ -198,7 +198,9 @@ def test_the_wire_models_are_a_leaf_over_orchestration():
 def test_only_the_shim_imports_a_private_dbos_module():
     folders = [REPO / "helix_dbos", REPO / "tests", REPO / "examples"]
     bad = private_dbos_imports(folders, allowed=SHIM)
-    assert not bad, "DBOS private modules outside runtime/dbos_internals.py:\n" + "\n".join(bad)
+    assert not bad, "DBOS private modules outside runtime/dbos/dbos_internals.py:\n" + "\n".join(
+        bad
+    )
 
 
 # Self-tests: each rule, fed a small tree that breaks it, reports it.

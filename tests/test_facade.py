@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from helix_dbos import HelixDBOS, PendingToolCall, UsageSummary
-from helix_dbos.runtime.run_opening import child_ids, run_id_of, workflow_id
+from helix_dbos.runtime.sessions.run_opening import child_ids, run_id_of, workflow_id
 
 REPO = Path(__file__).resolve().parent.parent
 # Public async methods without a twin, and why: an async iterator has no sync form, and
@@ -148,4 +148,4 @@ def test_the_workflow_id_is_spelled_in_one_module():
         for path in sorted((REPO / "helix_dbos").rglob("*.py"))
         if spelled.search(path.read_text())
     ]
-    assert places == ["helix_dbos/runtime/run_opening.py"], "use run_opening.workflow_id()"
+    assert places == ["helix_dbos/runtime/sessions/run_opening.py"], "use run_opening.workflow_id()"

@@ -37,8 +37,8 @@ from helix_dbos import (
     sub_agent_tool,
     tool,
 )
-from helix_dbos.runtime import model_limits
-from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.runtime.process import model_limits
+from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 from helix_dbos.server import create_app
 
 SLOT_MODEL = "mock:golden-slot"

@@ -20,8 +20,8 @@ from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
-from helix_dbos.runtime import slow_head
-from helix_dbos.store.checkpoints import UNANSWERED
+from helix_dbos.runtime.loop import slow_head
+from helix_dbos.store.checkpoint_rows import UNANSWERED
 
 FORK_APP = Path(__file__).parent / "apps" / "fork_crash_app.py"
 

@@ -13,13 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from helix_dbos.memory.embedders import Embedder, HashingEmbedder
-    from helix_dbos.memory.errors import (
-        EmbeddingDimensionError,
-        EmbeddingError,
-        InvalidMemoryError,
-        MemoryNotConfiguredError,
-        VectorSearchUnavailableError,
-    )
     from helix_dbos.memory.executors import (
         BackgroundEmbeddingExecutor,
         EmbeddingExecutor,
@@ -30,6 +23,13 @@ if TYPE_CHECKING:
         MemoryManager,
         current_memory,
         install_memory,
+    )
+    from helix_dbos.memory.memory_errors import (
+        EmbeddingDimensionError,
+        EmbeddingError,
+        InvalidMemoryError,
+        MemoryNotConfiguredError,
+        VectorSearchUnavailableError,
     )
     from helix_dbos.memory.recall import recall_hooks
     from helix_dbos.memory.types import (
@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
             "MemoryNotConfiguredError",
             "VectorSearchUnavailableError",
         ],
-        "helix_dbos.memory.errors",
+        "helix_dbos.memory.memory_errors",
     ),
     **dict.fromkeys(
         ["BackgroundEmbeddingExecutor", "EmbeddingExecutor", "InlineEmbeddingExecutor"],

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from helix_dbos.server.app import create_app
-    from helix_dbos.server.auth import Principal, bearer_token
+    from helix_dbos.server.http.auth import Principal, bearer_token
 
 _EXPORTS = {
     "create_app": "helix_dbos.server.app",
-    "bearer_token": "helix_dbos.server.auth",
-    "Principal": "helix_dbos.server.auth",
+    "bearer_token": "helix_dbos.server.http.auth",
+    "Principal": "helix_dbos.server.http.auth",
 }
 
 __all__ = ["Principal", "bearer_token", "create_app"]
