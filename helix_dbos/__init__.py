@@ -11,6 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from helix_dbos import moved_modules
+
+# Runs checkpointed before issue 47's layout name moved modules in their pickles.
+moved_modules.install()
+
 if TYPE_CHECKING:
     from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
     from helix_dbos.api.runs import PendingToolCall, RunInfo, SessionInfo, UsageSummary
