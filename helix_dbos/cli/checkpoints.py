@@ -50,6 +50,7 @@ CHECKPOINT_COLUMNS = [
 
 def _run(url: str, body: Callable[[TimeTravel], Coroutine[Any, Any, T]]) -> T:
     """`body` on a `TimeTravel` over one autocommit connection to `url`."""
+    from helix_dbos.memory import store as memory_store  # noqa: PLC0415
     from helix_dbos.runtime.control.time_travel import TimeTravel  # noqa: PLC0415
     from helix_dbos.store.driver import DriverConnection  # noqa: PLC0415
 
@@ -67,7 +68,8 @@ def _run(url: str, body: Callable[[TimeTravel], Coroutine[Any, Any, T]]) -> T:
         finally:
             client.destroy()
 
-    return asyncio.run(body(TimeTravel(connection, delete_workflows, {})))
+    travel = TimeTravel(connection, delete_workflows, {}, memory_store.prune_expired_batch)
+    return asyncio.run(body(travel))
 
 
 def _session(url: str, session: str) -> str:

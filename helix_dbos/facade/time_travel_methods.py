@@ -10,6 +10,7 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.memory import store as memory_store
 from helix_dbos.runtime.control.time_travel import (
     Checkpoint,
     CheckpointView,
@@ -27,7 +28,12 @@ class TimeTravelMethods:
     agents: dict[str, Agent]
 
     def _time_travel(self) -> TimeTravel:
-        return TimeTravel(self.runtime.statements, DBOS.delete_workflows_async, self.agents)
+        return TimeTravel(
+            self.runtime.statements,
+            DBOS.delete_workflows_async,
+            self.agents,
+            prune_memories=memory_store.prune_expired_batch,
+        )
 
     async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
         """The session's checkpoints, oldest first: one per committed step, one per

@@ -20,7 +20,6 @@ from helix_dbos.api.checkpoints import Checkpoint as Checkpoint
 from helix_dbos.api.checkpoints import CheckpointView as CheckpointView
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
-from helix_dbos.memory import store as memory_store  # memory (issue 36)
 from helix_dbos.runtime.process.process_runtime import logger
 from helix_dbos.store import checkpoint_rows as sql
 from helix_dbos.store import repository as repo
@@ -44,19 +43,27 @@ def _checkpoint(row: sql.CheckpointRow) -> Checkpoint:
 
 Connect = Callable[[], AbstractAsyncContextManager[repo.Executor]]
 DeleteWorkflows = Callable[[list[str]], Awaitable[None]]
+# (connection, batch size) -> rows deleted
+PruneBatch = Callable[[Any, int], Awaitable[int]]
 
 
 class TimeTravel:
     """The reads, the fork and the pruning, on connections from `connect` (each statement
     commits alone). The executor passes its statement pool and DBOS's workflow deletion;
-    the CLI a plain connection and a `DBOSClient`'s."""
+    the CLI a plain connection and a `DBOSClient`'s. `prune_memories` deletes a batch of
+    expired long-term memories: memory sits above the runtime, so its caller hands it in."""
 
     def __init__(
-        self, connect: Connect, delete_workflows: DeleteWorkflows, agents: dict[str, Agent]
+        self,
+        connect: Connect,
+        delete_workflows: DeleteWorkflows,
+        agents: dict[str, Agent],
+        prune_memories: PruneBatch,
     ) -> None:
         self._connect = connect
         self._delete_workflows = delete_workflows
         self._agents = agents
+        self._prune_memories = prune_memories
 
     async def _session(self, conn: repo.Executor, session_id: str) -> repo.SessionRow:
         check_storable(session_id=session_id)
@@ -158,7 +165,7 @@ class TimeTravel:
                 if n < batch_size:
                     break
             while True:  # memory (issue 36): expired memories go whatever their age
-                n = await memory_store.prune_expired_batch(conn, batch_size)
+                n = await self._prune_memories(conn, batch_size)
                 report.memories += n
                 report.batches += 1
                 if n < batch_size:
