@@ -11,10 +11,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from helix_dbos import moved_modules
+from helix_dbos import moved_modules, named_tools
 
 # Runs checkpointed before issue 47's layout name moved modules in their pickles.
 moved_modules.install()
+
+
+def _load_named_tools() -> None:
+    """The built-in and memory tools, registered by importing their modules: they sit
+    above `definitions/`, which resolves `tools=["__complete__"]`, so they are handed in
+    from here, the top, and loaded only when a name is first asked for."""
+    from helix_dbos import builtins  # noqa: F401, PLC0415 - registers on import
+    from helix_dbos.memory import tools  # noqa: F401, PLC0415 - registers on import
+
+
+named_tools.add_source(_load_named_tools)
 
 if TYPE_CHECKING:
     from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
