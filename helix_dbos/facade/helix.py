@@ -29,6 +29,7 @@ from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.runtime import worker_process
+from helix_dbos.runtime.children import remote_children
 from helix_dbos.runtime.control.run_control import RunControl
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.event_loop import sync_twin
@@ -103,6 +104,7 @@ class HelixDBOS(
     ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
+        remote_children.use_a2a_transport(_a2a_transport)
         self.agents: dict[str, Agent] = {}
         for agent in agents:
             _add(self.agents, agent)
@@ -334,6 +336,14 @@ class HelixDBOS(
     reconcile_runs_sync = sync_twin(reconcile_runs)
     wait_for_run_end_sync = sync_twin(wait_for_run_end)
     wait_for_result_sync = sync_twin(wait_for_result)
+
+
+def _a2a_transport() -> Any:
+    """The A2A transport for remote children, imported on first use (`a2a-sdk` is the
+    optional extra `a2a`); the runtime below cannot import it, so the facade hands it in."""
+    from helix_dbos.a2a_wire import remote  # noqa: PLC0415 - optional extra, on first use
+
+    return remote
 
 
 def _add(agents: dict[str, Agent], agent: Agent) -> bool:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -125,9 +125,22 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, kinds) or is_transient_db_error(exc) or _a2a_transient(exc)
 
 
+# The A2A transport (`a2a_wire/remote.py`: `start_a2a`, `follow_a2a`, `cancel_a2a_child`,
+# `transient`), handed in by the facade, which sits above both; loaded on first use, as
+# `a2a-sdk` is an optional extra.
+_a2a_transport: Callable[[], Any] | None = None
+
+
+def use_a2a_transport(load: Callable[[], Any]) -> None:
+    """Set how an A2A child is spoken to: `load()` returns the transport module."""
+    global _a2a_transport
+    _a2a_transport = load
+
+
 def _a2a() -> Any:
-    """a2a_wire/remote.py, imported on first use: `a2a-sdk` is an optional extra."""
-    return importlib.import_module("helix_dbos.a2a_wire.remote")
+    if _a2a_transport is None:
+        raise RuntimeError("no A2A transport: HelixDBOS hands it to the runtime")
+    return _a2a_transport()
 
 
 def _a2a_transient(exc: BaseException) -> bool:
