@@ -1,6 +1,6 @@
 """A2A 1.0 (the `a2a-sdk` package, extra `a2a`): each agent served at `/a2a/{agent}`
 with its agent card, and A2A agents as remote sub-agents (`remote_sub_agent_tool(...,
-protocol="a2a")`). docs/protocols/a2a.md has the mapping."""
+protocol="a2a")`, whose wire is in `a2a_wire/`). docs/protocols/a2a.md has the mapping."""
 
 from __future__ import annotations
 
@@ -18,5 +18,6 @@ def available() -> bool:
 def mount(app: FastAPI, ctx: ServerContext) -> None:
     """Add the A2A routes to `app` when `a2a-sdk` is installed (a no-op otherwise)."""
     if available():
-        routes = importlib.import_module("helix_dbos.server.protocols.a2a.routes")
+        from helix_dbos.server.protocols.a2a import routes  # noqa: PLC0415 - needs a2a-sdk
+
         app.include_router(routes.build_router(ctx))
