@@ -25,7 +25,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS
 from pydantic import BaseModel
 
 from helix_dbos.definitions.agent import Agent
@@ -34,14 +34,11 @@ from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.children.subagents import (
-    AgentWorkflow,
     ChildRun,
-    Fresh,
     child_result,
     child_step_options,
     children_done,
     children_waiting,
-    close_child,
     dispatch_failed,
     fire_children_hook,
     run_end,
@@ -53,6 +50,7 @@ from helix_dbos.runtime.steps.commit import StepCommit
 from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import RunOptions, ToolOutcome
+from helix_dbos.runtime.steps.workflow_start import AgentWorkflow, Fresh, start_child
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import companion_rows as sql
@@ -146,23 +144,19 @@ class CompanionCalls:
         if opened.error is not None or opened.child is None:
             return _error(opened.error or "the child is still running")
         child = opened.child
-        try:
-            with SetWorkflowID(child.workflow_id):
-                await DBOS.start_workflow_async(
-                    self.workflow,
-                    child.run_id,
-                    child.session_id,
-                    child.agent_name,
-                    RunOptions(tenant=self.tenant),
-                )
-        except Exception as exc:  # its turn is closed, so nothing waits on it
-            reason = f"its workflow could not be started: {exc}"
-            closing = Fresh()
-            await self.rt.transaction(
-                "helix.close_child", close_child, child.session_id, child.run_id, reason, closing
-            )
+        failed = await start_child(
+            self.rt,
+            self.workflow,
+            child.workflow_id,
+            child.run_id,
+            child.session_id,
+            child.agent_name,
+            RunOptions(tenant=self.tenant),
+        )
+        if failed is not None:  # its turn is closed, so nothing waits on it
+            fail = failed.reason
             return dispatch_failed(
-                self.commit, call.id, call.name, child.agent_name, reason, log=closing.ran
+                self.commit, call.id, call.name, child.agent_name, fail, log=failed.closed_now
             )
         if opened.mode == "blocking":
             await self._waiting([child.session_id], call.id)

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
 
-from dbos import DBOS, SetWorkflowID, StepOptions
+from dbos import DBOS, StepOptions
 
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import (
@@ -51,12 +49,12 @@ from helix_dbos.runtime.process.process_runtime import (
     is_transient_db_error,
 )
 from helix_dbos.runtime.sessions.run_opening import OpenRunRequest, child_ids, open_run, workflow_id
-from helix_dbos.runtime.steps.closing import close_run
 from helix_dbos.runtime.steps.commit import StepCommit
 from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.runtime.steps.tool_step import outside_result_hooks
+from helix_dbos.runtime.steps.workflow_start import AgentWorkflow, Fresh, start_child
 from helix_dbos.runtime.waits.hitl import (
     INTERRUPT_TOPIC,
     TOPICS,
@@ -68,8 +66,6 @@ from helix_dbos.store.repository import RunRow
 from helix_dbos.streaming.notifier import run_end_key
 
 # `helix.agent_run` itself, handed in by the agent loop (which imports this module).
-AgentWorkflow = Callable[[str, str, str, RunOptions], Coroutine[Any, Any, Any]]
-
 AWAITING_CHILDREN = "awaiting_children"
 # How often a waiting parent re-reads its child's run when no notification came.
 CHILD_POLL_SECONDS = 5.0
@@ -102,14 +98,6 @@ def child_step_options(child: ChildRun) -> StepOptions:
         "backoff_rate": 2.0,
         "should_retry": is_transient_db_error,
     }
-
-
-class Fresh:
-    """Set by a step's body when it runs: still unset after DBOS replayed the step from
-    its checkpoint (a recovery), so workflow code says what the step found only once."""
-
-    def __init__(self) -> None:
-        self.ran = False
 
 
 @dataclass(frozen=True)
@@ -231,27 +219,19 @@ class SubAgentDispatch:
                 reason = failures[child.call_id]
                 outcomes[child.call_id] = self._dispatch_failed(child, reason, log=opening.ran)
                 continue
-            try:
-                with SetWorkflowID(child.workflow_id):
-                    await DBOS.start_workflow_async(
-                        self.workflow,
-                        child.run_id,
-                        child.session_id,
-                        child.agent_name,
-                        RunOptions(tenant=self.tenant),
-                    )
-            except Exception as exc:  # its run is closed, so nothing waits on it
-                reason = f"its workflow could not be started: {exc}"
-                closing = Fresh()
-                await self.rt.transaction(
-                    "helix.close_child",
-                    close_child,
-                    child.session_id,
-                    child.run_id,
-                    reason,
-                    closing,
+            failed = await start_child(
+                self.rt,
+                self.workflow,
+                child.workflow_id,
+                child.run_id,
+                child.session_id,
+                child.agent_name,
+                RunOptions(tenant=self.tenant),
+            )
+            if failed is not None:
+                outcomes[child.call_id] = self._dispatch_failed(
+                    child, failed.reason, log=failed.closed_now
                 )
-                outcomes[child.call_id] = self._dispatch_failed(child, reason, log=closing.ran)
                 continue
             started.append(child)
         if started:
@@ -443,14 +423,6 @@ async def forward_interrupt(parent_workflow_id: str, children: list[ChildRun]) -
                 idempotency_key=f"{child.run_id}:interrupt:{kind}",
             )
     return True
-
-
-async def close_child(
-    session: repo.SQLConnection, session_id: str, run_id: str, reason: str, fresh: Fresh
-) -> None:
-    """The body of `helix.close_child`: a child whose workflow could not start fails."""
-    fresh.ran = True
-    await close_run(session, session_id, run_id, reason)
 
 
 async def before_tool_hooks(parent: ParentCall, calls: list[ToolCall]) -> None:

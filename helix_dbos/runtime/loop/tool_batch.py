@@ -26,7 +26,6 @@ from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.children.companions import CompanionCalls
 from helix_dbos.runtime.children.remote_children import run_remote_children
 from helix_dbos.runtime.children.subagents import (
-    AgentWorkflow,
     ChildRun,
     SubAgentDispatch,
     child_result,
@@ -41,6 +40,7 @@ from helix_dbos.runtime.steps.tool_step import (
     tool_step,
     tool_step_options,
 )
+from helix_dbos.runtime.steps.workflow_start import AgentWorkflow
 from helix_dbos.runtime.waits.hitl import (
     HumanWait,
     InterruptNotice,

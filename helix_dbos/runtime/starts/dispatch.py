@@ -23,6 +23,7 @@ from helix_dbos.runtime.dbos import dbos_internals
 from helix_dbos.runtime.loop.agent_loop import agent_run_workflow
 from helix_dbos.runtime.process.event_loop import running_loop
 from helix_dbos.runtime.steps.step_types import RunOptions
+from helix_dbos.runtime.steps.workflow_start import start_workflow
 
 MAX_PRIORITY = 2**31 - 1  # DBOS's range: 1 (first) to 2**31-1
 
@@ -124,10 +125,9 @@ class Dispatch:
         workflow id (returns None)."""
         shared = self._queue_of.get(agent.name)
         if self.starts_here(agent, priority):
-            with SetWorkflowID(workflow_id):
-                handle = await DBOS.start_workflow_async(
-                    agent_run_workflow, run_id, session_id, agent.name, options
-                )
+            handle = await start_workflow(
+                agent_run_workflow, workflow_id, run_id, session_id, agent.name, options
+            )
             return dbos_internals.local_task(handle)
         queue_name = shared.name if shared is not None else agent_queue(agent.name)
         queue = self._registered.get(queue_name) or DBOS.retrieve_queue(queue_name)
