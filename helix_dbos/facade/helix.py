@@ -6,9 +6,9 @@ abort), `run_waits` (results, streams), `session_reads` (sessions, runs, usage, 
 
 A new capability is a module of its own and a few lines here: an async method that
 delegates, and its `_sync` twin; or, for a group of methods, a mixin of its own
-(`RunControlMethods`, `SessionReadMethods`, `SessionQueueMethods`, `TimeTravelMethods`,
-`MemoryMethods`, `ScheduleMethods`)
-that declares the attributes it uses and carries its methods' twins.
+(`RunControlMethods`, `SessionReadMethods`, `SessionQueueMethods`, `MemoryMethods`)
+that declares the attributes it uses and carries its methods' twins; or a sub-API object
+where a group reads better under its own name (`helix.schedules`, `helix.checkpoints`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Any
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
 from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.definitions.request_tools import ClientToolSpec
+from helix_dbos.facade.renamed import Renamed
 from helix_dbos.facade.run_control_methods import RunControlMethods
 from helix_dbos.facade.session_queue_methods import SessionQueueMethods
 from helix_dbos.facade.session_read_methods import SessionReadMethods
-from helix_dbos.facade.time_travel_methods import TimeTravelMethods
+from helix_dbos.facade.time_travel_methods import Checkpoints
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
@@ -45,7 +46,7 @@ from helix_dbos.runtime.starts.run_starts import RunStarts
 from helix_dbos.runtime.starts.run_waits import RunWaits
 from helix_dbos.runtime.steps.results import AgentResult, RunInfo
 from helix_dbos.schedules.firing import install_firer
-from helix_dbos.schedules.methods import ScheduleMethods  # scheduled agents (issue 34)
+from helix_dbos.schedules.methods import Schedules  # scheduled agents (issue 34)
 from helix_dbos.store.database import resolve_database_url
 from helix_dbos.store.features.queued_messages import QueuedMessage
 from helix_dbos.store.features.workers import WorkerRow
@@ -59,9 +60,7 @@ class HelixDBOS(
     RunControlMethods,
     SessionReadMethods,
     SessionQueueMethods,
-    TimeTravelMethods,
     MemoryMethods,
-    ScheduleMethods,
 ):
     """Durable agents on DBOS: register agents, launch, start runs, answer, read.
 
@@ -73,9 +72,38 @@ class HelixDBOS(
 
     Sync twins: every public async method has a `<name>_sync` twin for synchronous
     code, except `stream()` (an async iterator) and `shutdown_async()` (the async
-    twin of `shutdown()`). The answers, reads, time travel and memory methods come
-    from the mixins, each carrying its own twins.
+    twin of `shutdown()`). The answers and reads come from the mixins, each carrying its
+    own twins; schedules and checkpoints are sub-APIs (`helix.schedules.create(...)`,
+    `helix.checkpoints.list(...)`), memory too (`helix.memory.search(...)`).
     """
+
+    # The previous release's names, deprecated for one release (issue 47 item 6).
+    schedule = Renamed("schedules.create")
+    schedule_sync = Renamed("schedules.create_sync")
+    list_schedules = Renamed("schedules.list")
+    list_schedules_sync = Renamed("schedules.list_sync")
+    get_schedule = Renamed("schedules.get")
+    get_schedule_sync = Renamed("schedules.get_sync")
+    pause_schedule = Renamed("schedules.pause")
+    pause_schedule_sync = Renamed("schedules.pause_sync")
+    resume_schedule = Renamed("schedules.resume")
+    resume_schedule_sync = Renamed("schedules.resume_sync")
+    delete_schedule = Renamed("schedules.delete")
+    delete_schedule_sync = Renamed("schedules.delete_sync")
+    backfill_schedule = Renamed("schedules.backfill")
+    backfill_schedule_sync = Renamed("schedules.backfill_sync")
+    trigger_schedule = Renamed("schedules.trigger")
+    trigger_schedule_sync = Renamed("schedules.trigger_sync")
+    get_schedule_firings = Renamed("schedules.firings")
+    get_schedule_firings_sync = Renamed("schedules.firings_sync")
+    get_checkpoints = Renamed("checkpoints.list")
+    get_checkpoints_sync = Renamed("checkpoints.list_sync")
+    get_checkpoint = Renamed("checkpoints.get")
+    get_checkpoint_sync = Renamed("checkpoints.get_sync")
+    fork = Renamed("checkpoints.fork")
+    fork_sync = Renamed("checkpoints.fork_sync")
+    prune = Renamed("checkpoints.prune")
+    prune_sync = Renamed("checkpoints.prune_sync")
 
     def __init__(
         self,
@@ -156,6 +184,8 @@ class HelixDBOS(
         self._starts.queue = self._queue
         self.runtime.after_run = self._queue.after_run
         install_firer(self.runtime, self._starts, self._queue)  # this process's firings
+        self.schedules = Schedules(self.runtime, self._starts)
+        self.checkpoints = Checkpoints(self.runtime, self.agents)
 
     # --- set-up and lifecycle ---------------------------------------------------
 

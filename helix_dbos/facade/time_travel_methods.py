@@ -1,4 +1,4 @@
-"""`HelixDBOS`'s time travel, with its `_sync` twins: checkpoints, forks and retention,
+"""`helix.checkpoints`: time travel, with its `_sync` twins: checkpoints, forks and retention,
 run by `TimeTravel` (runtime/control/time_travel.py) on helix's event loop, over this
 process's statement pool and DBOS's workflow deletion."""
 
@@ -21,11 +21,13 @@ from helix_dbos.runtime.process.event_loop import on_target_loop, sync_twin
 from helix_dbos.runtime.process.process_runtime import Runtime
 
 
-class TimeTravelMethods:
-    """A mixin of `HelixDBOS`: a session as it was after any step, and forks from there."""
+class Checkpoints:
+    """`helix.checkpoints`: a session as it was after any step, forks from there, and
+    pruning what ended runs left behind."""
 
-    runtime: Runtime
-    agents: dict[str, Agent]
+    def __init__(self, runtime: Runtime, agents: dict[str, Agent]) -> None:
+        self.runtime = runtime
+        self.agents = agents
 
     def _time_travel(self) -> TimeTravel:
         return TimeTravel(
@@ -35,12 +37,12 @@ class TimeTravelMethods:
             prune_memories=memory_store.prune_expired_batch,
         )
 
-    async def get_checkpoints(self, session_id: str) -> list[Checkpoint]:
+    async def list(self, session_id: str) -> list[Checkpoint]:
         """The session's checkpoints, oldest first: one per committed step, one per
         step head written before a wait, one where a fork began."""
         return await on_target_loop(lambda: self._time_travel().get_checkpoints(session_id))
 
-    async def get_checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointView:
+    async def get(self, session_id: str, checkpoint_id: str) -> CheckpointView:
         """The transcript and state as they were at the checkpoint."""
         return await on_target_loop(
             lambda: self._time_travel().get_checkpoint(session_id, checkpoint_id)
@@ -74,7 +76,7 @@ class TimeTravelMethods:
             )
         )
 
-    get_checkpoints_sync = sync_twin(get_checkpoints)
-    get_checkpoint_sync = sync_twin(get_checkpoint)
+    list_sync = sync_twin(list)
+    get_sync = sync_twin(get)
     fork_sync = sync_twin(fork)
     prune_sync = sync_twin(prune)

@@ -2,7 +2,7 @@
 searchable at once, vector-searchable (pgvector) once embedded. See docs/memory.md.
 
 Names load on first use (PEP 562), so a module that needs only the SQL (`store`, for
-`helix.prune`) does not load the manager and DBOS. The tools `__remember__`/`__recall__`
+`helix.checkpoints.prune`) does not load the manager and DBOS. The tools `__remember__`/`__recall__`
 (`helix_dbos.memory.tools`) register when an agent first names them, after the Hyphen
 built-ins."""
 

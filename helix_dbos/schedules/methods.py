@@ -1,10 +1,11 @@
-"""`HelixDBOS`'s scheduled agents (issue 34), with their `_sync` twins: schedules kept
-and fired by DBOS (`schedules/book.py`), each firing an ordinary run
+"""`helix.schedules`: scheduled agents (issue 34), with their `_sync` twins: schedules
+kept and fired by DBOS (`schedules/book.py`), each firing an ordinary run
 (`schedules/firing.py`)."""
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,16 +27,17 @@ from helix_dbos.schedules.firing import ensure_session, scheduled_firing
 from helix_dbos.store.storable import check_storable
 
 
-class ScheduleMethods:
-    """A mixin of `HelixDBOS`: run an agent on a cron schedule (after `launch()`)."""
+class Schedules:
+    """`helix.schedules`: run an agent on a cron schedule (after `launch()`)."""
 
-    runtime: Runtime
-    _starts: RunStarts
+    def __init__(self, runtime: Runtime, starts: RunStarts) -> None:
+        self.runtime = runtime
+        self._starts = starts
 
     def _book(self) -> ScheduleBook:
         return ScheduleBook(DBOS, scheduled_firing)
 
-    async def schedule(
+    async def create(
         self,
         agent: Agent | str,
         cron: str,
@@ -79,52 +81,52 @@ class ScheduleMethods:
             book.put, spec, cron, timezone=timezone, automatic_backfill=backfill
         )
 
-    async def list_schedules(self, agent: Agent | str | None = None) -> list[ScheduleInfo]:
+    async def list(self, agent: Agent | str | None = None) -> list[ScheduleInfo]:
         """Every helix schedule of this application (or of one agent), by name."""
         agent_name = agent.name if isinstance(agent, Agent) else agent
         return await asyncio.to_thread(self._book().list_all, agent_name)
 
-    async def get_schedule(self, name: str) -> ScheduleInfo:
+    async def get(self, name: str) -> ScheduleInfo:
         """One schedule; `ScheduleNotFoundError` if there is none of that name."""
         return await asyncio.to_thread(self._book().get, name)
 
-    async def pause_schedule(self, name: str) -> ScheduleInfo:
+    async def pause(self, name: str) -> ScheduleInfo:
         """Stop firing (from the scheduler's next poll on: `HELIX_SCHEDULER_POLL_SECONDS`);
         firings already under way finish."""
         return await asyncio.to_thread(self._book().pause, name)
 
-    async def resume_schedule(self, name: str) -> ScheduleInfo:
+    async def resume(self, name: str) -> ScheduleInfo:
         """Fire again from the next due time (missed firings are not made up: backfill)."""
         return await asyncio.to_thread(self._book().resume, name)
 
-    async def delete_schedule(self, name: str) -> ScheduleInfo:
+    async def delete(self, name: str) -> ScheduleInfo:
         """Remove the schedule (its runs and firings stay); returns what it was."""
         return await asyncio.to_thread(self._book().delete, name)
 
-    async def backfill_schedule(
+    async def backfill(
         self, name: str, start: datetime, end: datetime | None = None
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Fire every firing due after `start` and before `end` (default: now) that never
         fired; firings that did are skipped, so backfilling twice fires each once.
         Returns the window's firing ids (DBOS workflow ids)."""
         stop = end or datetime.now(timezone.utc)
         return await asyncio.to_thread(self._book().backfill, name, start, stop)
 
-    async def trigger_schedule(self, name: str) -> str:
+    async def trigger(self, name: str) -> str:
         """Fire now, besides the schedule's own firings; returns the firing id."""
         return await asyncio.to_thread(self._book().trigger, name)
 
-    async def get_schedule_firings(self, name: str, *, limit: int = 100) -> list[FiringInfo]:
+    async def firings(self, name: str, *, limit: int = 100) -> builtins.list[FiringInfo]:
         """The schedule's recorded firings, newest first: each with the session and run
         it made (or `rejected`)."""
         return await on_target_loop(lambda: self.runtime.read(list_firings, name, limit))
 
-    schedule_sync = sync_twin(schedule)
-    list_schedules_sync = sync_twin(list_schedules)
-    get_schedule_sync = sync_twin(get_schedule)
-    pause_schedule_sync = sync_twin(pause_schedule)
-    resume_schedule_sync = sync_twin(resume_schedule)
-    delete_schedule_sync = sync_twin(delete_schedule)
-    backfill_schedule_sync = sync_twin(backfill_schedule)
-    trigger_schedule_sync = sync_twin(trigger_schedule)
-    get_schedule_firings_sync = sync_twin(get_schedule_firings)
+    create_sync = sync_twin(create)
+    list_sync = sync_twin(list)
+    get_sync = sync_twin(get)
+    pause_sync = sync_twin(pause)
+    resume_sync = sync_twin(resume)
+    delete_sync = sync_twin(delete)
+    backfill_sync = sync_twin(backfill)
+    trigger_sync = sync_twin(trigger)
+    firings_sync = sync_twin(firings)

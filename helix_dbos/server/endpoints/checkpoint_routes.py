@@ -28,7 +28,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def checkpoints(session_id: str, principal: Who) -> list[Checkpoint]:
         ctx.check_ids(session_id=session_id)
         await require_visible(ctx, principal, session_id)
-        return await helix.get_checkpoints(session_id)
+        return await helix.checkpoints.list(session_id)
 
     @router.get(
         "/sessions/{session_id}/checkpoints/{checkpoint_id}",
@@ -38,7 +38,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def checkpoint(session_id: str, checkpoint_id: str, principal: Who) -> CheckpointView:
         ctx.check_ids(session_id=session_id, checkpoint_id=checkpoint_id)
         await require_visible(ctx, principal, session_id)
-        return await helix.get_checkpoint(session_id, checkpoint_id)
+        return await helix.checkpoints.get(session_id, checkpoint_id)
 
     @router.post(
         "/sessions/{session_id}/fork",
@@ -49,7 +49,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         ctx.check_ids(session_id=session_id, at=body.at, new_session_id=body.new_session_id)
         await require_visible(ctx, principal, session_id)
         require_own_new_session(principal, body.new_session_id)
-        new = await helix.fork(
+        new = await helix.checkpoints.fork(
             session_id, at=body.at, state=body.state, new_session_id=body.new_session_id
         )
         return Forked(

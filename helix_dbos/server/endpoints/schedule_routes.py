@@ -40,12 +40,12 @@ def build_router(ctx: ServerContext) -> APIRouter:
     @router.get("/schedules", response_model=list[ScheduleInfo], summary="Every schedule")
     async def list_schedules(_: Admin, agent: str | None = None) -> list[ScheduleInfo]:
         ctx.check_ids(agent=agent)
-        return await helix.list_schedules(agent)
+        return await helix.schedules.list(agent)
 
     @router.post("/schedules", response_model=ScheduleInfo, summary="Create or replace a schedule")
     async def create(body: ScheduleRequest, _: Admin) -> ScheduleInfo:
         ctx.check_ids(agent=body.agent, session_id=body.session_id, name=body.name)
-        return await helix.schedule(
+        return await helix.schedules.create(
             body.agent,
             body.cron,
             input=body.input,
@@ -60,22 +60,22 @@ def build_router(ctx: ServerContext) -> APIRouter:
     @router.get("/schedules/{name}", response_model=ScheduleInfo, summary="One schedule")
     async def get(name: str, _: Admin) -> ScheduleInfo:
         ctx.check_ids(name=name)
-        return await helix.get_schedule(name)
+        return await helix.schedules.get(name)
 
     @router.post("/schedules/{name}/pause", response_model=ScheduleInfo, summary="Stop firing")
     async def pause(name: str, _: Admin) -> ScheduleInfo:
         ctx.check_ids(name=name)
-        return await helix.pause_schedule(name)
+        return await helix.schedules.pause(name)
 
     @router.post("/schedules/{name}/resume", response_model=ScheduleInfo, summary="Fire again")
     async def resume(name: str, _: Admin) -> ScheduleInfo:
         ctx.check_ids(name=name)
-        return await helix.resume_schedule(name)
+        return await helix.schedules.resume(name)
 
     @router.delete("/schedules/{name}", response_model=ScheduleInfo, summary="Delete a schedule")
     async def delete(name: str, _: Admin) -> ScheduleInfo:
         ctx.check_ids(name=name)
-        return await helix.delete_schedule(name)
+        return await helix.schedules.delete(name)
 
     @router.post(
         "/schedules/{name}/backfill",
@@ -84,12 +84,12 @@ def build_router(ctx: ServerContext) -> APIRouter:
     )
     async def backfill(name: str, body: BackfillRequest, _: Admin) -> Backfilled:
         ctx.check_ids(name=name)
-        return Backfilled(firing_ids=await helix.backfill_schedule(name, body.start, body.end))
+        return Backfilled(firing_ids=await helix.schedules.backfill(name, body.start, body.end))
 
     @router.post("/schedules/{name}/trigger", response_model=Triggered, summary="Fire now")
     async def trigger(name: str, _: Admin) -> Triggered:
         ctx.check_ids(name=name)
-        return Triggered(firing_id=await helix.trigger_schedule(name))
+        return Triggered(firing_id=await helix.schedules.trigger(name))
 
     @router.get(
         "/schedules/{name}/firings",
@@ -100,6 +100,6 @@ def build_router(ctx: ServerContext) -> APIRouter:
         name: str, _: Admin, limit: Annotated[int, Query(ge=1, le=1000)] = 100
     ) -> list[FiringInfo]:
         ctx.check_ids(name=name)
-        return await helix.get_schedule_firings(name, limit=limit)
+        return await helix.schedules.firings(name, limit=limit)
 
     return router
