@@ -45,10 +45,11 @@ from dbos._dbos import _get_dbos_instance
 import helix_dbos
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import agent_loop, run_starts, tool_batch
-from helix_dbos.runtime import commit as step_commit
-from helix_dbos.runtime import llm_step as llm_step_module
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.loop import agent_loop, tool_batch
+from helix_dbos.runtime.loop import llm_step as llm_step_module
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.starts import run_starts
+from helix_dbos.runtime.steps import commit as step_commit
 from helix_dbos.store import repository
 from helix_dbos.store.database import (
     libpq_url,

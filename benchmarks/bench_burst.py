@@ -51,7 +51,7 @@ from dbos import DBOS
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.store.database import libpq_url, redact_url
 
 AGENT_NAME = "bench_burst"

@@ -4,7 +4,7 @@ One fresh database. `--sessions` sessions each run one `--steps`-step run for re
 (MockLLM, one tool call per step, so every step writes its messages, usage, chunks and a
 checkpoint, and DBOS records its workflow and steps). Then every run of the older half
 of the sessions is aged by 40 days (its checkpoints, chunks and finish time), and
-`helix.prune(older_than=30 days, keep_last=K)` runs once, in batches.
+`helix.checkpoints.prune(older_than=30 days, keep_last=K)` runs once, in batches.
 
 Printed per table: rows and bytes (`pg_total_relation_size`) before the prune, after it
 (PostgreSQL keeps the freed pages for reuse, so the files stay as big), and after a
@@ -176,7 +176,9 @@ def main() -> None:
                 age_half(url, ids)
                 before = measure(url)
                 began = time.monotonic()
-                report = await helix.prune(older_than=timedelta(days=30), keep_last=args.keep_last)
+                report = await helix.checkpoints.prune(
+                    older_than=timedelta(days=30), keep_last=args.keep_last
+                )
                 took = time.monotonic() - began
                 after = measure(url)
                 vacuum_full(url)

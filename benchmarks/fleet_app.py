@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, RunQueue, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.workers import default_executor_id
+from helix_dbos.runtime.process.workers import default_executor_id
 from helix_dbos.store.database import libpq_url
 
 AGENT_NAME = "fleet_agent"
@@ -49,7 +49,7 @@ HOLD_PREFIX = "hold-"  # a victim's tool blocks on these tags until the process 
 
 MARKERS = Path(os.environ.get("FLEET_MARKERS", "."))
 if os.environ.get("FLEET_OTHER_HOST"):
-    from helix_dbos.runtime import workers as _workers
+    from helix_dbos.runtime.process import workers as _workers
 
     _workers.pid_gone = lambda host, pid: False  # type: ignore[assignment]
 ROLE = os.environ.get("FLEET_ROLE", "worker")

@@ -11,6 +11,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from helix_dbos import moved_modules, named_tools
+
+# Runs checkpointed before issue 47's layout name moved modules in their pickles.
+moved_modules.install()
+
+
+def _load_named_tools() -> None:
+    """The built-in and memory tools, registered by importing their modules: they sit
+    above `definitions/`, which resolves `tools=["__complete__"]`, so they are handed in
+    from here, the top, and loaded only when a name is first asked for."""
+    from helix_dbos import builtins  # noqa: F401, PLC0415 - registers on import
+    from helix_dbos.memory import tools  # noqa: F401, PLC0415 - registers on import
+
+
+named_tools.add_source(_load_named_tools)
+
 if TYPE_CHECKING:
     from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
     from helix_dbos.api.runs import PendingToolCall, RunInfo, SessionInfo, UsageSummary
@@ -60,6 +76,7 @@ if TYPE_CHECKING:
         ToolOutputError,
         WorkerNotDeadError,
     )
+    from helix_dbos.facade.helix import HelixDBOS
     from helix_dbos.llm.base import LLMAdapter, LLMProviderError
     from helix_dbos.llm.mock import MockLLM
     from helix_dbos.llm.providers import model_from_env, register_provider
@@ -91,13 +108,12 @@ if TYPE_CHECKING:
         ToolCallsStepResult,
     )
     from helix_dbos.otel import instrument, uninstrument
-    from helix_dbos.protocols.mcp_task_client import MCPTasks
-    from helix_dbos.runtime.handle import RunHandle
-    from helix_dbos.runtime.helix import HelixDBOS
-    from helix_dbos.runtime.results import AgentResult
-    from helix_dbos.runtime.time_travel import PruneReport
-    from helix_dbos.runtime.workers import default_executor_id
+    from helix_dbos.runtime.control.time_travel import PruneReport
+    from helix_dbos.runtime.process.workers import default_executor_id
+    from helix_dbos.runtime.sessions.handle import RunHandle
+    from helix_dbos.runtime.steps.results import AgentResult
     from helix_dbos.server import Principal, bearer_token, create_app
+    from helix_dbos.server.protocols.mcp_task_client import MCPTasks
     from helix_dbos.store.database import (
         libpq_url,
         resolve_database_url,
@@ -176,7 +192,7 @@ _EXPORTS: dict[str, str] = {
     "MockLLM": "helix_dbos.llm.mock",
     **dict.fromkeys(["model_from_env", "register_provider"], "helix_dbos.llm.providers"),
     **dict.fromkeys(["MCPHTTP", "MCPStdio", "MCPToolset"], "helix_dbos.mcp"),
-    "MCPTasks": "helix_dbos.protocols.mcp_task_client",
+    "MCPTasks": "helix_dbos.server.protocols.mcp_task_client",
     **dict.fromkeys(
         [
             "BackgroundEmbeddingExecutor",
@@ -210,11 +226,11 @@ _EXPORTS: dict[str, str] = {
         "helix_dbos.orchestration.types",
     ),
     **dict.fromkeys(["instrument", "uninstrument"], "helix_dbos.otel"),
-    "HelixDBOS": "helix_dbos.runtime.helix",
-    "RunHandle": "helix_dbos.runtime.handle",
-    "AgentResult": "helix_dbos.runtime.results",
-    "PruneReport": "helix_dbos.runtime.time_travel",
-    "default_executor_id": "helix_dbos.runtime.workers",
+    "HelixDBOS": "helix_dbos.facade.helix",
+    "RunHandle": "helix_dbos.runtime.sessions.handle",
+    "AgentResult": "helix_dbos.runtime.steps.results",
+    "PruneReport": "helix_dbos.runtime.control.time_travel",
+    "default_executor_id": "helix_dbos.runtime.process.workers",
     **dict.fromkeys(["Principal", "bearer_token", "create_app"], "helix_dbos.server"),
     **dict.fromkeys(
         ["libpq_url", "resolve_database_url", "sqlalchemy_url", "with_database"],

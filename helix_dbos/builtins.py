@@ -28,8 +28,8 @@ from sqlalchemy import text
 from helix_dbos.definitions.tool import Tool, named_tool, register_named_tool
 from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import StateUpdateError
-from helix_dbos.runtime.dbos_internals import registered_workflow
-from helix_dbos.runtime.process_runtime import current_runtime
+from helix_dbos.runtime.dbos.dbos_internals import registered_workflow
+from helix_dbos.runtime.process.process_runtime import current_runtime
 
 DEFAULT_RESULT_KEY = "@agentResult"
 WORKFLOW_POLL_SECONDS = 0.5

@@ -13,10 +13,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from helix_dbos import Agent, AgentResult, HelixDBOS, LLMConfig, MockLLM, ToolContext, tool
+from helix_dbos.definitions.agent import Agent, LLMConfig
+from helix_dbos.definitions.tool import tool
+from helix_dbos.definitions.tool_context import ToolContext
+from helix_dbos.facade.helix import HelixDBOS
+from helix_dbos.llm.mock import MockLLM
 from helix_dbos.llm.providers import model_from_env
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.steps.results import AgentResult
 from helix_dbos.server import queries
 
 AGENT_NAME = "review_analyst"

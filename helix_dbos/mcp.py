@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from helix_dbos.definitions.tool import ApprovalPredicate, ExecuteMode, Tool
 from helix_dbos.log_events import MCP_TOOLS_FROM_STORE, log_event
-from helix_dbos.store import mcp_tool_lists as tool_lists
+from helix_dbos.store.features import mcp_tool_lists as tool_lists
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from opentelemetry.trace import (
 
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ErrorStepResult, ToolCallsStepResult
-from helix_dbos.runtime import spans
-from helix_dbos.runtime.spans import ChatRecord, RunRecord, SpanRecord, ToolRecord
+from helix_dbos.runtime.steps import spans
+from helix_dbos.runtime.steps.spans import ChatRecord, RunRecord, SpanRecord, ToolRecord
 
 SCOPE = "helix_dbos"
 _planned: ContextVar[tuple[int, int] | None] = ContextVar("helix_planned_ids", default=None)

@@ -4,7 +4,7 @@
 A run in flight is replayed after an upgrade: the new code must take, at each position,
 the step the old code recorded there. So a change to a recorded sequence is a change to
 a contract with every run in flight, and it fails here until it is put behind a named
-patch (helix_dbos/runtime/patches.py, docs/upgrading.md) and the fixture regenerated.
+patch (helix_dbos/runtime/process/patches.py, docs/upgrading.md) and the fixture regenerated.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def mismatch_message(scenario: str, path: Path, expected: object, actual: object
     return (
         f"The step sequence of scenario '{scenario}' changed: runs in flight recorded the old "
         f"one and a replay after an upgrade would break them.\n"
-        f"  Put the change behind a named patch (helix_dbos/runtime/patches.py, "
+        f"  Put the change behind a named patch (helix_dbos/runtime/process/patches.py, "
         f"DBOS.patch_async; see docs/upgrading.md), keep the old branch and its test, then "
         f"regenerate the fixtures with {UPDATE_ENV}=1 pytest tests/test_golden_steps.py.\n"
         f"  fixture {path}:\n{json.dumps(expected, indent=1)}\n"

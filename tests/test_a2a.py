@@ -44,7 +44,7 @@ from helpers import lines, sql, wait_for
 from live_server import ServerProcess, answers, serve
 
 from helix_dbos import tool
-from helix_dbos.runtime.remote_children import remote_session_id, remote_start_key
+from helix_dbos.runtime.children.remote_children import remote_session_id, remote_start_key
 from helix_dbos.server import create_app
 
 APP = Path(__file__).parent / "apps" / "a2a_app.py"

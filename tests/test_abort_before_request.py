@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from test_final_write import conn, open_run  # noqa: F401 - the fixture
 
 from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.closing import close_run
-from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.hitl import _suspend
+from helix_dbos.runtime.steps.closing import close_run
+from helix_dbos.runtime.steps.commit import StepCommit
+from helix_dbos.runtime.waits.hitl import _suspend
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.repository import PendingToolCall
 

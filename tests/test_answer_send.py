@@ -11,10 +11,10 @@ from helpers import calls, sql, wait_until_waiting
 from test_hitl import make_deleter
 
 from helix_dbos.errors import ToolCallAlreadyAnsweredError
-from helix_dbos.runtime import run_control
-from helix_dbos.runtime.answer_send import send_with_claim
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.hitl import TOPICS
+from helix_dbos.runtime.control import run_control
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.waits.answer_send import send_with_claim
+from helix_dbos.runtime.waits.hitl import TOPICS
 from helix_dbos.store.answer_claim import claim_answer
 
 

@@ -31,7 +31,7 @@ from helix_dbos.builtins import (
     run_workflow_tool,
 )
 from helix_dbos.errors import InvalidAnswerError, ToolArgumentsError, ToolCallAlreadyAnsweredError
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 
 _names = itertools.count()
 

@@ -35,7 +35,7 @@ from helix_dbos.orchestration.types import (
     ToolCall,
     ToolCallsStepResult,
 )
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server import create_app
 from helix_dbos.store import repository as repo
 

@@ -52,7 +52,7 @@ KILLS = int(os.environ.get("HELIX_SOAK_KILLS", "3"))
 WORKERS = int(os.environ.get("HELIX_SOAK_WORKERS", "2"))
 LIVE = ("running", "waiting", "paused")
 DBOS_TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
-# helix.runs.status -> the DBOS workflow statuses it may end with (runtime/closing.py and
+# helix.runs.status -> the DBOS workflow statuses it may end with (runtime/steps/closing.py and
 # HelixDBOS.reconcile_runs: a workflow that returned, failed or was cancelled).
 MATCHING_WORKFLOW = {
     "completed": {"SUCCESS"},

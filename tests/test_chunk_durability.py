@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from test_final_write import AGENT, open_run
 
 from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
-from helix_dbos.runtime.live_chunks import tool_start_chunk
+from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.migrations import apply_migrations

@@ -338,7 +338,9 @@ def test_the_client_covers_every_route(base_url):
         if path not in ("/inbox", "/timeline")  # pages for people, not an API
         and not path.startswith("/a2a/")  # A2A: its own protocol's clients (test_a2a.py)
         and not path.startswith("/ai-sdk/")  # the AI SDK's own protocol (its own client)
-        and not path.startswith("/ag-ui/")  # served to AG-UI's own clients (protocols/ag_ui.py)
+        and not path.startswith(
+            "/ag-ui/"
+        )  # served to AG-UI's own clients (server/protocols/ag_ui.py)
     }
     aliases = {
         ("GET", "/chat/{session_id}/stream"),

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from helix_dbos import tool
 from helix_dbos.errors import InvalidAnswerError
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server import create_app
 
 

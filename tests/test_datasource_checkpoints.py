@@ -13,7 +13,7 @@ import pytest
 from helpers import approval_gated_delete, pending_calls, sql
 from sqlalchemy import event
 
-from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 
 DBOS_DELETE = "DELETE FROM dbos.datasource_outputs"
 

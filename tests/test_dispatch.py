@@ -11,7 +11,7 @@ from live_server import serve
 
 from helix_dbos import Agent, RateLimit, RunQueue
 from helix_dbos.errors import AgentDefinitionError, InvalidInputError
-from helix_dbos.runtime.dispatch import Dispatch
+from helix_dbos.runtime.starts.dispatch import Dispatch
 from helix_dbos.server import create_app
 
 

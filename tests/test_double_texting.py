@@ -14,7 +14,7 @@ from helpers import sql
 
 from helix_dbos import AgentAlreadyRunningError, HelixDBOS
 from helix_dbos.errors import InvalidInputError, QueuedMessageTakenError
-from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 from tests.docs_text import code_blocks, section
 
 pytest_plugins = ["double_texting_support"]  # the gate and the scripted model

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError, NoResultFound, OperationalError, Prog
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from helix_dbos import HelixDBOS
-from helix_dbos.runtime.process_runtime import is_transient_db_error
+from helix_dbos.runtime.process.process_runtime import is_transient_db_error
 from helix_dbos.store.database import libpq_url, sqlalchemy_url
 from helix_dbos.store.statement_pool import StatementPool
 

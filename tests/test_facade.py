@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from helix_dbos import HelixDBOS, PendingToolCall, UsageSummary
-from helix_dbos.runtime.run_opening import child_ids, run_id_of, workflow_id
+from helix_dbos.facade.time_travel_methods import Checkpoints
+from helix_dbos.runtime.sessions.run_opening import child_ids, run_id_of, workflow_id
+from helix_dbos.schedules.methods import Schedules
 
 REPO = Path(__file__).resolve().parent.parent
 # Public async methods without a twin, and why: an async iterator has no sync form, and
@@ -63,10 +65,14 @@ def test_the_twin_check_sees_a_missing_twin():
 
 
 def test_the_mixins_methods_are_the_facades():
-    """The answers, reads, time travel and memory come from mixins, through the class."""
-    for name in ("approve", "get_usage", "fork", "prune"):
+    """The answers and reads come from mixins, through the class; schedules and time
+    travel are sub-APIs with twins of their own; memory is a property."""
+    for name in ("approve", "get_usage"):
         assert inspect.iscoroutinefunction(getattr(HelixDBOS, name)), name
         assert callable(getattr(HelixDBOS, f"{name}_sync")), name
+    assert missing_twins(Schedules) == [] and missing_twins(Checkpoints) == []
+    assert inspect.iscoroutinefunction(Schedules.create) and callable(Schedules.create_sync)
+    assert inspect.iscoroutinefunction(Checkpoints.fork) and callable(Checkpoints.prune_sync)
     assert isinstance(HelixDBOS.memory, property) and callable(HelixDBOS.use_memory)
 
 
@@ -148,4 +154,4 @@ def test_the_workflow_id_is_spelled_in_one_module():
         for path in sorted((REPO / "helix_dbos").rglob("*.py"))
         if spelled.search(path.read_text())
     ]
-    assert places == ["helix_dbos/runtime/run_opening.py"], "use run_opening.workflow_id()"
+    assert places == ["helix_dbos/runtime/sessions/run_opening.py"], "use run_opening.workflow_id()"

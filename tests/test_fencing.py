@@ -21,10 +21,10 @@ from test_crash import assert_transcript_is_clean, spawn
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import Message
-from helix_dbos.store import remote_children as remote
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.driver import DriverConnection
+from helix_dbos.store.features import remote_children as remote
 from helix_dbos.store.run_bounds import end_run, end_step_and_run, open_new_session_run
 
 AGENT = "fencing_agent"

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
-from helix_dbos.runtime.closing import close_run
+from helix_dbos.runtime.steps.closing import close_run
 from helix_dbos.store import repository as repo
 from helix_dbos.store import run_bounds
 from helix_dbos.store.database import sqlalchemy_url

@@ -37,8 +37,8 @@ from helix_dbos import (
     sub_agent_tool,
     tool,
 )
-from helix_dbos.runtime import model_limits
-from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.runtime.process import model_limits
+from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 from helix_dbos.server import create_app
 
 SLOT_MODEL = "mock:golden-slot"
@@ -217,9 +217,11 @@ async def test_scheduled_firing(helix, make_agent, mock_llm, database_url):
     agent = make_agent()
     mock_llm.add_responses(text("tock"), agent=agent.name)
     name = f"{agent.name}-golden"
-    await helix.schedule(agent, "0 0 1 1 *", input="tick", name=name)  # fires only when told
+    await helix.schedules.create(
+        agent, "0 0 1 1 *", input="tick", name=name
+    )  # fires only when told
     try:
-        firing_id = await helix.trigger_schedule(name)
+        firing_id = await helix.schedules.trigger(name)
         wait_for(
             lambda: (
                 sql(
@@ -232,7 +234,7 @@ async def test_scheduled_firing(helix, make_agent, mock_llm, database_url):
             )
         )
     finally:
-        await helix.delete_schedule(name)
+        await helix.schedules.delete(name)
     roots = {"firing": firing_id}
     check("scheduled_firing", await record(database_url, roots, roles(agent, schedule=name)))
 

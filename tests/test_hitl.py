@@ -20,7 +20,7 @@ from helix_dbos.errors import (
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
 )
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.store.database import libpq_url
 
 

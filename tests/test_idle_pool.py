@@ -1,4 +1,4 @@
-"""DBOS's system-database pool and helix's transaction pool (runtime/idle_pool.py): a
+"""DBOS's system-database pool and helix's transaction pool (runtime/process/idle_pool.py): a
 busy process reuses its connections instead of opening one per call; an idle one comes
 down to `keep`."""
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from helpers import sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from helix_dbos.runtime.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
+from helix_dbos.runtime.process.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
 from helix_dbos.store.database import sqlalchemy_url
 
 APP = "idle-pool-test"

@@ -18,7 +18,7 @@ from test_workers import executor_of, run_cli, started, stop
 
 from helix_dbos import Agent, LLMConfig
 from helix_dbos.errors import AgentDefinitionError
-from helix_dbos.runtime import model_limits
+from helix_dbos.runtime.process import model_limits
 
 APP = Path(__file__).parent / "apps" / "limits_app.py"
 pytestmark = pytest.mark.crash

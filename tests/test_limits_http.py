@@ -14,7 +14,7 @@ from dbos import DBOS
 from live_server import serve
 
 from helix_dbos import AgentHooks, AsyncHelixClient, LLMConfig
-from helix_dbos.runtime import model_limits
+from helix_dbos.runtime.process import model_limits
 from helix_dbos.server import create_app
 
 

@@ -16,7 +16,7 @@ from helix_dbos import AgentHooks, tool
 from helix_dbos.definitions.agent import LLMConfig
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.log_events import log_event
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 
 
 def events(caplog: pytest.LogCaptureFixture, run_or_session: str) -> list[logging.LogRecord]:

@@ -33,10 +33,10 @@ from mcp.shared.exceptions import MCPError
 
 from helix_dbos import HelixClient
 from helix_dbos import MCPTasks as tc
-from helix_dbos.protocols import mcp_tasks
-from helix_dbos.protocols.mcp_task_client import TaskCreated, TaskState
-from helix_dbos.protocols.mcp_tasks import TASKS_EXTENSION
-from helix_dbos.runtime.results import PendingToolCall, RunInfo
+from helix_dbos.runtime.steps.results import PendingToolCall, RunInfo
+from helix_dbos.server.protocols import mcp_tasks
+from helix_dbos.server.protocols.mcp_task_client import TaskCreated, TaskState
+from helix_dbos.server.protocols.mcp_tasks import TASKS_EXTENSION
 
 APP = Path(__file__).parent / "apps" / "mcp_agents_app.py"
 TOKEN = "mcp-secret"

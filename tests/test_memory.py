@@ -482,7 +482,7 @@ async def test_helix_prune_deletes_expired_memories(helix, database_url):
         expires_at=datetime.now(timezone.utc) - timedelta(minutes=1),
     )
     kept = await memory.save("Kim's birthday is in May", resource_id=rid, ttl_seconds=3600)
-    report = await helix.prune(older_than=timedelta(days=3650), batch_size=1)
+    report = await helix.checkpoints.prune(older_than=timedelta(days=3650), batch_size=1)
     assert report.memories >= 1
     remaining = sql(
         database_url, "SELECT memory_id FROM helix.memories WHERE resource_id = %s", rid

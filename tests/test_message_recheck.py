@@ -8,8 +8,8 @@ import asyncio
 from helpers import sql
 
 from helix_dbos import tool
-from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.message_recheck import WAITER_RECHECK_SECONDS, MessageRecheck
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.waits.message_recheck import WAITER_RECHECK_SECONDS, MessageRecheck
 
 
 async def test_an_answer_whose_notification_was_lost_is_found_by_the_shared_recheck(

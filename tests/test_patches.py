@@ -1,4 +1,4 @@
-"""Named patches (`runtime/patches.py`) on real DBOS: a run recorded before a patch replays
+"""Named patches (`runtime/process/patches.py`) on real DBOS: a run recorded before a patch replays
 its old branch after the upgrade, a new run takes the patch, and a retired patch's marker
 still replays.
 
@@ -17,9 +17,14 @@ import pytest
 from dbos import DBOS
 
 from helix_dbos import HelixDBOS
-from helix_dbos.runtime import patches as patches_module
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.patches import AGENT_RUN, MODEL_SLOT, SCHEDULED_FIRING, WorkflowPatches
+from helix_dbos.runtime.process import patches as patches_module
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.process.patches import (
+    AGENT_RUN,
+    MODEL_SLOT,
+    SCHEDULED_FIRING,
+    WorkflowPatches,
+)
 
 WORKFLOW = "test.patched_workflow"
 # The code "released" at any moment of a test: the test swaps it to upgrade.
@@ -169,5 +174,5 @@ def test_the_default_application_version_never_moves() -> None:
 
     assert DEFAULT_APP_VERSION == "helix-6", (
         "Do not bump the default application version: put the change behind a named patch "
-        "(helix_dbos/runtime/patches.py, docs/upgrading.md)"
+        "(helix_dbos/runtime/process/patches.py, docs/upgrading.md)"
     )

@@ -21,7 +21,7 @@ from helpers import lines, sql, wait_for
 from live_server import ServerProcess
 
 from helix_dbos import HelixClient
-from helix_dbos.runtime.remote_children import remote_session_id
+from helix_dbos.runtime.children.remote_children import remote_session_id
 from helix_dbos.store.database import database_name, with_database
 
 APP = Path(__file__).parent / "apps" / "remote_app.py"

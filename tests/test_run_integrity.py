@@ -18,9 +18,9 @@ from helpers import sql
 from helix_dbos import AgentAlreadyRunningError, AgentHooks, LLMConfig, RunHandle, ToolContext, tool
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime import agent_loop, final_write
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.step_types import RunOptions
+from helix_dbos.runtime.loop import agent_loop, final_write
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.steps.step_types import RunOptions
 
 
 def test_a_provider_error_survives_a_pickle_round_trip_alone_and_inside_dbos_retries():

@@ -29,8 +29,8 @@ from test_mcp_server import session as mcp_session
 from helix_dbos import AsyncHelixClient, HelixClient, RunHandle, tool
 from helix_dbos import MCPTasks as tc
 from helix_dbos.client.errors import ConflictError
-from helix_dbos.protocols.mcp_tasks import SESSION_PREFIX
 from helix_dbos.server import create_app
+from helix_dbos.server.protocols.mcp_tasks import SESSION_PREFIX
 
 OLD, OURS = "helix-4", "helix-test"
 

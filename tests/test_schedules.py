@@ -35,10 +35,10 @@ async def test_each_firing_is_a_run_in_a_session_of_its_own(
     helix, make_agent, scripted, database_url
 ):
     agent = make_agent()
-    info = await helix.schedule(agent, EVERY_SECOND, input="tick", name=f"{agent.name}-own")
+    info = await helix.schedules.create(agent, EVERY_SECOND, input="tick", name=f"{agent.name}-own")
     assert (info.agent, info.status, info.cron) == (agent.name, "active", EVERY_SECOND)
     wait_for(lambda: len(firings(database_url, info.name)) >= 2, timeout=60)
-    await helix.delete_schedule(info.name)
+    await helix.schedules.delete(info.name)
     rows = firings(database_url, info.name)
     assert len({r[1] for r in rows}) == len(rows)  # one session per firing
     wait_for(lambda: all(r[4] == "completed" for r in firings(database_url, info.name)))
@@ -53,7 +53,7 @@ async def test_each_firing_is_a_run_in_a_session_of_its_own(
         runs = sql(database_url, "SELECT run_id FROM helix.runs WHERE session_id = %s", session_id)
         assert runs == [(run_id,)]
     with pytest.raises(ScheduleNotFoundError):
-        await helix.get_schedule(info.name)
+        await helix.schedules.get(info.name)
 
 
 def wait_until_quiet(database_url: str, name: str, quiet_seconds: float = 6.0) -> None:
@@ -84,16 +84,16 @@ async def test_firings_appended_to_a_busy_session_wait_behind_its_run(
     await gate.wait_entered()
     sid = first.session_id
     name = f"{agent.name}-append"
-    info = await helix.schedule(agent, EVERY_SECOND, input="tick", session=sid, name=name)
+    info = await helix.schedules.create(agent, EVERY_SECOND, input="tick", session=sid, name=name)
     assert info.session_id == sid and info.multitask_strategy == "enqueue"
     wait_for(lambda: len(firings(database_url, name)) >= 2)
     queued = firings(database_url, name)
     assert {r[3] for r in queued} == {"queued"}  # the live run holds the session
     assert {r[1] for r in queued} == {sid}
-    await helix.pause_schedule(name)
+    await helix.schedules.pause(name)
     gate.release.set()
     assert (await first.result()).status == "completed"
-    await helix.delete_schedule(name)
+    await helix.schedules.delete(name)
 
     def settled() -> bool:
         rows = firings(database_url, name)
@@ -121,7 +121,7 @@ async def test_reject_skips_a_firing_while_the_session_is_busy(
     first = await helix.execute(agent, "hold")
     await gate.wait_entered()
     name = f"{agent.name}-reject"
-    await helix.schedule(
+    await helix.schedules.create(
         agent,
         EVERY_SECOND,
         input="tick",
@@ -130,7 +130,7 @@ async def test_reject_skips_a_firing_while_the_session_is_busy(
         multitask_strategy="reject",
     )
     wait_for(lambda: len(firings(database_url, name)) >= 2)
-    await helix.delete_schedule(name)
+    await helix.schedules.delete(name)
     rejected = [r for r in firings(database_url, name) if r[3] == "rejected"]
     assert len(rejected) >= 2 and all(r[2] is None for r in rejected)
     gate.release.set()
@@ -149,15 +149,15 @@ async def test_reject_skips_a_firing_while_the_session_is_busy(
 async def test_backfill_fires_each_missed_firing_once(helix, make_agent, scripted, database_url):
     agent = make_agent()
     name = f"{agent.name}-yearly"
-    await helix.schedule(agent, "0 0 1 1 *", input="new year", name=name)
+    await helix.schedules.create(agent, "0 0 1 1 *", input="new year", name=name)
     start = datetime(2022, 6, 1, tzinfo=timezone.utc)
     end = datetime(2025, 6, 1, tzinfo=timezone.utc)
-    first = await helix.backfill_schedule(name, start, end)
-    second = await helix.backfill_schedule(name, start, end)
+    first = await helix.schedules.backfill(name, start, end)
+    second = await helix.schedules.backfill(name, start, end)
     assert first == second and len(first) == 3  # 2023, 2024 and 2025
     wait_for(lambda: len(firings(database_url, name)) == 3)
     wait_for(lambda: all(r[4] == "completed" for r in firings(database_url, name)))
-    third = await helix.backfill_schedule(name, start - timedelta(days=400), end)
+    third = await helix.schedules.backfill(name, start - timedelta(days=400), end)
     assert len(third) == 4
     wait_for(lambda: len(firings(database_url, name)) == 4)
     rows = sql(
@@ -168,9 +168,9 @@ async def test_backfill_fires_each_missed_firing_once(helix, make_agent, scripte
         name,
     )
     assert rows == [(2022, 1), (2023, 1), (2024, 1), (2025, 1)]
-    recorded = await helix.get_schedule_firings(name)
+    recorded = await helix.schedules.firings(name)
     assert [f.scheduled_at.year for f in recorded] == [2025, 2024, 2023, 2022]
-    await helix.delete_schedule(name)
+    await helix.schedules.delete(name)
 
 
 async def test_trigger_fires_now_and_schedule_again_keeps_the_status(
@@ -178,43 +178,45 @@ async def test_trigger_fires_now_and_schedule_again_keeps_the_status(
 ):
     agent = make_agent()
     name = f"{agent.name}-manual"
-    await helix.schedule(agent, "0 0 1 1 *", input="now", name=name)
-    paused = await helix.pause_schedule(name)
+    await helix.schedules.create(agent, "0 0 1 1 *", input="now", name=name)
+    paused = await helix.schedules.pause(name)
     assert paused.status == "paused" and paused.next_fire_at is None
-    again = await helix.schedule(agent, "0 12 * * *", input="noon", name=name)
+    again = await helix.schedules.create(agent, "0 12 * * *", input="noon", name=name)
     assert (again.status, again.cron, again.input) == ("paused", "0 12 * * *", "noon")
-    firing_id = await helix.trigger_schedule(name)
+    firing_id = await helix.schedules.trigger(name)
     wait_for(lambda: len(firings(database_url, name)) == 1)
     wait_for(lambda: firings(database_url, name)[0][4] == "completed")
     [(fid, sid, run_id, outcome, _)] = firings(database_url, name)
     assert (fid, outcome) == (firing_id, "started")
     assert session_runs(database_url, sid) == [(run_id, "completed", "noon")]
-    resumed = await helix.resume_schedule(name)
+    resumed = await helix.schedules.resume(name)
     assert resumed.status == "active" and resumed.next_fire_at is not None
-    assert [s.name for s in await helix.list_schedules(agent)] == [name]
-    assert name in [s.name for s in await helix.list_schedules()]
-    await helix.delete_schedule(name)
-    assert await helix.list_schedules(agent) == []
+    assert [s.name for s in await helix.schedules.list(agent)] == [name]
+    assert name in [s.name for s in await helix.schedules.list()]
+    await helix.schedules.delete(name)
+    assert await helix.schedules.list(agent) == []
 
 
 async def test_bad_schedules_are_refused_with_a_clear_error(helix, make_agent):
     agent = make_agent()
     with pytest.raises(InvalidInputError, match="cron"):
-        await helix.schedule(agent, "every minute")
+        await helix.schedules.create(agent, "every minute")
     with pytest.raises(InvalidInputError, match="multitask_strategy"):
-        await helix.schedule(agent, "* * * * *", multitask_strategy="interrupt")  # type: ignore[arg-type]
+        await helix.schedules.create(agent, "* * * * *", multitask_strategy="interrupt")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="time zone"):
-        await helix.schedule(agent, "* * * * *", timezone="Mars/Olympus")
+        await helix.schedules.create(agent, "* * * * *", timezone="Mars/Olympus")
     with pytest.raises(InvalidInputError, match="name"):
-        await helix.schedule(agent, "* * * * *", name="a/b")
+        await helix.schedules.create(agent, "* * * * *", name="a/b")
     with pytest.raises(LookupError):
-        await helix.schedule("no-such-agent", "* * * * *")
-    for call in (helix.get_schedule, helix.pause_schedule, helix.delete_schedule):
+        await helix.schedules.create("no-such-agent", "* * * * *")
+    for call in (helix.schedules.get, helix.schedules.pause, helix.schedules.delete):
         with pytest.raises(ScheduleNotFoundError):
             await call("no-such-schedule")
     with pytest.raises(ScheduleNotFoundError):
-        await helix.backfill_schedule("no-such-schedule", datetime(2020, 1, 1, tzinfo=timezone.utc))
-    assert await helix.list_schedules(agent) == []
+        await helix.schedules.backfill(
+            "no-such-schedule", datetime(2020, 1, 1, tzinfo=timezone.utc)
+        )
+    assert await helix.schedules.list(agent) == []
 
 
 async def test_a_schedule_on_a_new_session_creates_it_and_another_agents_is_refused(
@@ -222,10 +224,10 @@ async def test_a_schedule_on_a_new_session_creates_it_and_another_agents_is_refu
 ):
     agent, other = make_agent(), make_agent()
     sid = f"ses_{agent.name}"
-    await helix.schedule(agent, "0 0 1 1 *", session=sid, name=f"{agent.name}-s")
+    await helix.schedules.create(agent, "0 0 1 1 *", session=sid, name=f"{agent.name}-s")
     session = await helix.get_session(sid)
     assert (session.agent_name, session.status) == (agent.name, "idle")
     with pytest.raises(SessionAgentMismatchError):
-        await helix.schedule(other, "0 0 1 1 *", session=sid, name=f"{other.name}-s")
-    assert await helix.list_schedules(other) == []
-    await helix.delete_schedule(f"{agent.name}-s")
+        await helix.schedules.create(other, "0 0 1 1 *", session=sid, name=f"{other.name}-s")
+    assert await helix.schedules.list(other) == []
+    await helix.schedules.delete(f"{agent.name}-s")

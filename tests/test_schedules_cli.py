@@ -24,7 +24,7 @@ async def test_create_list_trigger_backfill_pause_resume_delete(
     assert created.returncode == 0, created.stderr
     info = json.loads(created.stdout)
     assert (info["name"], info["agent"], info["status"]) == (name, agent.name, "active")
-    assert (await helix.get_schedule(name)).input == "from the cli"  # the same schedule
+    assert (await helix.schedules.get(name)).input == "from the cli"  # the same schedule
 
     listed = await helix_dbos(database_url, "schedules", "list", "--agent", agent.name)
     assert listed.returncode == 0 and name in listed.stdout and "0 0 1 1 *" in listed.stdout
@@ -54,12 +54,12 @@ async def test_create_list_trigger_backfill_pause_resume_delete(
 
     paused = await helix_dbos(database_url, "schedules", "pause", name)
     assert paused.returncode == 0 and "paused" in paused.stdout
-    assert (await helix.get_schedule(name)).status == "paused"
+    assert (await helix.schedules.get(name)).status == "paused"
     resumed = await helix_dbos(database_url, "schedules", "resume", name)
     assert resumed.returncode == 0 and "active" in resumed.stdout
     deleted = await helix_dbos(database_url, "schedules", "delete", name)
     assert deleted.returncode == 0 and f"Deleted schedule {name}" in deleted.stdout
-    assert await helix.list_schedules(agent) == []
+    assert await helix.schedules.list(agent) == []
 
 
 async def test_bad_input_is_one_line_on_stderr(helix, make_agent, database_url):

@@ -40,8 +40,8 @@ async def test_the_sql_recipe_lists_firings_and_their_runs(
     [recipe] = code_blocks(PAGE, "sql")
     agent = make_agent()
     name = f"{agent.name}-docs"
-    await helix.schedule(agent, "0 0 1 1 *", input="docs", name=name)
-    fired = await helix.trigger_schedule(name)
+    await helix.schedules.create(agent, "0 0 1 1 *", input="docs", name=name)
+    fired = await helix.schedules.trigger(name)
 
     for _ in range(600):  # until its run ended (at most a minute)
         rows = await helix.sql(recipe, {"name": name})
@@ -50,8 +50,8 @@ async def test_the_sql_recipe_lists_firings_and_their_runs(
         await asyncio.sleep(0.1)
     [row] = await helix.sql(recipe, {"name": name})
     assert (row.outcome, row.output) == ("started", "re: docs")
-    assert [f.firing_id for f in await helix.get_schedule_firings(name)] == [fired]
-    await helix.delete_schedule(name)
+    assert [f.firing_id for f in await helix.schedules.firings(name)] == [fired]
+    await helix.schedules.delete(name)
 
 
 def test_the_page_is_in_the_nav_and_the_readme_links_it():

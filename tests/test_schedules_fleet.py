@@ -18,8 +18,8 @@ import pytest
 from dbos import DBOSClient
 from helpers import sql, wait_for
 
+from helix_dbos.schedules.book import ScheduleBook
 from helix_dbos.store.database import libpq_url
-from helix_dbos.store.schedules import ScheduleBook
 
 pytestmark = pytest.mark.crash
 APP = Path(__file__).resolve().parent / "apps" / "schedule_app.py"

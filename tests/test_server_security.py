@@ -26,7 +26,7 @@ from live_server import serve
 from helix_dbos import tool
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.server import Principal, bearer_token, create_app
-from helix_dbos.server.limits import with_header_timeout
+from helix_dbos.server.http.limits import with_header_timeout
 from helix_dbos.server.pages import page
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}

@@ -21,9 +21,9 @@ from helix_dbos import (
     tool,
 )
 from helix_dbos.errors import SessionAgentMismatchError
-from helix_dbos.runtime import agent_loop, final_write, step_ahead
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.process_runtime import is_transient_db_error
+from helix_dbos.runtime.loop import agent_loop, final_write, step_ahead
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.process.process_runtime import is_transient_db_error
 
 
 class Verdict(BaseModel):

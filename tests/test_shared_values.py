@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helix_dbos import Agent
-from helix_dbos.runtime import shared_values
-from helix_dbos.runtime.reply_plan import step_limits
-from helix_dbos.runtime.shared_values import shared
+from helix_dbos.runtime.loop import shared_values
+from helix_dbos.runtime.loop.reply_plan import step_limits
+from helix_dbos.runtime.loop.shared_values import shared
 
 
 def test_equal_limits_of_two_runs_are_one_object() -> None:

@@ -1,4 +1,4 @@
-"""Many SSE readers of one stream share one reader of the database (server/sse_fanout.py),
+"""Many SSE readers of one stream share one reader of the database (server/http/sse_fanout.py),
 each still getting every chunk once, in order, resumable from Last-Event-ID."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 from live_server import serve
 
 from helix_dbos import tool
-from helix_dbos.server import create_app, sse_fanout
-from helix_dbos.server.sse_fanout import SessionFanout, event_stream
+from helix_dbos.server import create_app
+from helix_dbos.server.http import sse_fanout
+from helix_dbos.server.http.sse_fanout import SessionFanout, event_stream
 
 READERS = 12
 

@@ -1,4 +1,4 @@
-"""The early-taken step (`runtime/step_ahead.py`) on the real runtime with a scripted
+"""The early-taken step (`runtime/loop/step_ahead.py`) on the real runtime with a scripted
 LLM: each reply is planned once, a step with no tool is taken in the LLM step, and a
 run's final write starts there only when nothing follows it."""
 
@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from helix_dbos import AgentHooks, tool
-from helix_dbos.runtime import reply_plan, step_ahead
+from helix_dbos.runtime.loop import reply_plan, step_ahead
 
 
 @tool

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from helix_dbos import MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import StepResult, ToolCallsStepResult
-from helix_dbos.runtime.results import AgentResult
+from helix_dbos.runtime.steps.results import AgentResult
 from helix_dbos.streaming.chunks import RunStopped
 
 

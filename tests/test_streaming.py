@@ -11,7 +11,7 @@ from helpers import calls, sql
 
 from helix_dbos import ToolContext, tool
 from helix_dbos.streaming import CHUNK_TYPES, PAYLOAD_MODELS, StreamChunk
-from helix_dbos.streaming.reads import SharedChunkReads
+from helix_dbos.streaming.stream_reads import SharedChunkReads
 
 
 async def collect(helix, session_id: str, **kwargs) -> list[StreamChunk]:

@@ -22,11 +22,11 @@ from sqlalchemy import text as sql_text
 
 from helix_dbos import Agent, PersistentAgent, sub_agent_tool, tool
 from helix_dbos.errors import AgentDefinitionError, RunNotActiveError
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.run_opening import companion_run_id, workflow_id
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.sessions.run_opening import companion_run_id, workflow_id
 from helix_dbos.server import create_app
-from helix_dbos.store import companions as companions_sql
 from helix_dbos.store import repository as repo
+from helix_dbos.store.features import companion_rows as companions_sql
 
 REPO = Path(__file__).resolve().parent.parent
 

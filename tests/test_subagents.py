@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from helix_dbos import Agent, AgentHooks, TerminatingConfig, ToolContext, sub_agent_tool, tool
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.orchestration.types import ToolCall
-from helix_dbos.runtime.commit import StepCommit
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.subagents import ChildRun
+from helix_dbos.runtime.children.subagents import ChildRun
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.steps.commit import StepCommit
 from helix_dbos.server import create_app
 
 REPO = Path(__file__).resolve().parent.parent

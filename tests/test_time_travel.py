@@ -20,8 +20,8 @@ from test_time_travel_cli import workflow_done
 
 from helix_dbos import CheckpointNotFoundError, ToolContext, tool
 from helix_dbos.errors import InvalidInputError, SessionNotFoundError
-from helix_dbos.runtime import slow_head
-from helix_dbos.store.checkpoints import UNANSWERED
+from helix_dbos.runtime.loop import slow_head
+from helix_dbos.store.checkpoint_rows import UNANSWERED
 
 FORK_APP = Path(__file__).parent / "apps" / "fork_crash_app.py"
 
@@ -87,7 +87,7 @@ async def test_a_checkpoint_per_committed_step_with_state_only_when_it_changed(
     helix, make_agent, mock_llm, database_url
 ):
     _, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await helix.get_checkpoints(result.session_id)
+    cps = await helix.checkpoints.list(result.session_id)
 
     assert [(c.kind, c.step, c.run_id) for c in cps] == [
         ("step", i, result.run_id) for i in (1, 2, 3, 4)
@@ -108,7 +108,7 @@ async def test_a_checkpoint_per_committed_step_with_state_only_when_it_changed(
     assert cps[-1].usage == usage, "the last checkpoint's usage is the session's"
     assert cps[0].created_at <= cps[-1].created_at
 
-    view = await helix.get_checkpoint(result.session_id, cps[1].checkpoint_id)
+    view = await helix.checkpoints.get(result.session_id, cps[1].checkpoint_id)
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant", "tool"]
     assert view.messages[-1].content == "saw sky" and view.state["count"] == 2
 
@@ -117,7 +117,7 @@ async def test_a_second_turn_adds_checkpoints_with_usage_counted_on(helix, make_
     agent, first = await three_step_session(helix, make_agent, mock_llm)
     mock_llm.add_responses({"type": "text", "content": "again"}, agent=agent.name)
     second = await (await helix.execute(agent, "more", session_id=first.session_id)).result()
-    cps = await helix.get_checkpoints(first.session_id)
+    cps = await helix.checkpoints.list(first.session_id)
     assert [c.run_id for c in cps] == [first.run_id] * 4 + [second.run_id]
     assert cps[-1].message_seq == 10 and cps[-1].usage.llm_calls == 5
     assert cps[-1].state["count"] == 5
@@ -134,9 +134,9 @@ async def test_a_wait_has_a_checkpoint_whose_last_message_is_the_pending_call(
     )
     handle = await helix.execute(agent, "go")
     await wait_until_waiting(helix, handle.session_id)
-    cps = await helix.get_checkpoints(handle.session_id)
+    cps = await helix.checkpoints.list(handle.session_id)
     assert [(c.kind, c.step) for c in cps] == [("head", 1)]
-    view = await helix.get_checkpoint(handle.session_id, cps[0].checkpoint_id)
+    view = await helix.checkpoints.get(handle.session_id, cps[0].checkpoint_id)
     assert cps[0].checkpoint_id == f"{handle.run_id}:1:head"
     assert view.messages[-1].role == "assistant"
     assert [c.id for c in view.messages[-1].tool_calls or []] == ["r1"]
@@ -144,7 +144,7 @@ async def test_a_wait_has_a_checkpoint_whose_last_message_is_the_pending_call(
 
     await helix.approve(handle.session_id, "r1")
     assert (await handle.result()).status == "completed"
-    cps = await helix.get_checkpoints(handle.session_id)
+    cps = await helix.checkpoints.list(handle.session_id)
     assert [(c.kind, c.step) for c in cps] == [("head", 1), ("step", 1), ("step", 2)]
     assert [c.usage.llm_calls for c in cps] == [1, 1, 2], "a head is not counted twice"
 
@@ -153,13 +153,13 @@ async def test_fork_copies_history_and_state_and_leaves_the_source_alone(
     helix, make_agent, mock_llm, database_url
 ):
     agent, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await helix.get_checkpoints(result.session_id)
+    cps = await helix.checkpoints.list(result.session_id)
     before = await helix.get_messages(result.session_id)
 
-    fork = await helix.fork(result.session_id, at=cps[1])
+    fork = await helix.checkpoints.fork(result.session_id, at=cps[1])
     assert fork != result.session_id
     assert await helix.get_messages(result.session_id) == before, "the source is untouched"
-    view = await helix.get_checkpoint(result.session_id, cps[1].checkpoint_id)
+    view = await helix.checkpoints.get(result.session_id, cps[1].checkpoint_id)
     assert await helix.get_messages(fork) == view.messages
     session = await helix.get_session(fork)
     assert session.state["count"] == 2 and session.agent_name == agent.name
@@ -169,7 +169,7 @@ async def test_fork_copies_history_and_state_and_leaves_the_source_alone(
         "WHERE session_id = %s",
         fork,
     ) == [(result.session_id, cps[1].checkpoint_id)]
-    fork_cps = await helix.get_checkpoints(fork)
+    fork_cps = await helix.checkpoints.list(fork)
     assert [(c.kind, c.message_seq, c.run_id) for c in fork_cps] == [("fork", 5, None)]
 
     # resume: the model is asked again with the history as of the checkpoint
@@ -196,32 +196,34 @@ async def test_fork_copies_history_and_state_and_leaves_the_source_alone(
 
 async def test_fork_with_edited_state_is_validated(helix, make_agent, mock_llm):
     _, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await asyncio.to_thread(helix.get_checkpoints_sync, result.session_id)
-    assert cps == await helix.get_checkpoints(result.session_id)
-    synced = await asyncio.to_thread(helix.fork_sync, result.session_id, cps[3])
+    cps = await asyncio.to_thread(helix.checkpoints.list_sync, result.session_id)
+    assert cps == await helix.checkpoints.list(result.session_id)
+    synced = await asyncio.to_thread(helix.checkpoints.fork_sync, result.session_id, cps[3])
     assert (await helix.get_session(synced)).state["count"] == 5
-    fork = await helix.fork(result.session_id, at=cps[0].checkpoint_id, state={"count": 99})
+    fork = await helix.checkpoints.fork(
+        result.session_id, at=cps[0].checkpoint_id, state={"count": 99}
+    )
     assert (await helix.get_session(fork)).state == {"count": 99, "notes": []}
-    assert (await helix.get_checkpoints(fork))[0].state["count"] == 99
+    assert (await helix.checkpoints.list(fork))[0].state["count"] == 99
     with pytest.raises(Exception, match="count"):
-        await helix.fork(result.session_id, at=cps[0], state={"count": "many"})
+        await helix.checkpoints.fork(result.session_id, at=cps[0], state={"count": "many"})
 
 
 async def test_a_fork_of_a_fork(helix, make_agent, mock_llm):
     agent, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await helix.get_checkpoints(result.session_id)
-    first = await helix.fork(result.session_id, at=cps[2])
+    cps = await helix.checkpoints.list(result.session_id)
+    first = await helix.checkpoints.fork(result.session_id, at=cps[2])
     mock_llm.add_responses({"type": "text", "content": "branch one"}, agent=agent.name)
     await (await helix.resume(first)).result()
-    first_cps = await helix.get_checkpoints(first)
+    first_cps = await helix.checkpoints.list(first)
     assert [c.kind for c in first_cps] == ["fork", "step"]
 
     # from the fork's root, and from its own step
-    at_root = await helix.fork(first, at=first_cps[0])
-    at_step = await helix.fork(first, at=first_cps[1].checkpoint_id)
+    at_root = await helix.checkpoints.fork(first, at=first_cps[0])
+    at_step = await helix.checkpoints.fork(first, at=first_cps[1].checkpoint_id)
     assert (
         await helix.get_messages(at_root)
-        == (await helix.get_checkpoint(result.session_id, cps[2].checkpoint_id)).messages
+        == (await helix.checkpoints.get(result.session_id, cps[2].checkpoint_id)).messages
     )
     assert [m.content for m in await helix.get_messages(at_step)][-1] == "branch one"
     mock_llm.add_responses({"type": "text", "content": "branch two"}, agent=agent.name)
@@ -241,9 +243,9 @@ async def test_fork_of_a_mid_wait_checkpoint_pairs_the_pending_call(
     )
     handle = await helix.execute(agent, "go")
     await wait_until_waiting(helix, handle.session_id)
-    (wait,) = await helix.get_checkpoints(handle.session_id)
+    (wait,) = await helix.checkpoints.list(handle.session_id)
 
-    fork = await helix.fork(handle.session_id, at=wait)
+    fork = await helix.checkpoints.fork(handle.session_id, at=wait)
     messages = await helix.get_messages(fork)
     assert [m.role for m in messages] == ["user", "assistant", "tool"]
     assert messages[-1].tool_call_id == "r1" and messages[-1].is_error
@@ -285,12 +287,12 @@ async def test_fork_while_the_source_runs_does_not_disturb_it(helix, make_agent,
     handle = await helix.execute(agent, "go")
     await asyncio.wait_for(entered.wait(), 30)
     for _ in range(200):
-        cps = await helix.get_checkpoints(handle.session_id)
+        cps = await helix.checkpoints.list(handle.session_id)
         if any(c.kind == "step" for c in cps):
             break
         await asyncio.sleep(0.05)
     step1 = next(c for c in cps if c.kind == "step")
-    fork = await helix.fork(handle.session_id, at=step1)
+    fork = await helix.checkpoints.fork(handle.session_id, at=step1)
     assert (await helix.get_current_run(handle.session_id)).status == "running"
     gate.set()
     source = await handle.result()
@@ -304,26 +306,26 @@ async def test_fork_while_the_source_runs_does_not_disturb_it(helix, make_agent,
 async def test_unknown_and_bad_ids_are_clear_errors(helix, make_agent, mock_llm):
     _, result = await three_step_session(helix, make_agent, mock_llm)
     with pytest.raises(CheckpointNotFoundError, match="nope"):
-        await helix.get_checkpoint(result.session_id, "nope")
+        await helix.checkpoints.get(result.session_id, "nope")
     with pytest.raises(CheckpointNotFoundError):
-        await helix.fork(result.session_id, at="run_x:1")
+        await helix.checkpoints.fork(result.session_id, at="run_x:1")
     other, _ = await three_step_session(helix, make_agent, mock_llm), None
-    theirs = (await helix.get_checkpoints(other[1].session_id))[0]
+    theirs = (await helix.checkpoints.list(other[1].session_id))[0]
     with pytest.raises(CheckpointNotFoundError):
-        await helix.fork(result.session_id, at=theirs.checkpoint_id)
+        await helix.checkpoints.fork(result.session_id, at=theirs.checkpoint_id)
     with pytest.raises(SessionNotFoundError):
-        await helix.get_checkpoints("ses_missing")
+        await helix.checkpoints.list("ses_missing")
     with pytest.raises(InvalidInputError):
-        await helix.get_checkpoint(result.session_id, "bad\x00id")
+        await helix.checkpoints.get(result.session_id, "bad\x00id")
     with pytest.raises(InvalidInputError):
-        await helix.fork("bad\x00session", at="x")
+        await helix.checkpoints.fork("bad\x00session", at="x")
 
 
 async def test_sessions_without_checkpoints_read_as_none(helix, make_agent, mock_llm, database_url):
     """A session from before migration 0013 has no checkpoint rows: they are not derived."""
     _, result = await three_step_session(helix, make_agent, mock_llm)
     sql(database_url, "DELETE FROM helix.checkpoints WHERE session_id = %s", result.session_id)
-    assert await helix.get_checkpoints(result.session_id) == []
+    assert await helix.checkpoints.list(result.session_id) == []
     assert len(await helix.get_messages(result.session_id)) == 8
 
 
@@ -360,7 +362,7 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     )
     live = await helix.execute(live_agent, "stay")
     for _ in range(200):
-        kinds = [c.kind for c in await helix.get_checkpoints(live.session_id)]
+        kinds = [c.kind for c in await helix.checkpoints.list(live.session_id)]
         if kinds == ["step", "head"]:  # step 1, and step 2's head (its tool holds)
             break
         await asyncio.sleep(0.05)
@@ -380,10 +382,10 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     messages = await helix.get_messages(old.session_id)
     await workflow_done(database_url, f"helix-{old.run_id}")
 
-    report = await helix.prune(older_than=timedelta(days=1), keep_last=1)
+    report = await helix.checkpoints.prune(older_than=timedelta(days=1), keep_last=1)
 
     assert report.checkpoints >= 3 and report.stream_chunks > 0 and report.workflows >= 1
-    kept = await helix.get_checkpoints(old.session_id)
+    kept = await helix.checkpoints.list(old.session_id)
     assert [c.step for c in kept] == [4] and kept[0].state["count"] == 5, (
         "the last checkpoint stays, with the state it pointed at (copied in)"
     )
@@ -416,7 +418,7 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     gate.set()
     assert (await live.result()).output == "live done"
     with pytest.raises(InvalidInputError):
-        await helix.prune(older_than=timedelta(days=-1))
+        await helix.checkpoints.prune(older_than=timedelta(days=-1))
 
 
 @pytest.mark.crash

@@ -40,5 +40,5 @@ async def test_the_sql_recipe_gives_the_state_at_each_checkpoint(helix, make_age
         ("step", 4, 5),
     ]
     assert [r.checkpoint_id for r in rows] == [
-        c.checkpoint_id for c in await helix.get_checkpoints(result.session_id)
+        c.checkpoint_id for c in await helix.checkpoints.list(result.session_id)
     ]

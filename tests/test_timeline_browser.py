@@ -22,7 +22,7 @@ async def test_timeline_shows_steps_and_forks_from_a_checkpoint(
 
     page, errors = browser_page
     agent, result = await three_step_session(helix, make_agent, mock_llm)
-    cps = await helix.get_checkpoints(result.session_id)
+    cps = await helix.checkpoints.list(result.session_id)
 
     with serve(create_app(helix, allow_unauthenticated=True)) as url:
         await page.goto(f"{url}/timeline?session_id={result.session_id}")
@@ -53,7 +53,7 @@ async def test_timeline_shows_steps_and_forks_from_a_checkpoint(
         assert fork_id and fork_id != result.session_id
         assert (
             await helix.get_messages(fork_id)
-            == (await helix.get_checkpoint(result.session_id, cps[1].checkpoint_id)).messages
+            == (await helix.checkpoints.get(result.session_id, cps[1].checkpoint_id)).messages
         )
         await link.click()
         await expect(page.locator(".checkpoint.fork")).to_have_count(1)

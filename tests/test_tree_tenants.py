@@ -13,7 +13,7 @@ from helpers import calls, text
 from live_server import serve
 
 from helix_dbos import LLMConfig, PersistentAgent, remote_sub_agent_tool, sub_agent_tool, tool
-from helix_dbos.runtime import model_limits
+from helix_dbos.runtime.process import model_limits
 from helix_dbos.server import create_app
 
 MODEL = "mock:tree-tenant"

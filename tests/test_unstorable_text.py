@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from helix_dbos import Agent, tool
 from helix_dbos.errors import InvalidInputError
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.store.storable import REPLACEMENT, dumps, storable, unstorable_path
 
 BAD = "a\x00b\ud800c\udfffd"

@@ -13,10 +13,11 @@ from dbos import DBOS
 from helpers import approval_gated_delete, pending_calls, sql
 from sqlalchemy import event
 
-from helix_dbos.runtime import dbos_internals, wait_parking
-from helix_dbos.runtime.dbos_internals import _ReplayedSteps
-from helix_dbos.runtime.message_recheck import MessageRecheck
-from helix_dbos.runtime.parked_span import PARKED_MESSAGE
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos.dbos_internals import _ReplayedSteps
+from helix_dbos.runtime.process import wait_parking
+from helix_dbos.runtime.process.parked_span import PARKED_MESSAGE
+from helix_dbos.runtime.waits.message_recheck import MessageRecheck
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from dbos import DBOS
 from helpers import approval_gated_delete, pending_calls, sql
 
-from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.hitl import Resolution
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.waits.hitl import Resolution
 from helix_dbos.store.wait_resume import WaitResumed, resume_wait
 
 

@@ -28,8 +28,8 @@ from test_crash import (
     spawn,
 )
 
-from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import libpq_url
+from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.migrations import apply_migrations
 
 pytestmark = pytest.mark.crash

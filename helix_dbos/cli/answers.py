@@ -21,8 +21,8 @@ from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import print_json
 from helix_dbos.cli.visible import escape_invisible
 from helix_dbos.errors import RunNotActiveError
-from helix_dbos.store import run_versions
 from helix_dbos.store.database import connect
+from helix_dbos.store.features import run_versions
 
 if TYPE_CHECKING:  # DBOSClient and SQLAlchemy load when an answer is sent, not for --help
     from helix_dbos.server.remote import RemoteControl, Target

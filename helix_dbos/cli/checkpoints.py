@@ -21,7 +21,7 @@ from helix_dbos.cli.output import Column, print_json, print_table
 from helix_dbos.store.database import connect, libpq_url
 
 if TYPE_CHECKING:  # SQLAlchemy and DBOS load when a command runs, not for --help
-    from helix_dbos.runtime.time_travel import TimeTravel
+    from helix_dbos.runtime.control.time_travel import TimeTravel
     from helix_dbos.store.driver import DriverConnection
 
 T = TypeVar("T")
@@ -50,7 +50,8 @@ CHECKPOINT_COLUMNS = [
 
 def _run(url: str, body: Callable[[TimeTravel], Coroutine[Any, Any, T]]) -> T:
     """`body` on a `TimeTravel` over one autocommit connection to `url`."""
-    from helix_dbos.runtime.time_travel import TimeTravel  # noqa: PLC0415
+    from helix_dbos.memory import store as memory_store  # noqa: PLC0415
+    from helix_dbos.runtime.control.time_travel import TimeTravel  # noqa: PLC0415
     from helix_dbos.store.driver import DriverConnection  # noqa: PLC0415
 
     @asynccontextmanager
@@ -67,7 +68,8 @@ def _run(url: str, body: Callable[[TimeTravel], Coroutine[Any, Any, T]]) -> T:
         finally:
             client.destroy()
 
-    return asyncio.run(body(TimeTravel(connection, delete_workflows, {})))
+    travel = TimeTravel(connection, delete_workflows, {}, memory_store.prune_expired_batch)
+    return asyncio.run(body(travel))
 
 
 def _session(url: str, session: str) -> str:
@@ -178,7 +180,7 @@ def prune(
 ) -> int:
     """Remove old checkpoints, stream chunks and DBOS workflow records of ended runs (every
     transcript stays; a session with a live run is left alone)."""
-    from helix_dbos.runtime.time_travel import parse_age  # noqa: PLC0415
+    from helix_dbos.runtime.control.time_travel import parse_age  # noqa: PLC0415
 
     age = parse_age(older_than)
     url = resolve_url(database_url)

@@ -29,7 +29,7 @@ from helix_dbos.store.database import (
 from helix_dbos.store.embedded import embedded_pid
 
 if TYPE_CHECKING:  # imported when an app is loaded: the read commands never need DBOS
-    from helix_dbos.runtime.helix import HelixDBOS
+    from helix_dbos.facade.helix import HelixDBOS
 
 EXIT_ERROR = 2
 TOKEN_ENV = "HELIX_SERVER_TOKEN"
@@ -118,7 +118,7 @@ def require_session(conn: Any, session_id: str) -> str:
 
 def load_helix(spec: str) -> HelixDBOS:
     """Import `module:attr` (or `path/file.py:attr`): a HelixDBOS, or a factory returning one."""
-    from helix_dbos.runtime.helix import HelixDBOS  # noqa: PLC0415 - DBOS only when used
+    from helix_dbos.facade.helix import HelixDBOS  # noqa: PLC0415 - DBOS only when used
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:

@@ -21,8 +21,6 @@ from rich.text import Text
 
 from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
 from helix_dbos.cli.output import plural, print_json, print_renderable
-from helix_dbos.store import run_versions
-from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
     connect,
@@ -30,6 +28,8 @@ from helix_dbos.store.database import (
     redact_secrets,
     redact_url,
 )
+from helix_dbos.store.features import run_versions
+from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.migrations import applied_migrations, load_migrations
 from helix_dbos.store.pooler import behind_proxy, detect_pgbouncer, pooler_settings
 

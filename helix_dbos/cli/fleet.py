@@ -23,9 +23,9 @@ from helix_dbos.cli.common import (
     resolve_url,
 )
 from helix_dbos.cli.output import Column, plural, print_json, print_table
-from helix_dbos.server.limits import ServeLimits, with_header_timeout
-from helix_dbos.store import workers as workers_sql
-from helix_dbos.store.workers import WorkerRow
+from helix_dbos.server.http.limits import ServeLimits, with_header_timeout
+from helix_dbos.store.features import workers as workers_sql
+from helix_dbos.store.features.workers import WorkerRow
 
 
 def serve(
@@ -292,7 +292,7 @@ def recover(
     """
     url = resolve_url(database_url)
     claimant = f"cli:{socket.gethostname()}:{os.getpid()}"
-    from helix_dbos.runtime.workers import recover_worker  # noqa: PLC0415 - loads DBOS
+    from helix_dbos.runtime.process.workers import recover_worker  # noqa: PLC0415 - loads DBOS
 
     moved = recover_worker(url, executor_id, claimant)
     if json_output:

@@ -13,9 +13,9 @@ from typing import Any
 
 from helix_dbos.cli.output import stderr_console
 from helix_dbos.cli.visible import reveal
-from helix_dbos.runtime.handle import RunHandle
-from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.runtime.results import AgentResult
+from helix_dbos.facade.helix import HelixDBOS
+from helix_dbos.runtime.sessions.handle import RunHandle
+from helix_dbos.runtime.steps.results import AgentResult
 from helix_dbos.streaming.chunks import StreamChunk
 from helix_dbos.streaming.progress import WAITS, StepNarrator
 

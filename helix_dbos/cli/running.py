@@ -27,7 +27,7 @@ from helix_dbos.store.database import connect
 
 if TYPE_CHECKING:  # these commands load DBOS when they run, not for --help
     from helix_dbos import demo as quickstart
-    from helix_dbos.runtime.results import AgentResult
+    from helix_dbos.runtime.steps.results import AgentResult
 
 
 def resume(

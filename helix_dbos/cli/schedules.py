@@ -20,7 +20,7 @@ from helix_dbos.errors import InvalidInputError
 from helix_dbos.store.database import libpq_url
 
 if TYPE_CHECKING:  # DBOS loads when a schedule is read or changed, not for --help
-    from helix_dbos.store.schedules import ScheduleBook
+    from helix_dbos.schedules.book import ScheduleBook
 
 APP_NAME_ENV = "HELIX_APP_NAME"
 
@@ -63,7 +63,7 @@ AppName = Annotated[
 def _book(database_url: str | None, app_name: str | None) -> Iterator[ScheduleBook]:
     from dbos import DBOSClient  # noqa: PLC0415 - DBOS only when a command runs
 
-    from helix_dbos.store.schedules import ScheduleBook  # noqa: PLC0415
+    from helix_dbos.schedules.book import ScheduleBook  # noqa: PLC0415
 
     name = app_name or os.environ.get(APP_NAME_ENV) or "helix_dbos"
     url = resolve_url(database_url)
@@ -245,7 +245,7 @@ def firings(
     database_url: DatabaseUrl = None,
 ) -> int:
     """A schedule's firings, newest first, with the session and run each made."""
-    from helix_dbos.store.schedules import FIRINGS_SQL_PSYCOPG  # noqa: PLC0415 - SQLAlchemy's
+    from helix_dbos.schedules.book import FIRINGS_SQL_PSYCOPG  # noqa: PLC0415 - SQLAlchemy's
 
     with read_connection(database_url) as conn:
         cursor = conn.execute(FIRINGS_SQL_PSYCOPG, {"name": name, "limit": limit})

@@ -7,7 +7,7 @@ terminateChild (kill a running child) — these five are always injected. The si
 waitForResult (blocks until a child completes), is conditionally injected only when at
 least one persistent agent has mode: 'blocking' configured."
 
-They run in the parent's workflow code (`runtime/companions.py`); this module only
+They run in the parent's workflow code (`runtime/children/companions.py`); this module only
 defines them, from the persistent agents' names and modes.
 """
 

@@ -5,7 +5,7 @@ local sub-agent; the child runs on the helix server at `url`, in a session whose
 derived from the parent's session and the call id, started with an idempotency key
 derived the same way, so a parent step replayed after a crash attaches to the run it
 started instead of starting another. The scheduling lives in
-`runtime/remote_children.py`; this module only defines.
+`runtime/children/remote_children.py`; this module only defines.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from helix_dbos.orchestration.types import SUBAGENT_PREFIX
 RemoteAuth = str | Callable[[], str] | None
 # "helix": `url` is a helix server and `agent_name` one of its agents; "a2a": `url` is an
 # A2A agent's endpoint (its card at `<url>/.well-known/agent-card.json`), for example a
-# helix server's `/a2a/<agent>` (protocols/a2a/remote.py).
+# helix server's `/a2a/<agent>` (a2a_wire/remote.py).
 RemoteProtocol = Literal["helix", "a2a"]
 
 

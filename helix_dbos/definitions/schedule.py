@@ -4,7 +4,7 @@ A helix schedule is a DBOS schedule (`dbos.workflow_schedules`) whose workflow i
 `helix.scheduled_firing` and whose context is a `ScheduleSpec`: DBOS fires it (once per
 firing across every process, under the workflow id `sched-<name>-<time>`), pauses,
 resumes, deletes and backfills it; helix turns each firing into an ordinary run
-(`runtime/schedule_firing.py`). No I/O here: the CLI imports it without DBOS.
+(`schedules/firing.py`). No I/O here: the CLI imports it without DBOS.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The parent's model calls `subagent__<name>` with `{"message": "..."}` (or with the
 child's own `input_schema`); the child runs to completion in its own session, as a
 DBOS child workflow of the parent's run, and its output (or its error) is the tool's
-result. The scheduling lives in `runtime/subagents.py`; this module only defines.
+result. The scheduling lives in `runtime/children/subagents.py`; this module only defines.
 """
 
 from __future__ import annotations

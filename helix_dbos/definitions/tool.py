@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
+from helix_dbos import named_tools
 from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError, ToolOutputError
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
@@ -197,11 +197,10 @@ def named_tool(name: str) -> Tool:
     """A fresh instance of the tool registered under `name`.
 
     The built-ins register themselves when `helix_dbos.builtins` is imported, which
-    `import helix_dbos` no longer does up front (it loads names lazily): a name not yet
-    known imports them (by name, so the module graph stays acyclic)."""
+    `import helix_dbos` does not do up front (it loads names lazily): a name not yet
+    known runs the loaders the package's `__init__` handed in (`named_tools.py`)."""
     if name not in _NAMED_TOOLS:
-        importlib.import_module("helix_dbos.builtins")
-        importlib.import_module("helix_dbos.memory.tools")  # memory (issue 36)
+        named_tools.load_sources()
     try:
         return _NAMED_TOOLS[name]()
     except KeyError:

@@ -2,7 +2,7 @@
 searchable at once, vector-searchable (pgvector) once embedded. See docs/memory.md.
 
 Names load on first use (PEP 562), so a module that needs only the SQL (`store`, for
-`helix.prune`) does not load the manager and DBOS. The tools `__remember__`/`__recall__`
+`helix.checkpoints.prune`) does not load the manager and DBOS. The tools `__remember__`/`__recall__`
 (`helix_dbos.memory.tools`) register when an agent first names them, after the Hyphen
 built-ins."""
 
@@ -13,13 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from helix_dbos.memory.embedders import Embedder, HashingEmbedder
-    from helix_dbos.memory.errors import (
-        EmbeddingDimensionError,
-        EmbeddingError,
-        InvalidMemoryError,
-        MemoryNotConfiguredError,
-        VectorSearchUnavailableError,
-    )
     from helix_dbos.memory.executors import (
         BackgroundEmbeddingExecutor,
         EmbeddingExecutor,
@@ -30,6 +23,13 @@ if TYPE_CHECKING:
         MemoryManager,
         current_memory,
         install_memory,
+    )
+    from helix_dbos.memory.memory_errors import (
+        EmbeddingDimensionError,
+        EmbeddingError,
+        InvalidMemoryError,
+        MemoryNotConfiguredError,
+        VectorSearchUnavailableError,
     )
     from helix_dbos.memory.recall import recall_hooks
     from helix_dbos.memory.types import (
@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
             "MemoryNotConfiguredError",
             "VectorSearchUnavailableError",
         ],
-        "helix_dbos.memory.errors",
+        "helix_dbos.memory.memory_errors",
     ),
     **dict.fromkeys(
         ["BackgroundEmbeddingExecutor", "EmbeddingExecutor", "InlineEmbeddingExecutor"],

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from helix_dbos.memory.errors import EmbeddingDimensionError, EmbeddingError
+from helix_dbos.memory.memory_errors import EmbeddingDimensionError, EmbeddingError
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from dbos import DBOS
 
 from helix_dbos.memory.types import EmbedOutcome
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 
 EmbedJob = Callable[[list[str]], Coroutine[Any, Any, EmbedOutcome]]
 

@@ -21,21 +21,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.memory import store
 from helix_dbos.memory.embedders import Embedder, HashingEmbedder, checked_vectors
-from helix_dbos.memory.errors import (
-    EmbeddingError,
-    InvalidMemoryError,
-    MemoryNotConfiguredError,
-    VectorSearchUnavailableError,
-)
 from helix_dbos.memory.executors import (
     EmbeddingExecutor,
     InlineEmbeddingExecutor,
     in_workflow_code,
 )
 from helix_dbos.memory.keys import step_memory_ids
+from helix_dbos.memory.memory_errors import (
+    EmbeddingError,
+    InvalidMemoryError,
+    MemoryNotConfiguredError,
+    VectorSearchUnavailableError,
+)
 from helix_dbos.memory.types import EmbedOutcome, Memory, MemoryHit, SearchMode, VectorSupport
-from helix_dbos.runtime.event_loop import on_target_loop
-from helix_dbos.runtime.process_runtime import current_runtime
+from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.process.process_runtime import current_runtime
 from helix_dbos.store.storable import check_storable
 
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from helix_dbos.memory.embedders import Embedder
 from helix_dbos.memory.executors import EmbeddingExecutor
 from helix_dbos.memory.manager import MemoryManager, current_memory, install_memory
-from helix_dbos.runtime.process_runtime import Runtime
+from helix_dbos.runtime.process.process_runtime import Runtime
 
 
 class MemoryMethods:

@@ -9,7 +9,7 @@ from typing import Any
 
 import openai
 
-from helix_dbos.memory.errors import EmbeddingError
+from helix_dbos.memory.memory_errors import EmbeddingError
 
 # OpenAI's limit is 2048 inputs per request; smaller batches keep a failure cheap.
 OPENAI_BATCH = 256

@@ -181,7 +181,7 @@ _PRUNE_EXPIRED_BATCH = text(
 
 
 async def prune_expired_batch(conn: Any, batch: int) -> int:
-    """Delete up to `batch` expired memories (`helix.prune` calls it until none are left)."""
+    """Delete up to `batch` expired memories (`helix.checkpoints.prune` calls it until none are left)."""
     return int((await conn.execute(_PRUNE_EXPIRED_BATCH, {"batch": batch})).one()[0])
 
 

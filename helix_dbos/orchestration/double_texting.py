@@ -19,7 +19,7 @@ otherwise it starts a run at once, as `reject` does. Stored messages are rows of
 interrupting and rolling-back messages first (they were sent to replace the live run),
 then the others in storage order.
 
-Durability (see `runtime/session_queue.py`): the run a message starts has an id derived
+Durability (see `runtime/sessions/session_queue.py`): the run a message starts has an id derived
 from the message's, so opening it twice is impossible and starting its workflow twice
 is a no-op; the workflow whose run ends starts the next message's run, and a sweep
 starts the run of any message left waiting on an idle session (its starter killed).

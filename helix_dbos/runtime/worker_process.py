@@ -23,33 +23,34 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
-from helix_dbos.runtime import dbos_internals, model_limits
-from helix_dbos.runtime.dispatch import Dispatch
-from helix_dbos.runtime.event_loop import run_sync, running_loop, target_loop
-from helix_dbos.runtime.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
-from helix_dbos.runtime.message_recheck import MessageRecheck
-from helix_dbos.runtime.process_runtime import Runtime, logger, no_lease, set_runtime
-from helix_dbos.runtime.run_starts import RunStarts
-from helix_dbos.runtime.run_waits import RunWaits
-from helix_dbos.runtime.wait_parking import WaitParking
-from helix_dbos.runtime.workers import Fence, WorkerLease, default_executor_id
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.process import model_limits
+from helix_dbos.runtime.process.event_loop import run_sync, running_loop, target_loop
+from helix_dbos.runtime.process.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
+from helix_dbos.runtime.process.process_runtime import Runtime, logger, no_lease, set_runtime
+from helix_dbos.runtime.process.wait_parking import WaitParking
+from helix_dbos.runtime.process.workers import Fence, WorkerLease, default_executor_id
+from helix_dbos.runtime.starts.dispatch import Dispatch
+from helix_dbos.runtime.starts.run_starts import RunStarts
+from helix_dbos.runtime.starts.run_waits import RunWaits
+from helix_dbos.runtime.waits.message_recheck import MessageRecheck
 from helix_dbos.store import repository as repo
-from helix_dbos.store import workers as workers_sql
 from helix_dbos.store.database import (
     connect,
     ensure_database_exists,
     libpq_url,
     sqlalchemy_url,
 )
+from helix_dbos.store.features import workers as workers_sql
+from helix_dbos.store.features.workers import WorkerIdentity, WorkerRow
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.pooler import DIRECT, PoolerSettings, pooler_warning
 from helix_dbos.store.statement_pool import StatementPool
-from helix_dbos.store.workers import WorkerIdentity, WorkerRow
 
 # Fixed for good (issue 45): DBOS recovers a workflow only in a process of the version that
 # started it, so moving the default strands every run in flight at each upgrade (it moved
 # from helix-1 to helix-6 in development builds, before 0.1.0). A change to what a helix
-# workflow checkpoints goes behind a named patch instead (`runtime/patches.py`,
+# workflow checkpoints goes behind a named patch instead (`runtime/process/patches.py`,
 # docs/upgrading.md); the version is the user's knob (`application_version=`,
 # HELIX_APP_VERSION). tests/test_patches.py fails if it moves.
 DEFAULT_APP_VERSION = "helix-6"

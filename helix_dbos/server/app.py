@@ -15,16 +15,21 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from helix_dbos.protocols import a2a, ag_ui, ai_sdk
-from helix_dbos.runtime import dbos_internals
-from helix_dbos.runtime.helix import HelixDBOS
-from helix_dbos.server import assets, chat, checkpoints, inbox, reads, routes, schedules, timeline
-from helix_dbos.server.auth import Authenticate, check_auth_config
-from helix_dbos.server.body import BodyLimits
-from helix_dbos.server.edge import LOCAL_HOSTS, EdgeGuard, EdgePolicy
-from helix_dbos.server.errors import install_error_handlers
-from helix_dbos.server.route_context import ServerContext
-from helix_dbos.server.streams import StreamSlots
+from helix_dbos.facade.helix import HelixDBOS
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.server import assets, inbox, timeline
+from helix_dbos.server.endpoints import chat
+from helix_dbos.server.endpoints import checkpoint_routes as checkpoints
+from helix_dbos.server.endpoints import read_routes as reads
+from helix_dbos.server.endpoints import run_routes as routes
+from helix_dbos.server.endpoints import schedule_routes as schedules
+from helix_dbos.server.http.auth import Authenticate, check_auth_config
+from helix_dbos.server.http.body import BodyLimits
+from helix_dbos.server.http.edge import LOCAL_HOSTS, EdgeGuard, EdgePolicy
+from helix_dbos.server.http.error_responses import install_error_handlers
+from helix_dbos.server.http.route_context import ServerContext
+from helix_dbos.server.http.streams import StreamSlots
+from helix_dbos.server.protocols import a2a, ag_ui, ai_sdk
 
 # Room for the JSON around a maximal tool result.
 BODY_OVERHEAD_BYTES = 64 * 1024
@@ -135,7 +140,7 @@ def create_app(
     app.include_router(assets.build_router(title, api_docs=api_docs))
     a2a.mount(app, ctx)  # A2A 1.0 at /a2a/{agent}, when a2a-sdk is installed
     if mcp_agents:  # the extra `mcp`, imported only when asked for
-        from helix_dbos.protocols.mcp_server import mount_mcp  # noqa: PLC0415
+        from helix_dbos.server.protocols.mcp_server import mount_mcp  # noqa: PLC0415
 
         mount_mcp(app, ctx, mcp_agents)
     app.add_middleware(EdgeGuard, policy=policy)

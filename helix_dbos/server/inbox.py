@@ -18,13 +18,13 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.requests import Request as StarletteRequest
 
 from helix_dbos.api.models import AnsweredCall
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server import queries
-from helix_dbos.server.auth import TOKEN_COOKIE, Principal, current_principal, principal_of
-from helix_dbos.server.cookies import cleared_cookie, token_cookie
+from helix_dbos.server.http.auth import TOKEN_COOKIE, Principal, current_principal, principal_of
+from helix_dbos.server.http.cookies import cleared_cookie, token_cookie
+from helix_dbos.server.http.route_context import ERROR_RESPONSES, ServerContext
+from helix_dbos.server.http.visibility import visible_rows
 from helix_dbos.server.pages import page
-from helix_dbos.server.route_context import ERROR_RESPONSES, ServerContext
-from helix_dbos.server.visibility import visible_rows
 
 SIGN_IN_FAILED = '<p id="error" class="error">'
 

@@ -26,11 +26,10 @@ from helix_dbos.errors import (
     ToolCallAlreadyAnsweredError,
     ToolCallNotFoundError,
 )
-from helix_dbos.runtime.closing import close_run
-from helix_dbos.runtime.dbos_internals import DBOSNonExistentWorkflowError
-from helix_dbos.runtime.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
-from helix_dbos.runtime.step_types import GateKind
-from helix_dbos.store import run_versions
+from helix_dbos.runtime.dbos.dbos_internals import DBOSNonExistentWorkflowError
+from helix_dbos.runtime.steps.closing import close_run
+from helix_dbos.runtime.steps.step_types import GateKind
+from helix_dbos.runtime.waits.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
 from helix_dbos.store.answer_claim import (
     BELOW_CALLS_SQL,
     LOCK_CALL_SQL,
@@ -39,6 +38,7 @@ from helix_dbos.store.answer_claim import (
     pg_style,
 )
 from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
+from helix_dbos.store.features import run_versions
 from helix_dbos.store.repository import ToolCallRow
 from helix_dbos.store.storable import check_storable
 

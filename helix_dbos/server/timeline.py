@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from helix_dbos.server.http.route_context import ERROR_RESPONSES
 from helix_dbos.server.pages import page
-from helix_dbos.server.route_context import ERROR_RESPONSES
 
 
 def build_router() -> APIRouter:

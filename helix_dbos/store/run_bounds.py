@@ -250,7 +250,7 @@ _END_STEP_AND_RUN_FROM = (
 )
 # Durable: its commit waits for the disk flush. A DBOS checkpoint that follows does not
 # make up for one that did not: DBOS retries one whose connection was lost on the
-# restarted server, after a crash that lost the write (`runtime/commit.py`).
+# restarted server, after a crash that lost the write (`runtime/steps/commit.py`).
 _END_STEP_AND_RUN = _sql(_END_STEP_AND_RUN_HEAD + _END_STEP_AND_RUN_FROM)
 
 

@@ -145,7 +145,7 @@ def respond(request: LLMRequest) -> dict:
 
 
 if scenario == "commit" and first_life():
-    from helix_dbos.runtime import commit as step_commit
+    from helix_dbos.runtime.steps import commit as step_commit
 
     original_write = step_commit.write_step_rows
 
@@ -167,7 +167,7 @@ if scenario == "open" and first_life():
     _DBOS.start_workflow_async = crash_before_start  # type: ignore[method-assign]
 
 if scenario == "final" and first_life():
-    from helix_dbos.runtime import final_write
+    from helix_dbos.runtime.loop import final_write
 
     original_final = final_write.final_step
 
@@ -183,7 +183,7 @@ if scenario == "early" and first_life():
     # The run's only LLM step replies with its output; its final write starts before
     # DBOS checkpoints the step (`StepAhead.take`). The test holds that checkpoint
     # with a trigger; this life dies once the final write has committed.
-    from helix_dbos.runtime import final_write as early_loop
+    from helix_dbos.runtime.loop import final_write as early_loop
 
     original_early_final = early_loop.final_step
 

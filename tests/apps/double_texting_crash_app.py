@@ -29,7 +29,7 @@ from pathlib import Path
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.session_queue import QueuedRunHandle
+from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
 markers = Path(marker_dir)

@@ -88,8 +88,8 @@ def say(**fields: object) -> None:
 async def main() -> None:
     if mode == "start":
         source = await (await helix.execute(agent, "go")).result()
-        first = (await helix.get_checkpoints(source.session_id))[0]
-        fork = await helix.fork(source.session_id, at=first, state={"branch": "fork"})
+        first = (await helix.checkpoints.list(source.session_id))[0]
+        fork = await helix.checkpoints.fork(source.session_id, at=first, state={"branch": "fork"})
         handle = await helix.resume(fork)
         say(source=source.session_id, output=source.output, fork=fork, run_id=handle.run_id)
         await asyncio.sleep(3600)  # killed by the test

@@ -38,7 +38,7 @@ from soak_app import Markers, work
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
-from helix_dbos.runtime.event_loop import on_target_loop
+from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server.app import create_app
 from helix_dbos.store import repository as repo
 

@@ -59,7 +59,7 @@ async def main() -> None:
     helix.launch()
     cron = os.environ.get("SCHEDULE_APP_CRON")
     if cron:
-        await helix.schedule(
+        await helix.schedules.create(
             os.environ.get("SCHEDULE_APP_AGENT", "ticker"),
             cron,
             input="tick",

@@ -1,0 +1,65 @@
+"""Send an answer in the transaction that claims it.
+
+`approve()` and the other answers claim the pending call (`store/answer_claim.py`) and
+send the answer with `DBOS.send` before the claim commits. `DBOS.send` is a transaction
+of its own on DBOS's pool, reached through a thread: a thread hop and three round trips
+on the path from `approve()` to the tool, and then the claim's commit. When DBOS's
+system tables live in helix's database (helix configured DBOS from the same URL, the
+usual case), the message row is inserted in the claiming transaction instead, as
+`DBOSClient.send_in_transaction` does: the claim and the answer commit together (a
+SIGKILL before the commit leaves neither), and the commit is what wakes the run.
+Better still, for every answer but a client's result (checked against its tool's schema
+before it is sent), the claim and the message row are one statement
+(`store/answer_claim.claim_and_send`): one round trip from `approve()` to the wake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.store.repository import SQLConnection
+
+_SAME_DATABASE: dict[int, bool] = {}  # by id(engine): DBOS's system database is its database
+
+
+def _same_database(engine: AsyncEngine) -> bool:
+    same = _SAME_DATABASE.get(id(engine))
+    if same is None:
+        same = _SAME_DATABASE[id(engine)] = dbos_internals.system_database_is(engine.url)
+    return same
+
+
+def message_table(engine: AsyncEngine) -> str | None:
+    """DBOS's message table, if a statement on helix's database can insert into it
+    (`store/answer_claim.claim_and_send`): DBOS's tables in this database, and the
+    caller outside any workflow or step (inside one, `DBOS.send` records itself as a
+    step, which a plain statement would not)."""
+    if not dbos_internals.sends_in_transaction() or not _same_database(engine):
+        return None
+    return dbos_internals.notifications_table()
+
+
+async def send_with_claim(
+    engine: AsyncEngine,
+    conn: SQLConnection,
+    workflow_id: str,
+    message: Any,
+    topic: str,
+    idempotency_key: str,
+) -> bool:
+    """Insert the message in `conn`'s transaction; False (nothing done) where that is
+    not possible: the caller then sends with `DBOS.send`."""
+    if not isinstance(conn, AsyncConnection) or not dbos_internals.sends_in_transaction():
+        return False
+    if not _same_database(engine):
+        return False
+
+    def send(sync_conn: Connection) -> None:
+        dbos_internals.send_in_transaction(sync_conn, workflow_id, message, topic, idempotency_key)
+
+    await conn.run_sync(send)
+    return True
