@@ -402,6 +402,11 @@ async def test_suspend_and_resume_hooks(helix, make_agent, mock_llm):
     )
     handle = await helix.execute(agent, "go")
     await wait_until_waiting(helix, handle.session_id)
+    # The hook fires in its own step just after the suspend is written: wait for it too.
+    for _ in range(400):
+        if events:
+            break
+        await asyncio.sleep(0.05)
     assert events == ["suspended:approval"]
     await helix.approve(handle.session_id, "h")
     await handle.result()
