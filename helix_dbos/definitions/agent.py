@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,8 +52,28 @@ class LLMConfig:
     # at once and `rate_limit=(n, seconds)` started per period, across every worker.
     max_concurrent: int | None = None
     rate_limit: tuple[int, float] | None = None
+    # Anthropic prompt caching (docs/providers.md): `cache_control` breakpoints on the
+    # system prompt and tools and on the last message. OpenAI caches on its own.
+    cache: bool = True
+    # Models tried in order, inside the same LLM step, once this model's attempts are
+    # spent on provider errors (rate limits, 5xx, overloaded, lost connections).
+    fallback: tuple[str, ...] | list[str] = ()
 
     def __post_init__(self) -> None:
+        given: object = self.fallback  # a single name is taken for a list of one
+        fallback = (given,) if isinstance(given, str) else tuple(self.fallback)
+        for name in fallback:
+            if not isinstance(name, str) or (name != "mock" and ":" not in name.strip(":")):
+                raise AgentDefinitionError(
+                    f"LLMConfig: fallback models are 'provider:model' names such as "
+                    f"'openai:gpt-4o', not {name!r}"
+                )
+        if self.model in fallback or len(set(fallback)) != len(fallback):
+            raise AgentDefinitionError(
+                f"LLMConfig: fallback {list(fallback)} repeats a model (or the primary "
+                f"{self.model!r}): each model is tried once"
+            )
+        object.__setattr__(self, "fallback", fallback)
         if self.max_attempts < 1 or self.retry_interval_seconds < 0 or self.retry_backoff < 1:
             raise AgentDefinitionError(
                 "LLMConfig: max_attempts must be >= 1, retry_interval_seconds >= 0 "
@@ -343,3 +365,10 @@ class Agent:
             view = self.state_schema.model_validate(state) if self.state_schema else dict(state)
             return self.system_prompt(view)
         return self.system_prompt
+
+    def on_model(self, model: str) -> Agent:
+        """This agent as its fallback `model` is called (`LLMConfig(fallback=...)`): that
+        model's adapter, without the primary's `base_url` and fallbacks."""
+        clone = copy.copy(self)
+        clone.llm = dataclasses.replace(self.llm, model=model, base_url=None, fallback=())
+        return clone

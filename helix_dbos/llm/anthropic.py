@@ -24,6 +24,7 @@ from typing import Any, Literal, TypedDict
 import anthropic
 import httpx2
 from anthropic.types import (
+    CacheControlEphemeralParam,
     ContentBlockParam,
     MessageParam,
     OutputConfigParam,
@@ -89,7 +90,7 @@ class _RequiredMessagesParams(TypedDict):
 class MessagesParams(_RequiredMessagesParams, total=False):
     """The keyword arguments for `messages.create` / `messages.stream` that we send."""
 
-    system: str
+    system: str | list[TextBlockParam]
     tools: list[ToolParam]
     tool_choice: ToolChoiceAnyParam
     output_config: OutputConfigParam
@@ -231,7 +232,47 @@ def build_params(
         params["extra_headers"] = headers
     if options:
         params["extra_body"] = options
+    if request.cache:
+        add_cache_breakpoints(params)
     return params, strict_tools
+
+
+# --- Prompt caching ----------------------------------------------------------------
+
+#: Anthropic refuses a request with more than 4 `cache_control` breakpoints.
+MAX_BREAKPOINTS = 4
+#: Blocks the API refuses a `cache_control` on (they are cached as part of their turn).
+_UNMARKABLE = ("thinking", "redacted_thinking")
+
+
+def add_cache_breakpoints(params: MessagesParams) -> None:
+    """Mark the prefix that every later step of the run re-sends, in place.
+
+    The cache covers everything up to a breakpoint, in the API's order: tools, system,
+    messages. One breakpoint on the system prompt (on the last tool when there is no
+    system prompt) caches the tools and the prompt; one on the last block of the last
+    message caches the whole history, which the next step reads back as it appends to
+    it. Two breakpoints, within the API's limit of `MAX_BREAKPOINTS`.
+    """
+    system = params.get("system")
+    if isinstance(system, str) and system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": _ephemeral()}]
+    elif params.get("tools"):
+        params["tools"][-1]["cache_control"] = _ephemeral()
+    for message in reversed(params["messages"]):
+        content: Any = message["content"]  # our turns are lists of block dicts
+        markable = (
+            []
+            if isinstance(content, str)
+            else [b for b in content if isinstance(b, dict) and b.get("type") not in _UNMARKABLE]
+        )
+        if markable:  # text, tool use or tool result: kinds that take a breakpoint
+            markable[-1]["cache_control"] = _ephemeral()
+            break
+
+
+def _ephemeral() -> CacheControlEphemeralParam:
+    return {"type": "ephemeral"}
 
 
 def _may_force_tool(request: LLMRequest, caps: ModelCapabilities) -> bool:

@@ -87,7 +87,10 @@ class LLMUsage(_Model):
     its cache reads and writes). `cache_read_tokens` and `cache_write_tokens` are
     the parts of it read from and written to the prompt cache, and
     `reasoning_tokens` the part of `output_tokens` spent on reasoning. `model` is
-    the model the provider said answered, `None` when it named none.
+    the model the provider said answered, `None` when it named none. `fallback` is
+    the `provider:model` name of the fallback model called (`LLMConfig(fallback=...)`)
+    when the agent's own model could not answer: part of the step's checkpoint, so a
+    replay keeps the fallback's answer and its provider.
     """
 
     model: str | None = None
@@ -96,6 +99,7 @@ class LLMUsage(_Model):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    fallback: str | None = None
 
 
 class Message(_Model):
@@ -191,6 +195,8 @@ class LLMRequest(_Model):
     provider_options: dict[str, Any] = Field(default_factory=dict)
     output_format: OutputFormat | None = None
     tool_choice: ToolChoice = "auto"
+    #: Ask for prompt caching where the provider needs asking (Anthropic breakpoints).
+    cache: bool = False
 
     @property
     def system(self) -> str | None:

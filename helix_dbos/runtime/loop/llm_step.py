@@ -19,6 +19,7 @@ from dbos import error as dbos_errors
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
 from helix_dbos.definitions.hooks import HookContext
 from helix_dbos.llm.base import LLMProviderError
+from helix_dbos.llm.fallback import answer_with_fallbacks, provider_of
 from helix_dbos.llm.pricing import llm_cost_usd
 from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, TOOL_CALL_REKEYED, log_event
 from helix_dbos.orchestration.call_ids import Rekeyed, transcript_call_ids, unique_call_ids
@@ -40,7 +41,12 @@ from helix_dbos.orchestration.types import (
     ToolCallsStepResult,
     ToolSpec,
 )
-from helix_dbos.runtime.loop.llm_hooks import LLMStepHooks, announce, attempt_number
+from helix_dbos.runtime.loop.llm_hooks import (
+    LLMStepHooks,
+    announce,
+    attempt_number,
+    is_last_attempt,
+)
 from helix_dbos.runtime.loop.reply_plan import PlannedReply, plan_reply
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
@@ -111,8 +117,11 @@ def llm_usage_record(
     run_id: str, step: int, result: StepResult, provider: str | None = None
 ) -> UsageRecord:
     """The step's `llm` usage row: what the provider reported (its model, `None` when it
-    named none), `success` false for a call that failed, and its price in USD."""
+    named none), `success` false for a call that failed, and its price in USD (at the
+    prices of the fallback model's provider when one answered)."""
     usage = result.usage or LLMUsage()
+    if usage.fallback is not None:
+        provider = provider_of(usage.fallback)
     return UsageRecord(
         f"{run_id}:{step}:llm",
         "llm",
@@ -257,6 +266,7 @@ def _request(
         output_format=native_output_format(agent, mode),
         # Only a tool call can finish: adapters force one where the provider allows it.
         tool_choice="required" if mode.requires_tool and tools else "auto",
+        cache=agent.llm.cache,
     )
 
 
@@ -271,8 +281,12 @@ def _trace_call(
     result: StepResult | None = None,
     error: str | None = None,
 ) -> None:
-    """A `chat` span for this attempt, if a tracer is installed."""
+    """A `chat` span for this attempt, if a tracer is installed (naming the fallback
+    model and its provider when one answered)."""
     if spans.tracing():
+        called = result.usage.fallback if result is not None and result.usage else None
+        if called is not None:
+            request = request.model_copy(update={"model": called})
         spans.emit(
             spans.ChatRecord(
                 session_id=session_id,
@@ -280,7 +294,7 @@ def _trace_call(
                 agent_name=agent.name,
                 step=step,
                 attempt=attempt_number(),
-                provider=agent.llm.provider,
+                provider=provider_of(request.model) if called else agent.llm.provider,
                 request=request,
                 start_ns=started_ns,
                 end_ns=spans.now_ns(),
@@ -342,19 +356,34 @@ async def _generate(
     rt: Runtime, agent: Agent, request: LLMRequest, session_id: str, run_id: str, step: int
 ) -> StepResult:
     """One model call, streaming text deltas live; a non-retryable failure becomes an
-    `ErrorStepResult` (the run fails with the provider's message)."""
+    `ErrorStepResult` (the run fails with the provider's message). On the step's last
+    attempt, a retryable failure moves on to the agent's fallback models."""
     deltas = DeltaWriter(rt, session_id, run_id, agent.name, step)
     try:
-        result = await rt.adapter_for(agent).generate_step(request, on_text_delta=deltas)
+        result = await _call(rt, agent, request, deltas)
+    except LLMProviderError as exc:
+        _log_retry(agent, request, run_id, session_id, step, exc)
+        if not (agent.llm.fallback and is_last_attempt()):
+            raise  # DBOS retries the step with backoff
+
+        async def call(model: str, asked: LLMRequest) -> StepResult:
+            return await _call(rt, agent.on_model(model), asked, deltas)
+
+        result = await answer_with_fallbacks(agent.llm.fallback, request, exc, call)
+    await deltas.flush()  # the database's business, not the model's: outside the try
+    return result
+
+
+async def _call(rt: Runtime, agent: Agent, request: LLMRequest, deltas: DeltaWriter) -> StepResult:
+    """Ask `agent`'s model; raises only a retryable `LLMProviderError`."""
+    try:
+        return await rt.adapter_for(agent).generate_step(request, on_text_delta=deltas)
     except LLMProviderError as exc:
         if exc.retryable:
-            _log_retry(agent, request, run_id, session_id, step, exc)
-            raise  # DBOS retries the step with backoff
+            raise
         return ErrorStepResult(error=str(exc))
     except Exception as exc:  # a broken adapter fails the run, not the process
         return ErrorStepResult(error=f"LLM call failed: {type(exc).__name__}: {exc}")
-    await deltas.flush()  # the database's business, not the model's: outside the try
-    return result
 
 
 def _log_retry(

@@ -215,7 +215,13 @@ class Runtime:
                 else f"Agent '{agent.name}': {said}"
             )
         problem = adapter.configuration_problem() if isinstance(adapter, SelfChecking) else None
-        return f"Agent '{agent.name}' (model '{agent.llm.model}'): {problem}" if problem else None
+        if problem:
+            return f"Agent '{agent.name}' (model '{agent.llm.model}'): {problem}"
+        for model in agent.llm.fallback:  # LLMConfig(fallback=...): callable too, up front
+            fallback = self.configuration_problem(agent.on_model(model))
+            if fallback:
+                return f"{fallback} (a fallback model)"
+        return None
 
     def check_agents(self, agents: list[Agent]) -> None:
         """Raise LLMConfigurationError naming every agent whose model cannot be called."""
