@@ -357,7 +357,8 @@ async def test_tool_mode_through_anthropic_forces_a_tool_and_finishes(
     body = recorder.body
     assert body["tool_choice"] == {"type": "any"}
     assert [t["name"] for t in body["tools"]] == ["__finish__"]
-    assert "the `__finish__` tool" in body["system"]
+    # cache=True (the default): the system prompt is sent as a block with a breakpoint
+    assert "the `__finish__` tool" in body["system"][0]["text"]
 
 
 async def test_native_mode_through_openai_validates_corrects_and_completes(
