@@ -308,3 +308,43 @@ async def test_an_unknown_fallback_provider_is_refused_at_execute(helix, make_ag
     agent = make_agent(llm=LLMConfig(model="mock", fallback=["nowhere:model"]))
     with pytest.raises(LLMConfigurationError, match="nowhere"):
         await helix.execute(agent, "hi")
+
+
+async def test_a_primary_that_recovers_within_its_attempts_never_calls_the_fallback(
+    helix, make_agent, wire_provider, database_url
+):
+    wire_provider["anthropic"] = primary = Recorder(
+        httpx2, OVERLOADED, (200, anthropic_text_stream("from the primary"))
+    )
+    wire_provider["openai"] = backup = Recorder(httpx, (200, openai_text_stream("never")))
+    result = await (await helix.execute(fallback_agent(make_agent), "hi")).result()
+
+    assert result.status == "completed" and result.output == "from the primary"
+    assert len(primary.requests) == 2 and backup.requests == []
+    rows = sql(
+        database_url,
+        "SELECT model FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+        result.run_id,
+    )
+    assert rows == [(ANTHROPIC_MODEL,)]
+
+
+async def test_a_fallbacks_own_400_fails_the_run_with_its_message(
+    helix, make_agent, wire_provider, database_url
+):
+    wire_provider["anthropic"] = Recorder(httpx2, OVERLOADED)
+    refused = (
+        400,
+        {"error": {"message": "Unsupported parameter", "type": "invalid_request_error"}},
+    )
+    wire_provider["openai"] = backup = Recorder(httpx, refused)
+    result = await (await helix.execute(fallback_agent(make_agent), "hi")).result()
+
+    assert result.status == "failed" and "Unsupported parameter" in result.error
+    assert len(backup.requests) == 1
+    rows = sql(
+        database_url,
+        "SELECT success FROM helix.usage WHERE run_id = %s AND kind = 'llm'",
+        result.run_id,
+    )
+    assert rows == [(False,)]
