@@ -209,6 +209,7 @@ class HelixDBOS(
     def register(self, agent: Agent) -> None:
         """Add an agent (before `launch()`, so recovered runs find it; after, it is served
         from then on)."""
+        model_limits.check_fallbacks([agent])  # before it is added: refused, it is not
         if _add(self.agents, agent) and self.lease is not None:  # registered after launch
             self.dispatch.register_agent(agent.name)
             model_limits.register([agent], listen=self.executes_runs)

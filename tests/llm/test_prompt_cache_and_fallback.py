@@ -3,13 +3,16 @@ models, through the official SDKs against a recording transport and the real run
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
+from dbos import DBOS
 from helpers import sql
 from test_runtime_with_providers import anthropic_text_stream, get_weather, openai_text_stream
 from wire import (
@@ -22,7 +25,7 @@ from wire import (
     openai_stream_text_and_tool,
 )
 
-from helix_dbos import LLMConfig
+from helix_dbos import Agent, LLMConfig
 from helix_dbos.errors import AgentDefinitionError, LLMConfigurationError
 from helix_dbos.llm.anthropic import MAX_BREAKPOINTS, AnthropicAdapter, build_params
 from helix_dbos.llm.capabilities import anthropic_capabilities
@@ -33,10 +36,12 @@ from helix_dbos.orchestration.types import (
     LLMRequest,
     LLMUsage,
     Message,
+    TextStepResult,
     ThinkingBlock,
     ToolCall,
     ToolSpec,
 )
+from helix_dbos.runtime.process import model_limits
 
 OVERLOADED = (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}})
 SERVER_ERROR = (500, {"type": "error", "error": {"type": "api_error", "message": "Internal"}})
@@ -348,3 +353,70 @@ async def test_a_fallbacks_own_400_fails_the_run_with_its_message(
         result.run_id,
     )
     assert rows == [(False,)]
+
+
+# --- Fallback models and fleet-wide limits ------------------------------------------------
+
+
+def test_a_fallback_model_with_fleet_wide_limits_is_refused() -> None:
+    limited = Agent("limited", llm=LLMConfig(model="mock:quota", max_concurrent=1))
+    falls_back = Agent("falls_back", llm=LLMConfig(model="openai:gpt-4o", fallback=["mock:quota"]))
+    with pytest.raises(AgentDefinitionError, match="fallback model 'mock:quota' has fleet-wide"):
+        model_limits.check_fallbacks([limited, falls_back])
+    model_limits.check_fallbacks([falls_back])  # alone: nothing limits its fallback
+
+
+class WaitingFallback:
+    """A fallback that answers only once `ready()` holds (or says it gave up)."""
+
+    def __init__(self, ready: Any) -> None:
+        self.ready = ready
+
+    async def generate_step(self, request: LLMRequest, on_text_delta: Any = None) -> Any:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not self.ready() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        return TextStepResult(
+            content="ok" if self.ready() else "gave up", usage=LLMUsage(model="waiting-1")
+        )
+
+
+@pytest.fixture
+def primary_queue() -> Iterator[None]:
+    """The limited model's queue goes with the test (the session's process would poll it)."""
+    yield
+    with ThreadPoolExecutor(max_workers=1) as thread:  # DBOS refuses the sync call on a loop
+        thread.submit(DBOS.delete_queue, model_limits.model_queue(LIMITED)).result()
+
+
+LIMITED = "anthropic-wire:claude-limited"
+
+
+async def test_a_limited_primary_frees_its_slot_before_its_fallback_is_called(
+    helix, make_agent, wire_provider, database_url, primary_queue
+):
+    """Two runs, one slot: the first run's fallback waits until the second run's primary
+    was called, which happens only if the first run's slot went back to the queue when
+    its primary was done (a fallback call takes no slot of the primary's model)."""
+    wire_provider["anthropic"] = primary = Recorder(httpx2, OVERLOADED)
+    register_provider(
+        "waiting", lambda model, **_: WaitingFallback(lambda: len(primary.requests) >= 2)
+    )
+    try:
+        agent = make_agent(
+            llm=LLMConfig(
+                model=LIMITED, max_concurrent=1, max_attempts=1, fallback=["waiting:fallback"]
+            )
+        )
+        handles = [await helix.execute(agent, f"run {i}") for i in range(2)]
+        results = [await h.result() for h in handles]
+    finally:
+        unregister_provider("waiting")
+    assert [(r.status, r.output) for r in results] == [("completed", "ok")] * 2
+    assert len(primary.requests) == 2
+    rows = sql(
+        database_url,
+        "SELECT model FROM helix.usage WHERE run_id = ANY(%s) AND kind = 'llm'",
+        [h.run_id for h in handles],
+    )
+    assert rows == [("waiting-1",)] * 2

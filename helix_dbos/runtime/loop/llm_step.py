@@ -48,6 +48,7 @@ from helix_dbos.runtime.loop.llm_hooks import (
     is_last_attempt,
 )
 from helix_dbos.runtime.loop.reply_plan import PlannedReply, plan_reply
+from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
     current_runtime,
@@ -367,8 +368,14 @@ async def _generate(
             raise  # DBOS retries the step with backoff
 
         async def call(model: str, asked: LLMRequest) -> StepResult:
+            if model_limits.is_limited(model):  # limited after the agent was registered
+                raise LLMProviderError(
+                    "not called: it has fleet-wide limits, and a fallback takes no slot",
+                    retryable=True,
+                )
             return await _call(rt, agent.on_model(model), asked, deltas)
 
+        await model_limits.release_for_fallback(agent, step)  # the primary is done with
         result = await answer_with_fallbacks(agent.llm.fallback, request, exc, call)
     await deltas.flush()  # the database's business, not the model's: outside the try
     return result

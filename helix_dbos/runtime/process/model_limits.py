@@ -86,6 +86,38 @@ def limits_of(agents: Iterable[Agent]) -> dict[str, ModelLimits]:
     return found
 
 
+def check_fallbacks(agents: Iterable[Agent]) -> None:
+    """Refuse a fallback model with fleet-wide limits (`LLMConfig(fallback=...)`): a
+    fallback is called inside the LLM step, where no slot can be taken, so it would be
+    called past its limits. Checked against the agents given and the limited models
+    registered before; `is_limited` stops such a call if one is limited later."""
+    agents = list(agents)
+    limited = set(_registered) | set(limits_of(agents))
+    for agent in agents:
+        for model in agent.llm.fallback:
+            if model_queue(model) in limited:
+                raise AgentDefinitionError(
+                    f"Agent '{agent.name}': fallback model '{model}' has fleet-wide limits "
+                    "(max_concurrent or rate_limit on an agent whose model it is); a "
+                    "fallback takes no call slot, so name a model without limits"
+                )
+
+
+def is_limited(model: str) -> bool:
+    """Whether `model` has fleet-wide limits registered in this process."""
+    return model_queue(model) in _registered
+
+
+async def release_for_fallback(agent: Agent, step: int) -> None:
+    """Inside the LLM step, before a fallback model is called: the primary's call slot
+    goes back to its queue, since the primary is called no more in this step. Not
+    recorded (a step's body may send); the workflow frees the slot again after the
+    step, which a slot that already returned ignores."""
+    workflow_id = DBOS.workflow_id
+    if agent.llm.limited and workflow_id is not None:
+        await DBOS.send_async(_slot_id(workflow_id, step), RELEASED, topic=_topic(RELEASED, step))
+
+
 def queue_names(agents: Iterable[Agent]) -> list[str]:
     """The model queues a worker serving `agents` listens to (set before launch)."""
     return sorted(limits_of(agents))
@@ -94,6 +126,8 @@ def queue_names(agents: Iterable[Agent]) -> list[str]:
 def register(agents: Iterable[Agent], *, listen: bool) -> None:
     """Persist each limited model's queue (after launch); `listen` also adds it to a
     launched worker's queues (an agent registered after launch)."""
+    agents = list(agents)
+    check_fallbacks(agents)
     for name, limits in limits_of(agents).items():
         # Every launch registers again: this process may have launched on another
         # database before (DBOS keeps a queue's settings in the system database).
