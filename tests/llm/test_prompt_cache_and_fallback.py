@@ -420,3 +420,29 @@ async def test_a_limited_primary_frees_its_slot_before_its_fallback_is_called(
         [h.run_id for h in handles],
     )
     assert rows == [("waiting-1",)] * 2
+
+
+LATER = "mock:limited-later"
+
+
+@pytest.fixture
+def later_queue() -> Iterator[None]:
+    yield
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(DBOS.delete_queue, model_limits.model_queue(LATER)).result()
+
+
+async def test_a_fallback_limited_after_its_agent_was_registered_is_not_called(
+    helix, make_agent, wire_provider, mock_llm, later_queue
+):
+    wire_provider["anthropic"] = Recorder(httpx2, OVERLOADED)
+    agent = make_agent(
+        llm=LLMConfig(model="anthropic-wire:claude-sonnet-4-6", max_attempts=1, fallback=[LATER])
+    )
+    make_agent(llm=LLMConfig(model=LATER, max_concurrent=3))  # its model gets limits now
+    asked = len(mock_llm.inputs)
+    result = await (await helix.execute(agent, "hi")).result()
+
+    assert result.status == "failed"
+    assert f"{LATER}: not called: it has fleet-wide limits" in result.error
+    assert len(mock_llm.inputs) == asked, "the limited model was not called"
