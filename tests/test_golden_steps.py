@@ -17,6 +17,8 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +39,8 @@ from helix_dbos import (
     sub_agent_tool,
     tool,
 )
+from helix_dbos.llm import LLMProviderError
+from helix_dbos.llm.providers import register_provider, unregister_provider
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 from helix_dbos.server import create_app
@@ -355,3 +359,40 @@ def test_a_changed_sequence_fails_with_the_fix(tmp_path, monkeypatch):
     assert "step sequence of scenario 's' changed" in message
     assert "named patch" in message and "docs/upgrading.md" in message
     assert "keep the old branch" in message and "HELIX_UPDATE_GOLDEN=1" in message
+
+
+class _Down:
+    """A provider whose every call is overloaded: the agent's fallback answers."""
+
+    async def generate_step(self, request: Any, on_text_delta: Any = None) -> Any:
+        raise LLMProviderError("529 overloaded_error: Overloaded", retryable=True)
+
+
+async def test_fallback_answered(helix, make_agent, mock_llm, database_url):
+    """A fallback model answers inside the one `helix.llm` step: the same sequence as
+    `tool_run`, whose agent has no fallback."""
+    register_provider("golden-down", lambda model, **_: _Down())
+    try:
+        agent = make_agent(
+            tools=[lookup],
+            llm=LLMConfig(
+                model="golden-down:primary",
+                fallback=["mock"],
+                max_attempts=2,
+                retry_interval_seconds=0,
+            ),
+        )
+        mock_llm.add_responses(
+            calls(("t1", "lookup", {"topic": "owls"}), ("t2", "lookup", {"topic": "bats"})),
+            text("done"),
+            agent=agent.name,
+        )
+        result = await (await helix.execute(agent, "look up")).result()
+    finally:
+        unregister_provider("golden-down")
+    assert result.status == "completed" and result.output == "done"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    recorded = await record(database_url, roots, roles(agent))
+    check("fallback_answered", recorded)
+    tool_run = json.loads((Path(__file__).parent / "golden" / "tool_run.json").read_text())
+    assert [asdict(w) for w in recorded] == tool_run["workflows"]
