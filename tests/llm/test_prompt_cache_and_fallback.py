@@ -446,3 +446,45 @@ async def test_a_fallback_limited_after_its_agent_was_registered_is_not_called(
     assert result.status == "failed"
     assert f"{LATER}: not called: it has fleet-wide limits" in result.error
     assert len(mock_llm.inputs) == asked, "the limited model was not called"
+
+
+async def test_the_chat_span_names_the_fallback_that_answered(helix, make_agent, wire_provider):
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: PLC0415
+        InMemorySpanExporter,
+    )
+
+    from helix_dbos.otel import instrument, uninstrument  # noqa: PLC0415
+
+    memory = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(memory))
+    instrument(tracer)
+    try:
+        wire_provider["anthropic"] = Recorder(httpx2, OVERLOADED)
+        wire_provider["openai"] = Recorder(httpx, (200, openai_text_stream("hello")))
+        result = await (await helix.execute(fallback_agent(make_agent), "hi")).result()
+    finally:
+        uninstrument()
+    assert result.status == "completed"
+    chats = sorted(
+        (
+            s
+            for s in memory.get_finished_spans()
+            if s.attributes
+            and s.attributes.get("gen_ai.operation.name") == "chat"
+            and s.attributes.get("helix.run_id") == result.run_id
+        ),
+        key=lambda s: s.attributes["helix.attempt"],
+    )
+    assert [
+        (s.attributes["helix.attempt"], s.attributes["gen_ai.provider.name"]) for s in chats
+    ] == [
+        (1, "anthropic-wire"),
+        (2, "openai-wire"),
+    ]
+    answered = chats[-1].attributes
+    assert answered["gen_ai.request.model"] == "gpt-4o"
+    assert answered["gen_ai.response.model"] == OPENAI_MODEL
