@@ -25,6 +25,7 @@ the calls of the runs the dead worker held.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,8 @@ from helix_dbos.runtime.process.event_loop import running_loop
 from helix_dbos.runtime.process.patches import MODEL_SLOT
 from helix_dbos.runtime.process.process_runtime import current_runtime
 from helix_dbos.store.features import model_limits as store
+
+logger = logging.getLogger(__name__)
 
 MODEL_QUEUE_PREFIX = "helix-llm-"
 SLOT_WORKFLOW = "helix.llm_slot"
@@ -114,8 +117,12 @@ async def release_for_fallback(agent: Agent, step: int) -> None:
     recorded (a step's body may send); the workflow frees the slot again after the
     step, which a slot that already returned ignores."""
     workflow_id = DBOS.workflow_id
-    if agent.llm.limited and workflow_id is not None:
+    if not agent.llm.limited or workflow_id is None:
+        return
+    try:
         await DBOS.send_async(_slot_id(workflow_id, step), RELEASED, topic=_topic(RELEASED, step))
+    except Exception:  # the database: the workflow frees the slot after the step anyway
+        logger.warning("could not free the call slot before a fallback", exc_info=True)
 
 
 def queue_names(agents: Iterable[Agent]) -> list[str]:
