@@ -78,6 +78,15 @@ if TYPE_CHECKING:
     )
     from helix_dbos.facade.helix import HelixDBOS
     from helix_dbos.llm.base import LLMAdapter, LLMProviderError
+    from helix_dbos.orchestration.history.policy import (
+        CharEstimate,
+        DropToolResults,
+        HistoryPolicy,
+        KeepLastTurns,
+        Summarize,
+        TokenCounter,
+    )
+    from helix_dbos.orchestration.history.summary_prompt import is_summary_request
     from helix_dbos.llm.mock import MockLLM
     from helix_dbos.llm.providers import model_from_env, register_provider
     from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolset
@@ -190,6 +199,18 @@ _EXPORTS: dict[str, str] = {
     ),
     **dict.fromkeys(["LLMAdapter", "LLMProviderError"], "helix_dbos.llm.base"),
     "MockLLM": "helix_dbos.llm.mock",
+    **dict.fromkeys(
+        [
+            "CharEstimate",
+            "DropToolResults",
+            "HistoryPolicy",
+            "KeepLastTurns",
+            "Summarize",
+            "TokenCounter",
+        ],
+        "helix_dbos.orchestration.history.policy",
+    ),
+    "is_summary_request": "helix_dbos.orchestration.history.summary_prompt",
     **dict.fromkeys(["model_from_env", "register_provider"], "helix_dbos.llm.providers"),
     **dict.fromkeys(["MCPHTTP", "MCPStdio", "MCPToolset"], "helix_dbos.mcp"),
     "MCPTasks": "helix_dbos.server.protocols.mcp_task_client",
@@ -245,6 +266,13 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Agent",
+    "CharEstimate",
+    "DropToolResults",
+    "HistoryPolicy",
+    "KeepLastTurns",
+    "Summarize",
+    "TokenCounter",
+    "is_summary_request",
     "AgentAlreadyRunningError",
     "AgentDefinitionError",
     "AgentHooks",

@@ -50,6 +50,7 @@ HELIX_TABLES = {
     "rolled_back_messages",
     "rolled_back_usage",
     "schedule_firings",
+    "summaries",
 }
 
 

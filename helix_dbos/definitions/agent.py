@@ -25,6 +25,7 @@ from helix_dbos.orchestration.double_texting import (
     MultitaskStrategy,
     check_strategy,
 )
+from helix_dbos.orchestration.history.policy import HistoryPolicy
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
 
 SystemPrompt = str | Callable[[Any], str]
@@ -193,6 +194,7 @@ class Agent:
         stop_when: StopCondition | None = None,
         persistent_agents: list[PersistentAgent] | None = None,
         multitask_strategy: MultitaskStrategy = DEFAULT_STRATEGY,
+        history: HistoryPolicy | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -229,6 +231,9 @@ class Agent:
             self.multitask_strategy = check_strategy(multitask_strategy)
         except ValueError as exc:
             raise AgentDefinitionError(f"Agent '{name}': {exc}") from None
+        # What part of the transcript the model is shown (docs/context.md); the default
+        # keeps the input under the model's known window by dropping the oldest turns.
+        self.history = history if history is not None else HistoryPolicy()
         self._finish_schema: dict[str, Any] | None = None  # built once, on first use
         self._check_tools()
         self._check_output_mode()

@@ -62,6 +62,7 @@ from helix_dbos.runtime.loop.shared_values import shared
 from helix_dbos.runtime.loop.slow_head import SlowHead
 from helix_dbos.runtime.loop.step_ahead import StepAhead, TakenStep, finish_step
 from helix_dbos.runtime.loop.step_rows import conclude, log_invalid_outputs, reply_rows, tool_rows
+from helix_dbos.runtime.loop.summary_step import summary_step, summary_step_options
 from helix_dbos.runtime.loop.tool_batch import ToolBatch
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.patches import AGENT_RUN, NONE_APPLIED, AppliedPatches
@@ -80,6 +81,7 @@ from helix_dbos.runtime.steps.step_types import (
     RunEnded,
     RunNotOpened,
     RunOptions,
+    SummaryDue,
 )
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, interrupted_message
 from helix_dbos.store import run_bounds
@@ -117,6 +119,7 @@ class AgentLoop:
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._last_write: WriteAhead | None = None  # the latest write-ahead; later ones follow it
         self._step_ahead: StepAhead | None = None  # the latest LLM step's share of its step
+        self._summarized_at = 0  # the step whose summary was taken (one per step at most)
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
@@ -152,6 +155,7 @@ class AgentLoop:
                     self.options,
                     previous,
                     ahead,
+                    self._summarized_at == step,
                 )
             except Exception as exc:
                 if slot is not None:
@@ -165,6 +169,9 @@ class AgentLoop:
                 return self.not_opened()
             if isinstance(reply, RunEnded):  # its row holds its outcome: nothing more to do
                 return await self._ended_result(step - 1)
+            if isinstance(reply, SummaryDue):  # only agents that summarise (docs/context.md)
+                await self._summarize(step, reply)
+                continue  # the same step's LLM step again, on top of the summary
             # 3.-4. Plan the reply, run its tools, decide what comes next: the step's rows.
             taken = ahead.taken(reply) or await self._take_step(step, reply, ahead.planned(reply))
             self.counters = taken.decision.counters
@@ -176,6 +183,29 @@ class AgentLoop:
                     self._unwritten = taken.commit
                 case Complete() | Fail() | Interrupted():
                     return await self._end(taken.commit)
+
+    async def _summarize(self, step: int, due: SummaryDue) -> None:
+        """The `helix.summary` step; a summary that fails for good is logged and the
+        step's input drops what does not fit instead (the LLM step is told so)."""
+        self._summarized_at = step
+        try:
+            await DBOS.run_step_async(
+                summary_step_options(self.agent.llm),
+                summary_step,
+                self.session_id,
+                self.agent.name,
+                self.run_id,
+                step,
+                due.covers_through,
+            )
+        except Exception as exc:  # replayed alike: DBOS records the step's error
+            logger.warning(
+                "Agent run %s: the summary before step %d failed, older turns are dropped "
+                "instead: %s",
+                self.run_id,
+                step,
+                describe_llm_failure(exc),
+            )
 
     async def _take_slot(self, step: int) -> str:
         return await model_limits.take_slot(

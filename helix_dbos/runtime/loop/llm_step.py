@@ -28,6 +28,7 @@ from helix_dbos.orchestration.completion import (
     build_system_prompt,
     prompted_output_section,
 )
+from helix_dbos.orchestration.history.compaction import ModelInput
 from helix_dbos.orchestration.messages import build_messages_for_llm
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
@@ -41,6 +42,7 @@ from helix_dbos.orchestration.types import (
     ToolCallsStepResult,
     ToolSpec,
 )
+from helix_dbos.runtime.loop.history_view import model_input
 from helix_dbos.runtime.loop.llm_hooks import (
     LLMStepHooks,
     announce,
@@ -71,6 +73,7 @@ from helix_dbos.runtime.steps.step_types import (
     RunEnded,
     RunNotOpened,
     RunOptions,
+    SummaryDue,
 )
 from helix_dbos.store.repository import UsageRecord
 from helix_dbos.store.storable import storable_model
@@ -181,6 +184,7 @@ async def llm_step(
     options: RunOptions,
     previous: WriteAhead | None,
     taker: ReplyTaker | None = None,
+    summarized: bool = False,
 ) -> LLMStepOutput:
     """Write the previous step's rows (`previous`, started by the workflow while DBOS
     checks this step), read the transcript, ask the model.
@@ -188,6 +192,9 @@ async def llm_step(
     The rows are written first, so the model always sees them, and a step costs no
     durable operation of its own beyond its LLM and tool steps. `taker` plans the reply
     (once) and gets it last, before DBOS checkpoints it (the workflow's `StepAhead`).
+    The model sees the transcript as the agent's history policy compacts it; a due
+    summary returns `SummaryDue` before the model is asked (`summarized`: this step took
+    its summary already, so it drops what still does not fit instead).
     """
     if taker is not None:  # the body runs: not a replay of the step's checkpoint
         taker.begin()
@@ -203,6 +210,19 @@ async def llm_step(
     if seen is None:
         await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
         return InterruptRequested()
+    terminating = run_terminating(agent, options)
+    mode = agent.completion_for(terminating)
+    view = await model_input(
+        rt,
+        agent,
+        session_id,
+        seen[0],
+        lambda: _fixed_text(agent, mode, seen[1]),
+        may_summarize=not summarized,
+    )
+    if view.summary_needed is not None:  # docs/context.md: the workflow summarises first
+        await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
+        return SummaryDue(view.summary_needed.covers_through)
     if step == 1 and attempt_number() == 1:  # inside the step: again only if it runs again
         log_event(
             RUN_STARTED, run_id=run_id, session_id=session_id, agent_name=agent_name, step=step
@@ -210,13 +230,11 @@ async def llm_step(
     history, state = seen
     hooks = LLMStepHooks(agent, session_id, run_id, step, state)
     await hooks.open(unannounced)
-    terminating = run_terminating(agent, options)
-    mode = agent.completion_for(terminating)
     opened = hooks.state
-    request = _request(agent, mode, history, opened)
+    request = _request(agent, mode, view, opened)
     await hooks.before_call(request)
     if hooks.state != opened:  # the hook changed the state the request is built from
-        request = _request(agent, mode, history, hooks.state)
+        request = _request(agent, mode, view, hooks.state)
     started, started_ns = time.perf_counter(), spans.now_ns()
     try:
         generated = await _generate(rt, agent, request, session_id, run_id, step)
@@ -250,15 +268,22 @@ async def llm_step(
     return reply
 
 
+def _fixed_text(agent: Agent, mode: CompletionMode, state: dict[str, Any]) -> str:
+    """What every request carries besides the history: the system prompt and the tools."""
+    system = build_system_prompt(agent.resolve_system_prompt(state), mode)
+    tools = json.dumps([t.model_dump(mode="json") for t in offered_tools(agent, mode)])
+    return system + tools
+
+
 def _request(
-    agent: Agent, mode: CompletionMode, history: list[Message], state: dict[str, Any]
+    agent: Agent, mode: CompletionMode, view: ModelInput, state: dict[str, Any]
 ) -> LLMRequest:
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     tools = offered_tools(agent, mode)
     return LLMRequest(
         agent_name=agent.name,
         model=agent.llm.model,
-        messages=build_messages_for_llm(history, system, state),
+        messages=build_messages_for_llm(view.messages, view.system(system), state),
         tools=tools,
         temperature=agent.llm.temperature,
         max_tokens=agent.llm.max_tokens,

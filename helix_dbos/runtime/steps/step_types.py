@@ -76,7 +76,17 @@ class RunEnded:
     model is not asked, and the run's result is its row."""
 
 
-LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened | RunEnded
+@dataclass(frozen=True)
+class SummaryDue:
+    """The LLM step found the model's input over its budget and the agent's history
+    policy summarising (`Summarize`): it asked the model nothing. The workflow takes the
+    `helix.summary` step for the session's first `covers_through` messages, then the LLM
+    step again (docs/context.md). Only agents that summarise ever take this path."""
+
+    covers_through: int
+
+
+LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened | RunEnded | SummaryDue
 
 
 # --- gates and tool outcomes -------------------------------------------------------

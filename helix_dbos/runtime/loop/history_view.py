@@ -1,0 +1,67 @@
+"""The model's input under the agent's history policy (docs/context.md): the LLM step's
+one call into context compaction.
+
+A session that fits its budget costs a count of its messages and no query; only one that
+does not, with an agent that summarises, reads its latest summary (one statement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from helix_dbos.definitions.agent import Agent
+from helix_dbos.llm.windows import context_window
+from helix_dbos.orchestration.history.compaction import ModelInput, SummaryRef, compact
+from helix_dbos.orchestration.types import Message
+from helix_dbos.runtime.process.process_runtime import Runtime
+from helix_dbos.store.features.summaries import latest_summary
+
+#: Output tokens kept free when the agent sets no `max_tokens`.
+DEFAULT_OUTPUT_RESERVE = 4096
+#: The share of the window the default budget uses: the estimate is not a tokenizer.
+WINDOW_MARGIN = 0.9
+
+
+def history_budget(agent: Agent) -> int | None:
+    """The input tokens allowed: the policy's, else the model's known window less its
+    output tokens and a margin; None for a model whose window is not known."""
+    if agent.history.max_input_tokens is not None:
+        return agent.history.max_input_tokens
+    window = context_window(agent.llm.model)
+    if window is None:
+        return None
+    reserve = agent.llm.max_tokens or DEFAULT_OUTPUT_RESERVE
+    return max(int((window - reserve) * WINDOW_MARGIN), 1)
+
+
+async def model_input(
+    rt: Runtime,
+    agent: Agent,
+    session_id: str,
+    history: list[Message],
+    fixed: Callable[[], str],
+    *,
+    may_summarize: bool,
+) -> ModelInput:
+    """What the model is shown of `history`; `fixed`: the system prompt and tools as
+    text (counted only under a budget)."""
+    policy = agent.history
+    budget = history_budget(agent)
+    if not policy.steps and budget is None:  # the default for models of unknown window
+        return ModelInput(history)
+    fixed_tokens = policy.counter.count(fixed()) if budget is not None else 0
+    first = compact(history, policy, budget=budget, fixed_tokens=fixed_tokens, may_summarize=False)
+    if policy.summarize is None or not first.omitted:
+        return first
+    row = await rt.on_connection(
+        "the summary read", lambda conn: latest_summary(conn, session_id, len(history))
+    )
+    summary = SummaryRef(row.covers_messages, row.text) if row is not None else None
+    return compact(
+        history,
+        policy,
+        budget=budget,
+        fixed_tokens=fixed_tokens,
+        summary=summary,
+        may_summarize=may_summarize,
+    )

@@ -1,0 +1,74 @@
+"""SQL of `helix.summaries` (migration 0023): context compaction's summaries, written
+once per (session, last covered message) and read by every later LLM step.
+
+No owner check on the insert: the row is keyed and never updated, so whichever execution
+of the step inserts first wins, and every reader (the step that lost, a replay, the next
+LLM step) reads that one row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helix_dbos.store.repository import Executor, _sql
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """A summary that stands for the session's first `covers_messages` messages (those up
+    to `covers_through_seq`)."""
+
+    covers_through_seq: int
+    covers_messages: int
+    text: str
+
+
+# The latest summary still valid (no covered message rolled back since), covering at most
+# `upto` messages. The count runs on the primary key, only for the rows it looks at.
+_LATEST = _sql(
+    "SELECT s.covers_through_seq, s.covers_messages, s.text FROM helix.summaries s "
+    "WHERE s.session_id = :sid AND s.covers_messages <= :upto "
+    "AND s.covers_messages = (SELECT count(*) FROM helix.messages m "
+    "WHERE m.session_id = s.session_id AND m.seq <= s.covers_through_seq) "
+    "ORDER BY s.covers_through_seq DESC LIMIT 1"
+)
+_INSERT = _sql(
+    "INSERT INTO helix.summaries (session_id, covers_through_seq, covers_messages, text, "
+    "model, input_tokens, output_tokens, run_id, step) VALUES (:sid, :seq, :n, :text, "
+    ":model, :inp, :out, :rid, :step) ON CONFLICT (session_id, covers_through_seq) DO NOTHING"
+)
+
+
+async def latest_summary(conn: Executor, session_id: str, upto: int) -> SummaryRow | None:
+    row = (await conn.execute(_LATEST, {"sid": session_id, "upto": upto})).first()
+    return None if row is None else SummaryRow(int(row[0]), int(row[1]), str(row[2]))
+
+
+@dataclass(frozen=True)
+class NewSummary:
+    """What a summary step writes."""
+
+    session_id: str
+    row: SummaryRow
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    run_id: str
+    step: int
+
+
+async def insert_summary(conn: Executor, new: NewSummary) -> None:
+    """Write the summary unless one with the same key exists (then the first stays)."""
+    await conn.execute(
+        _INSERT,
+        {
+            "sid": new.session_id,
+            "seq": new.row.covers_through_seq,
+            "n": new.row.covers_messages,
+            "text": new.row.text,
+            "model": new.model,
+            "inp": new.input_tokens,
+            "out": new.output_tokens,
+            "rid": new.run_id,
+            "step": new.step,
+        },
+    )
