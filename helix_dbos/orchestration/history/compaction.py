@@ -21,8 +21,7 @@ from helix_dbos.orchestration.types import Message
 
 SUMMARY_HEADING = "## Summary of the earlier conversation"
 OMITTED_NOTE = "({n} earlier messages of this conversation are not shown.)"
-#: Room kept for the note that says how many messages were left out.
-NOTE_RESERVE_TOKENS = 24
+_MANY = 10**9  # a count of left-out messages at least as long as any real one
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class ModelInput:
     messages: list[Message]
     note: str = ""
     omitted: int = 0  # transcript messages not shown (summarised or dropped)
-    tokens: int = 0  # the estimate of the whole input, fixed part included
+    tokens: int = 0  # the estimate of the whole input (0: not counted, with no budget)
     summary_needed: SummaryNeeded | None = field(default=None)
 
     def system(self, prompt: str) -> str:
@@ -90,8 +89,9 @@ def compact(
             shown = shown[_keep_last_turns_cut(shown, local, step.turns) :]
     kept_from = len(history) - len(shown)  # absolute index of the first message shown
     sizes = [message_tokens(counter, m) for m in shown]
-    head = fixed_tokens + _note_tokens(counter, summary_text)
     dropped = kept_from - start
+    # The note as long as it can get once anything is left out (its count has digits).
+    head = fixed_tokens + _note_tokens(counter, _note(summary_text, dropped and _MANY))
     if budget is not None and head + sum(sizes) > budget:
         wanted = policy.summarize
         if wanted is not None and may_summarize:
@@ -99,7 +99,7 @@ def compact(
             if through is not None:
                 needed = SummaryNeeded(covers_from=start, covers_through=kept_from + through)
                 return ModelInput(shown, summary_needed=needed)
-        room = budget - head - NOTE_RESERVE_TOKENS
+        room = budget - fixed_tokens - _note_tokens(counter, _note(summary_text, _MANY))
         shown, sizes, more = _fit(shown, sizes, safe[kept_from:], room)
         dropped += more
     note = _note(summary_text, dropped)
@@ -115,7 +115,8 @@ def _note(summary_text: str, dropped: int) -> str:
 
 
 def _note_tokens(counter: TokenCounter, text: str) -> int:
-    return counter.count(text) + len(SUMMARY_HEADING) // 4 + 16 if text else 0
+    """The note's tokens in the system prompt (with the blank line before it)."""
+    return counter.count(text) + 1 if text else 0
 
 
 def _turns(shown: Sequence[Message], safe: Sequence[bool]) -> list[int]:
