@@ -13,6 +13,7 @@ import pytest
 from helpers import sql
 
 from helix_dbos import (
+    Agent,
     CharEstimate,
     DropToolResults,
     HistoryPolicy,
@@ -161,8 +162,6 @@ def test_a_summary_is_due_only_over_budget_and_then_shown_in_the_system_prompt()
 
 
 def test_the_default_budget_comes_from_the_models_known_window(make_agent) -> None:
-    from helix_dbos import Agent
-
     known = Agent(
         "budget_known", llm=LLMConfig(model="anthropic:claude-sonnet-4-5", max_tokens=8000)
     )

@@ -1,0 +1,91 @@
+"""A real helix_dbos process for context compaction's crash tests: started, SIGKILLed,
+relaunched.
+
+usage: compaction_app.py MODE DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
+
+- `start-hold`: runs turns of one session with an agent that summarises (a small budget)
+  until a run takes long (the test holds the `helix.summary` step's checkpoint and kills
+  this process); prints {"run_id": ...} before each turn.
+- `start-kill`: the same, but the first summary call (MockLLM) SIGKILLs this process.
+- `recover`: relaunched; prints the run's end once it finished.
+Every summary request is logged to `summaries.log` ("pid"), every turn's system prompt
+to `prompts.log`; a summary's text names the process that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, Summarize, is_summary_request
+from helix_dbos.orchestration.types import LLMRequest
+
+mode, database_url, executor_id, marker_dir = sys.argv[1:5]
+markers = Path(marker_dir)
+
+
+def mark(name: str, line: str) -> None:
+    with open(markers / name, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def respond(request: LLMRequest) -> dict[str, Any]:
+    if is_summary_request(request.messages):
+        mark("summaries.log", str(os.getpid()))
+        if mode == "start-kill":
+            os.kill(os.getpid(), signal.SIGKILL)  # inside the summary step, before its row
+        return {"type": "text", "content": f"summary by {os.getpid()}"}
+    mark("prompts.log", json.dumps(request.system))
+    last = request.messages[-1].content or ""
+    return {"type": "text", "content": f"echo {last[:40]} " + "z" * 120}
+
+
+agent = Agent(
+    "compaction_crash_agent",
+    system_prompt="You echo.",
+    history=HistoryPolicy(steps=(Summarize(),), max_input_tokens=400),
+)
+helix = HelixDBOS(
+    [agent],
+    database_url=database_url,
+    llm=MockLLM(respond),
+    executor_id=executor_id,
+    application_version="compaction-crash-test",
+    worker_lease_seconds=4,
+)
+helix.launch()
+
+
+async def main() -> None:
+    if mode.startswith("start"):
+        session_id = None
+        for turn in range(100):
+            handle = await helix.execute(
+                agent, f"message {turn} " + "q" * 60, session_id=session_id
+            )
+            print(json.dumps({"run_id": handle.run_id}), flush=True)
+            session_id = (await handle.result()).session_id
+        print(json.dumps({"status": "no summary"}), flush=True)
+        await asyncio.sleep(3600)
+    else:
+        run_id = sys.argv[5]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            run = await helix.get_run(run_id)
+            if run.status not in ("running", "waiting"):
+                print(json.dumps({"status": run.status, "session_id": run.session_id}), flush=True)
+                return
+            await asyncio.sleep(0.1)
+        print(json.dumps({"status": "timeout"}), flush=True)
+
+
+asyncio.run(main())
+helix.shutdown()
