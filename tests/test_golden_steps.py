@@ -32,9 +32,11 @@ from helix_dbos import (
     Agent,
     AgentHooks,
     HelixDBOS,
+    HistoryPolicy,
     LLMConfig,
     MockLLM,
     PersistentAgent,
+    Summarize,
     remote_sub_agent_tool,
     sub_agent_tool,
     tool,
@@ -105,6 +107,21 @@ async def test_plain_run(helix, make_agent, mock_llm, database_url):
     assert result.status == "completed"
     roots = {"run": workflow_of(database_url, result.run_id)}
     check("plain_run", await record(database_url, roots, roles(agent)))
+
+
+async def test_summarized_turn(helix, make_agent, mock_llm, database_url):
+    """Context compaction (docs/context.md): a turn whose input is over budget with an
+    agent that summarises takes `helix.summary` between two `helix.llm` steps; only then."""
+    agent = make_agent(history=HistoryPolicy(steps=(Summarize(),), max_input_tokens=50))
+    mock_llm.add_responses(text("hello"), text("a summary"), text("hello again"), agent=agent.name)
+    first = await (await helix.execute(agent, "x" * 100)).result()
+    result = await (await helix.execute(agent, "y" * 100, session_id=first.session_id)).result()
+    assert result.status == "completed"
+    assert sql(
+        database_url, "SELECT text FROM helix.summaries WHERE session_id = %s", first.session_id
+    ) == [("a summary",)]
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("summarized_turn", await record(database_url, roots, roles(agent)))
 
 
 async def test_tool_run(helix, make_agent, mock_llm, database_url):
