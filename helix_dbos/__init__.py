@@ -78,15 +78,6 @@ if TYPE_CHECKING:
     )
     from helix_dbos.facade.helix import HelixDBOS
     from helix_dbos.llm.base import LLMAdapter, LLMProviderError
-    from helix_dbos.orchestration.history.policy import (
-        CharEstimate,
-        DropToolResults,
-        HistoryPolicy,
-        KeepLastTurns,
-        Summarize,
-        TokenCounter,
-    )
-    from helix_dbos.orchestration.history.summary_prompt import is_summary_request
     from helix_dbos.llm.mock import MockLLM
     from helix_dbos.llm.providers import model_from_env, register_provider
     from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolset
@@ -105,6 +96,15 @@ if TYPE_CHECKING:
         recall_hooks,
     )
     from helix_dbos.memory.openai_embedder import OpenAIEmbedder
+    from helix_dbos.orchestration.history.policy import (
+        CharEstimate,
+        DropToolResults,
+        HistoryPolicy,
+        KeepLastTurns,
+        Summarize,
+        TokenCounter,
+    )
+    from helix_dbos.orchestration.history.summary_prompt import is_summary_request
     from helix_dbos.orchestration.types import (
         ErrorStepResult,
         LLMRequest,

@@ -74,6 +74,10 @@ def compact(
     if not policy.steps and budget is None:
         return ModelInput(list(history))
     counter = policy.counter
+    if not policy.steps and summary is None:  # the default policy: most sessions fit
+        total = fixed_tokens + sum(message_tokens(counter, m) for m in history)
+        if budget is not None and total <= budget:
+            return ModelInput(list(history), tokens=total)
     safe = safe_cuts(history)
     start, summary_text = 0, ""
     # A summary whose end is not a cut this transcript allows is not used.
@@ -136,11 +140,28 @@ def _elide_tool_results(
         return shown
     limit = starts[len(starts) - step.older_than_turns] if step.older_than_turns else len(shown)
     return [
-        m.model_copy(update={"content": step.placeholder})
+        _elided(m, step.placeholder)
         if i < limit and m.role == "tool" and m.content != step.placeholder
         else m
         for i, m in enumerate(shown)
     ]
+
+
+# The elided copy of each tool result, by original message object (as policy._SIZES): the
+# same copy every step, so it is made and counted once.
+_ELIDED: dict[int, tuple[Message, str, Message]] = {}
+_MAX_ELIDED = 50_000
+
+
+def _elided(message: Message, placeholder: str) -> Message:
+    hit = _ELIDED.get(id(message))
+    if hit is not None and hit[0] is message and hit[1] == placeholder:
+        return hit[2]
+    copy = message.model_copy(update={"content": placeholder})
+    if len(_ELIDED) >= _MAX_ELIDED:
+        _ELIDED.clear()
+    _ELIDED[id(message)] = (message, placeholder, copy)
+    return copy
 
 
 def _fit(

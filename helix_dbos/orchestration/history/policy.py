@@ -108,7 +108,27 @@ class HistoryPolicy:
         return next((s for s in self.steps if isinstance(s, Summarize)), None)
 
 
+# Message sizes by message object: the LLM step holds a session's transcript across its
+# steps (the same objects), so each message is counted once, not once per step. The memo
+# holds the message itself, so an id is never reused while its entry lives; it is
+# emptied when full.
+_SIZES: dict[int, tuple[Message, TokenCounter, int]] = {}
+_MAX_SIZES = 50_000
+
+
 def message_tokens(counter: TokenCounter, message: Message) -> int:
+    """A message's tokens as the model reads them (remembered per message object)."""
+    hit = _SIZES.get(id(message))
+    if hit is not None and hit[0] is message and hit[1] is counter:
+        return hit[2]
+    total = count_message(counter, message)
+    if len(_SIZES) >= _MAX_SIZES:
+        _SIZES.clear()
+    _SIZES[id(message)] = (message, counter, total)
+    return total
+
+
+def count_message(counter: TokenCounter, message: Message) -> int:
     """A message's tokens as the model reads them: text, tool calls, thinking."""
     total = MESSAGE_OVERHEAD_TOKENS + counter.count(message.content or "")
     for call in message.tool_calls:
