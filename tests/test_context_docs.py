@@ -23,7 +23,11 @@ def test_the_example_runs_as_pasted_and_its_sql_answers(database_url, tmp_path):
     assert printed[3].startswith("summaries: ") and int(printed[3].split()[-1]) >= 2
     for line in printed:
         assert f"`{line}`" in PAGE
-    (session_id,) = sql(database_url, "SELECT session_id FROM helix.sessions")[0]
+    (session_id,) = sql(
+        database_url,
+        "SELECT session_id FROM helix.sessions WHERE agent_name = 'counter' "
+        "ORDER BY created_at DESC LIMIT 1",
+    )[0]
     recipe = code_blocks(PAGE, "sql")[0].replace("sess_...", session_id)
     rows = sql(database_url, recipe)
     assert len(rows) == int(printed[3].split()[-1])
