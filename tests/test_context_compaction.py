@@ -321,3 +321,46 @@ async def test_a_fork_from_before_a_summary_does_not_use_it(
     assert "Summary of the earlier conversation" not in (sent.system or "")
     assert [m.content for m in sent.messages[1:]][-1] == "after the fork"
     assert len(sent.messages) == 1 + 5, "the fork's own four messages and the new one"
+
+
+async def test_a_failed_summary_falls_back_to_dropping_and_the_run_completes(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = make_agent(
+        system_prompt="You echo.",
+        history=HistoryPolicy(steps=(Summarize(),), max_input_tokens=BUDGET),
+    )
+
+    def no_summary(request: LLMRequest) -> dict[str, Any]:
+        if is_summary_request(request.messages):
+            return {"type": "text", "content": "  "}  # nothing usable
+        return chatty(request)
+
+    mock_llm.set_responder(no_summary)
+    mock_llm.inputs.clear()
+    session_id = None
+    try:
+        for turn in range(12):
+            result = await (
+                await helix.execute(agent, f"message {turn} " + "q" * 60, session_id=session_id)
+            ).result()
+            assert result.status == "completed", (turn, result.error)
+            session_id = result.session_id
+    finally:
+        mock_llm.set_responder(None)
+    asked = [r for r in mock_llm.inputs if r.agent_name == agent.name]
+    turns = [r for r in asked if not is_summary_request(r.messages)]
+    assert len(turns) == 12 and all(request_tokens(r) <= BUDGET for r in turns)
+    assert any(is_summary_request(r.messages) for r in asked), "a summary was asked for"
+    assert "earlier messages of this conversation are not shown" in (turns[-1].system or "")
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.summaries WHERE session_id = %s", session_id
+    ) == [(0,)]
+    failed = sql(
+        database_url,
+        "SELECT count(*) FROM dbos.operation_outputs o JOIN helix.runs r "
+        "ON o.workflow_uuid = r.workflow_id WHERE r.session_id = %s "
+        "AND o.function_name = 'helix.summary' AND o.error IS NOT NULL",
+        session_id,
+    )
+    assert failed[0][0] >= 1, "the failed summary step is recorded, so a replay fails alike"
