@@ -136,7 +136,7 @@ def test_keep_last_turns_and_elided_tool_results() -> None:
     view = compact(history, HistoryPolicy(steps=(KeepLastTurns(2),)), budget=None)
     assert [m.role for m in view.messages].count("user") >= 2
     assert view.messages[0].role == "user" and view.messages[-1] == history[-1]
-    assert "earlier messages of this conversation are not shown" in view.note
+    assert "Earlier messages of this conversation are not shown" in view.note
     elided = compact(history, HistoryPolicy(steps=(DropToolResults(1),)), budget=None)
     last_turn = max(i for i, m in enumerate(history) if m.role == "user" and safe_cuts(history)[i])
     for i, m in enumerate(elided.messages):
@@ -221,7 +221,7 @@ async def test_a_2000_turn_session_completes_every_turn_under_its_budget(
     assert not over, f"turns over budget: {over[:5]}"
     last = asked[-1]
     assert last.messages[-1].content.startswith("message 1999 ")
-    assert "earlier messages of this conversation are not shown" in (last.system or "")
+    assert "Earlier messages of this conversation are not shown" in (last.system or "")
     # The full transcript stays in SQL: 2 messages a turn, none compacted away.
     assert sql(
         database_url, "SELECT count(*) FROM helix.messages WHERE session_id = %s", session_id
@@ -352,7 +352,7 @@ async def test_a_failed_summary_falls_back_to_dropping_and_the_run_completes(
     turns = [r for r in asked if not is_summary_request(r.messages)]
     assert len(turns) == 12 and all(request_tokens(r) <= BUDGET for r in turns)
     assert any(is_summary_request(r.messages) for r in asked), "a summary was asked for"
-    assert "earlier messages of this conversation are not shown" in (turns[-1].system or "")
+    assert "Earlier messages of this conversation are not shown" in (turns[-1].system or "")
     assert sql(
         database_url, "SELECT count(*) FROM helix.summaries WHERE session_id = %s", session_id
     ) == [(0,)]

@@ -20,8 +20,9 @@ from helix_dbos.orchestration.history.policy import (
 from helix_dbos.orchestration.types import Message
 
 SUMMARY_HEADING = "## Summary of the earlier conversation"
-OMITTED_NOTE = "({n} earlier messages of this conversation are not shown.)"
-_MANY = 10**9  # a count of left-out messages at least as long as any real one
+# The same words whatever was left out: the system prompt stays byte-identical from step
+# to step while turns are dropped, so a provider's prompt cache still holds it.
+OMITTED_NOTE = "(Earlier messages of this conversation are not shown.)"
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,7 @@ def compact(
     kept_from = len(history) - len(shown)  # absolute index of the first message shown
     sizes = [message_tokens(counter, m) for m in shown]
     dropped = kept_from - start
-    # The note as long as it can get once anything is left out (its count has digits).
-    head = fixed_tokens + _note_tokens(counter, _note(summary_text, dropped and _MANY))
+    head = fixed_tokens + _note_tokens(counter, _note(summary_text, dropped))
     if budget is not None and head + sum(sizes) > budget:
         wanted = policy.summarize
         if wanted is not None and may_summarize:
@@ -103,7 +103,7 @@ def compact(
             if through is not None:
                 needed = SummaryNeeded(covers_from=start, covers_through=kept_from + through)
                 return ModelInput(shown, summary_needed=needed)
-        room = budget - fixed_tokens - _note_tokens(counter, _note(summary_text, _MANY))
+        room = budget - fixed_tokens - _note_tokens(counter, _note(summary_text, 1))
         shown, sizes, more = _fit(shown, sizes, safe[kept_from:], room)
         dropped += more
     note = _note(summary_text, dropped)
@@ -114,7 +114,7 @@ def compact(
 def _note(summary_text: str, dropped: int) -> str:
     parts = [f"{SUMMARY_HEADING}\n\n{summary_text}"] if summary_text else []
     if dropped:
-        parts.append(OMITTED_NOTE.format(n=dropped))
+        parts.append(OMITTED_NOTE)
     return "\n\n".join(parts)
 
 
