@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         ToolCallNotFoundError,
         ToolDefinitionError,
         ToolOutputError,
+        UsageLimitExceeded,
         WorkerNotDeadError,
     )
     from helix_dbos.facade.helix import HelixDBOS
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         ToolCall,
         ToolCallsStepResult,
     )
+    from helix_dbos.orchestration.usage_limits import UsageLimits
     from helix_dbos.otel import instrument, uninstrument
     from helix_dbos.runtime.control.time_travel import PruneReport
     from helix_dbos.runtime.process.workers import default_executor_id
@@ -163,6 +165,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "ToolContext": "helix_dbos.definitions.tool_context",
     "AgentHooks": "helix_dbos.definitions.hooks",
+    "UsageLimits": "helix_dbos.orchestration.usage_limits",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
     **dict.fromkeys(
@@ -182,6 +185,7 @@ _EXPORTS: dict[str, str] = {
             "InvalidAnswerError",
             "InvalidInputError",
             "LLMConfigurationError",
+            "UsageLimitExceeded",
             "RunNotActiveError",
             "RunNotFoundError",
             "RunOnOtherVersionError",
@@ -325,6 +329,8 @@ __all__ = [
     "HelixClient",
     "AsyncHelixClient",
     "TerminatingConfig",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "TextDelta",
     "TextStepResult",
     "Tool",

@@ -254,3 +254,8 @@ class ScheduleNotFoundError(HelixError, LookupError):
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return (type(self), (self.name,))
+
+
+class UsageLimitExceeded(HelixError):
+    """A run's tree reached one of its `UsageLimits` (`stop_reason="usage_limit"`); the
+    message names the limit and the amounts (`AgentResult.raise_for_stop()` raises it)."""

@@ -38,6 +38,8 @@ RUN_UNPARKED = "run.unparked"
 # LLM calls.
 LLM_RETRY = "llm.retry"  # a retryable provider error: DBOS retries the step
 LLM_FAILED = "llm.failed"  # retries ran out, or the error was not retryable (workflow code)
+# A run's tree reached one of its usage limits: the model is not asked (issue 50).
+USAGE_LIMIT = "run.usage_limit"
 # A tool call's id was replaced by a helix id (duplicate, reused, empty, too long).
 TOOL_CALL_REKEYED = "tool_call.rekeyed"
 # Output validation (workflow code).

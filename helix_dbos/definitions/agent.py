@@ -27,6 +27,7 @@ from helix_dbos.orchestration.double_texting import (
 )
 from helix_dbos.orchestration.history.policy import HistoryPolicy
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
+from helix_dbos.orchestration.usage_limits import UsageLimits
 
 SystemPrompt = str | Callable[[Any], str]
 #: `stop_when(step_result, state) -> bool`, evaluated after each step (seed 001 stopWhen);
@@ -195,6 +196,7 @@ class Agent:
         persistent_agents: list[PersistentAgent] | None = None,
         multitask_strategy: MultitaskStrategy = DEFAULT_STRATEGY,
         history: HistoryPolicy | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -225,6 +227,10 @@ class Agent:
         self.input_schema = input_schema
         self.output_mode: OutputMode = output_mode
         self.stop_when = stop_when
+        # Checked before each model call over the run's tree (docs/agent-controls.md).
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise AgentDefinitionError(f"Agent '{name}': usage_limits must be UsageLimits")
+        self.usage_limits = usage_limits
         # What a message sent while a run of this agent is live does (double texting);
         # `execute(multitask_strategy=...)` overrides it per call.
         try:

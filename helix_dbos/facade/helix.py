@@ -29,6 +29,7 @@ from helix_dbos.facade.time_travel_methods import Checkpoints
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.children import remote_children
 from helix_dbos.runtime.control.run_control import RunControl
@@ -262,6 +263,7 @@ class HelixDBOS(
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
         client_tools: Sequence[ClientToolSpec] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunHandle:
         """Start a run: a new session, or a new turn of an existing one.
 
@@ -282,7 +284,8 @@ class HelixDBOS(
         calls and of a `RunQueue(partition_by="tenant")` (docs/limits.md); it is
         `helix.runs.tenant` in SQL. `client_tools` are offered to the
         model for this run only, executed by the client (`ClientToolSpec`; with
-        `multitask_strategy="reject"`)."""
+        `multitask_strategy="reject"`). `usage_limits` caps this run and its descendants'
+        model calls, tokens and cost, beside the agent's own (docs/agent-controls.md)."""
         if resource_id is not None:  # memory (issue 36): bound before the run opens
             check_storable(resource_id=resource_id, session_id=session_id)
             session_id = session_id or new_id("ses")
@@ -297,6 +300,7 @@ class HelixDBOS(
             multitask_strategy=multitask_strategy,
             tenant=tenant,
             client_tools=tuple(client_tools),
+            usage_limits=usage_limits,
         )
         return opened if isinstance(opened, QueuedRunHandle) else self._handle(opened)
 

@@ -40,6 +40,7 @@ class Complete:
 @dataclass(frozen=True)
 class Fail:
     error: str
+    stop_reason: str | None = None  # the run row's, when a control ended it ("usage_limit")
 
 
 @dataclass(frozen=True)

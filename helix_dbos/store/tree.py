@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import TextClause, text
 
+from helix_dbos.orchestration.usage_limits import TreeUsage
 from helix_dbos.store.repository import SQLConnection
 
 _LIVE = "('running', 'waiting', 'paused')"
@@ -82,3 +84,24 @@ async def live_runs(conn: SQLConnection, session_id: str) -> list[TreeRun]:
         {"sid": session_id},
     )
     return [TreeRun(*r) for r in rows]
+
+
+# A run's LLM calls and those of every session below its session since it started (issue
+# 50's usage limits). `subagent` rows are left out: they repeat their children's tokens.
+_TREE_USAGE = (
+    "WITH RECURSIVE run AS (SELECT session_id, started_at FROM helix.runs WHERE run_id = :rid), "
+    "tree AS (SELECT s.session_id FROM helix.sessions s JOIN run r "
+    "ON s.parent_session_id = r.session_id UNION ALL SELECT s.session_id FROM "
+    "helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
+    "SELECT count(*), COALESCE(sum(u.input_tokens), 0), COALESCE(sum(u.output_tokens), 0), "
+    "COALESCE(sum(u.cost_usd), 0) FROM helix.usage u WHERE u.kind = 'llm' AND "
+    "(u.run_id = :rid OR (u.session_id IN (SELECT session_id FROM tree) "
+    "AND u.created_at >= (SELECT started_at FROM run)))"
+)
+
+
+async def tree_usage(conn: SQLConnection, run_id: str) -> TreeUsage:
+    """What the run and its descendants have used so far, from `helix.usage`: the run's
+    own LLM calls, and those recorded below its session since it started."""
+    row = (await conn.execute(_sql(_TREE_USAGE), {"rid": run_id})).one()
+    return TreeUsage(int(row[0]), int(row[1]), int(row[2]), Decimal(row[3]))

@@ -64,6 +64,7 @@ from helix_dbos.runtime.loop.step_ahead import StepAhead, TakenStep, finish_step
 from helix_dbos.runtime.loop.step_rows import conclude, log_invalid_outputs, reply_rows, tool_rows
 from helix_dbos.runtime.loop.summary_step import summary_step, summary_step_options
 from helix_dbos.runtime.loop.tool_batch import ToolBatch
+from helix_dbos.runtime.loop.usage_check import usage_limit_ending
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.patches import AGENT_RUN, NONE_APPLIED, AppliedPatches
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime, logger
@@ -82,6 +83,7 @@ from helix_dbos.runtime.steps.step_types import (
     RunNotOpened,
     RunOptions,
     SummaryDue,
+    UsageLimitReached,
 )
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, interrupted_message
 from helix_dbos.store import run_bounds
@@ -172,6 +174,8 @@ class AgentLoop:
             if isinstance(reply, SummaryDue):  # only agents that summarise (docs/context.md)
                 await self._summarize(step, reply)
                 continue  # the same step's LLM step again, on top of the summary
+            if isinstance(reply, UsageLimitReached):  # the model was not asked
+                return await self.end_without_step(step - 1, usage_limit_ending(reply))
             # 3.-4. Plan the reply, run its tools, decide what comes next: the step's rows.
             taken = ahead.taken(reply) or await self._take_step(step, reply, ahead.planned(reply))
             self.counters = taken.decision.counters

@@ -50,6 +50,7 @@ from helix_dbos.runtime.loop.llm_hooks import (
     is_last_attempt,
 )
 from helix_dbos.runtime.loop.reply_plan import PlannedReply, plan_reply
+from helix_dbos.runtime.loop.usage_check import limit_reached
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
@@ -210,6 +211,11 @@ async def llm_step(
     if seen is None:
         await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
         return InterruptRequested()
+    # Before any model call, a summary's too (issue 50: usage limits).
+    limited = await limit_reached(rt, agent, options, session_id, run_id, step)
+    if limited is not None:  # part of this step's checkpoint: a replay decides the same
+        await announce(agent, HookContext(session_id, run_id, agent_name, step), unannounced)
+        return limited
     terminating = run_terminating(agent, options)
     mode = agent.completion_for(terminating)
     view = await model_input(

@@ -146,8 +146,9 @@ def conclude(commit: StepCommit, decision: StepDecision) -> None:
                 commit.events.append(
                     ChunkRecord(f"{commit.run_id}:stopped", "run_stopped", payload)
                 )
-        case Fail(error=error):
+        case Fail(error=error, stop_reason=reason):
             commit.end("failed", error=error)
+            commit.stop_reason = reason
         case Interrupted(error=error):
             commit.end("interrupted", error=error)
 

@@ -28,6 +28,7 @@ from helix_dbos.errors import (
 )
 from helix_dbos.orchestration.double_texting import MultitaskStrategy, check_strategy
 from helix_dbos.orchestration.types import Message
+from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.runtime.loop.llm_step import run_terminating
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.process.outage import is_transient_db_error
@@ -93,6 +94,7 @@ class RunStarts:
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
         client_tools: tuple[ClientToolSpec, ...] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> OpenedRun | QueuedRunHandle:
         check_storable(input=input, session_id=session_id, tenant=tenant)
         if tenant is not None and not (isinstance(tenant, str) and tenant.strip()):
@@ -110,7 +112,9 @@ class RunStarts:
         messages = [Message(role="user", content=input)] if input is not None else []
         if terminating is not None:
             definition.check_terminating(terminating)
-        options = RunOptions(terminating=terminating, tenant=tenant, client_tools=client_tools)
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise InvalidInputError("usage_limits must be UsageLimits")
+        options = RunOptions(terminating, tenant, client_tools, usage_limits)
         began = time.monotonic()
         try:
             if strategy != "reject" and session_id is not None and self.queue is not None:
@@ -169,7 +173,9 @@ class RunStarts:
         while the session has a live run (whose end starts it)."""
         agent = self.agent(message.agent_name)
         options = queued_options(message)
-        effective = RunOptions(run_terminating(agent, options), options.tenant)
+        effective = RunOptions(
+            run_terminating(agent, options), options.tenant, usage_limits=options.usage_limits
+        )
         request = OpenRunRequest.queued_message(agent, message, effective.to_json())
         return await on_target_loop(
             lambda: self._open_and_start_locked(request, agent, options, None)
@@ -211,7 +217,9 @@ class RunStarts:
     ) -> OpenedRun:
         options = options or RunOptions()
         terminating = run_terminating(agent, options)
-        effective = RunOptions(terminating, options.tenant, options.client_tools)
+        effective = RunOptions(
+            terminating, options.tenant, options.client_tools, options.usage_limits
+        )
         request = OpenRunRequest.top_level(
             kind,
             agent,
@@ -402,7 +410,9 @@ def queued_options(message: QueuedMessage) -> RunOptions:
     """The options of the run a stored message starts (as given with the message)."""
     terminating = message.options.get("terminating")
     config = TerminatingConfig.from_dict(terminating) if terminating else None
-    return RunOptions(config, message.options.get("tenant"))
+    limits = message.options.get("usage_limits")
+    usage_limits = UsageLimits.from_json(limits) if limits else None
+    return RunOptions(config, message.options.get("tenant"), usage_limits=usage_limits)
 
 
 def stale_reason(status: WorkflowStatus | None) -> str:

@@ -10,8 +10,10 @@ from helix_dbos.api.runs import PendingToolCall as PendingToolCall
 from helix_dbos.api.runs import RunInfo as RunInfo
 from helix_dbos.api.runs import SessionInfo as SessionInfo
 from helix_dbos.api.runs import UsageSummary as UsageSummary
+from helix_dbos.errors import UsageLimitExceeded
 from helix_dbos.orchestration.terminating import response_text
 from helix_dbos.orchestration.types import fill_field_defaults
+from helix_dbos.orchestration.usage_limits import USAGE_LIMIT_STOP
 from helix_dbos.store.run_bounds import RunOutcome
 
 RunStatus = Literal["running", "waiting", "paused", "completed", "failed", "interrupted", "aborted"]
@@ -31,7 +33,8 @@ class AgentResult(BaseModel):
     response: str | None = None
     generated_messages: list[dict[str, Any]] | None = None
     # Why the loop stopped when it was not the model finishing: "stop_when" (the
-    # agent's custom stop condition held after a step); None otherwise.
+    # agent's custom stop condition held after a step), "usage_limit" (a `UsageLimits`
+    # was reached); None otherwise.
     stop_reason: str | None = None
     _terminating: bool = PrivateAttr(default=False)
 
@@ -54,6 +57,12 @@ class AgentResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "completed"
+
+    def raise_for_stop(self) -> None:
+        """Raise the typed error of a run a control ended: `UsageLimitExceeded` for
+        `stop_reason="usage_limit"`; nothing otherwise."""
+        if self.stop_reason == USAGE_LIMIT_STOP:
+            raise UsageLimitExceeded(self.error or "Usage limit exceeded")
 
 
 class RunRowLike(Protocol):

@@ -14,6 +14,7 @@ from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
+from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.store.repository import ToolCallKind
 
 GateKind = ToolCallKind
@@ -31,6 +32,9 @@ class RunOptions:
     # Who the run is for (docs/limits.md): its share of a limited model's calls.
     tenant: str | None = None
     client_tools: tuple[ClientToolSpec, ...] = ()
+    # `execute(usage_limits=...)`: checked before each model call, over the run's tree
+    # (orchestration/usage_limits.py); the agent's own limits are checked too.
+    usage_limits: UsageLimits | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in `helix.runs.options` (`tenant` is also a column of its own)."""
@@ -41,6 +45,8 @@ class RunOptions:
             shape["tenant"] = self.tenant
         if self.client_tools:
             shape["client_tools"] = [t.name for t in self.client_tools]
+        if self.usage_limits is not None:
+            shape["usage_limits"] = self.usage_limits.to_json()
         return shape
 
 
@@ -86,7 +92,17 @@ class SummaryDue:
     covers_through: int
 
 
-LLMStepOutput = ModelReply | InterruptRequested | RunNotOpened | RunEnded | SummaryDue
+@dataclass(frozen=True)
+class UsageLimitReached:
+    """The LLM step found the run's tree at a usage limit and did not call the model
+    (issue 50): the run fails with `error`, `stop_reason="usage_limit"`."""
+
+    error: str
+
+
+LLMStepOutput = (
+    ModelReply | InterruptRequested | RunNotOpened | RunEnded | SummaryDue | UsageLimitReached
+)
 
 
 # --- gates and tool outcomes -------------------------------------------------------
