@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import httpx
 import pytest
 from helpers import sql
+from live_server import serve
+from test_cli import helix_dbos
 
 from helix_dbos import (
     Agent,
@@ -19,6 +22,7 @@ from helix_dbos import (
 )
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.orchestration.usage_limits import TreeUsage, breach
+from helix_dbos.server import create_app
 
 GPT4O = "gpt-4o-2024-08-06"
 
@@ -177,3 +181,45 @@ async def test_execute_refuses_limits_that_are_not_usage_limits(helix, make_agen
     agent = make_agent()
     with pytest.raises(InvalidInputError, match="usage_limits"):
         await helix.execute(agent, "hi", usage_limits={"requests": 1})  # type: ignore[arg-type]
+
+
+# --- over HTTP and the CLI --------------------------------------------------------------
+
+
+async def test_usage_limits_over_http_and_the_cli(helix, make_agent, mock_llm, database_url):
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    agent = make_agent(tools=[ping])
+    mock_llm.add_response(call("p1", "ping", {}), agent=agent.name)
+    mock_llm.add_response(text("never asked"), agent=agent.name)
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            for bad in ({"requests": -1}, {"cost_usd": "lots"}, {"tokens": 5}):
+                refused = await client.post(
+                    "/start", json={"agent": agent.name, "input": "x", "usage_limits": bad}
+                )
+                assert refused.status_code == 422, refused.text
+            started = await client.post(
+                "/start",
+                json={"agent": agent.name, "input": "ping", "usage_limits": {"requests": 1}},
+            )
+            assert started.status_code == 200, started.text
+            run_id = started.json()["run_id"]
+            result = await (await helix.get_handle(run_id)).result()
+            assert result.stop_reason == "usage_limit"
+            status = await client.get("/status", params={"session_id": result.session_id})
+            last = status.json()["last_run"]
+            assert (last["status"], last["stop_reason"]) == ("failed", "usage_limit")
+            assert last["error"] == "Usage limit exceeded: requests limit 1, used 1"
+            runs = await client.get("/runs", params={"session_id": result.session_id})
+            [row] = runs.json()
+            assert row["stop_reason"] == "usage_limit"
+    assert asked(mock_llm, agent) == 1
+    [(options,)] = sql(database_url, "SELECT options FROM helix.runs WHERE run_id = %s", run_id)
+    assert options["usage_limits"] == {"requests": 1}
+    shown = await helix_dbos(database_url, "runs", "--session", result.session_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "usage_limit: Usage limit exceeded" in shown.stdout.replace("\n", " ")

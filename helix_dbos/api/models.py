@@ -18,6 +18,7 @@ from helix_dbos.api.runs import RunInfo, SessionInfo, UsageSummary
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.completion import DEFAULT_NUDGE_MESSAGE
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.usage_limits import UsageLimits
 
 AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
 
@@ -40,6 +41,20 @@ class ErrorResponse(BaseModel):
 
 
 # --- runs -------------------------------------------------------------------
+
+
+class UsageLimitsBody(_Request):
+    """`UsageLimits` over the wire: caps over the run and its descendants
+    (docs/agent-controls.md); unset fields are no limit."""
+
+    requests: int | None = Field(None, ge=0, description="Model calls")
+    input_tokens: int | None = Field(None, ge=0)
+    output_tokens: int | None = Field(None, ge=0)
+    total_tokens: int | None = Field(None, ge=0)
+    cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False, description="Priced cost")
+
+    def limits(self) -> UsageLimits:
+        return UsageLimits(**self.model_dump(exclude_none=True))
 
 
 class StartRequest(_Request):
@@ -69,6 +84,11 @@ class StartRequest(_Request):
         min_length=1,
         description="Who the run is for: its tenant's share of a limited model's calls "
         "(docs/limits.md); helix.runs.tenant in SQL",
+    )
+    usage_limits: UsageLimitsBody | None = Field(
+        None,
+        description="Stop the run (failed, stop_reason usage_limit) once it and its "
+        "descendants reach one of these (docs/agent-controls.md)",
     )
 
 
@@ -219,6 +239,9 @@ class RunSummary(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    stop_reason: str | None = Field(
+        None, description="What ended it when the model did not: stop_when, usage_limit"
+    )
     tenant: str | None = Field(None, description="Who the run is for (`execute(tenant=...)`)")
     queued_for: str | None = Field(
         None, description="The model queue a running run waits on for a call slot"

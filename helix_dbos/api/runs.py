@@ -37,6 +37,8 @@ class RunInfo(BaseModel):
     waiting_for: str | None = None
     started_at: Any = None
     finished_at: Any = None
+    # What ended the run when the model did not: "stop_when", "usage_limit".
+    stop_reason: str | None = None
 
 
 class PendingToolCall(BaseModel):

@@ -47,6 +47,8 @@ def run_detail(run: dict[str, Any]) -> str:
             + (" answered" if c["answered"] else "")
             for c in run["tool_calls"]
         )
+    if run.get("stop_reason") and run["status"] == "failed":  # a control ended it
+        return f"{run['stop_reason']}: {run['error'] or ''}"
     return run["error"] or ""
 
 

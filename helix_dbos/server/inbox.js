@@ -128,7 +128,9 @@
   // --- cards ------------------------------------------------------------------
 
   function renderCard(run) {
-    const status = el("span", { class: "run-status " + run.status }, run.status);
+    // A run a control ended (a usage limit) says which.
+    const shown = run.stop_reason && run.status === "failed" ? run.status + " (" + run.stop_reason + ")" : run.status;
+    const status = el("span", { class: "run-status " + run.status }, shown);
     // A sub-agent's wait shows which root it is under, and how deep (search by the root finds it).
     const below = run.depth > 0
       ? [el("span", { class: "label" }, "sub-agent of"), idChip(run.root_session_id, "root"),
@@ -474,7 +476,8 @@
     const status = await api("status?session_id=" + encodeURIComponent(entry.run.session_id)).catch(() => null);
     const last = status && status.last_run;
     if (last && last.run_id === entry.run.run_id && !["running", "waiting", "paused"].includes(last.status)) {
-      resolve(entry, last.status, last.output !== null ? last.output : last.error);
+      const why = last.stop_reason && last.error ? last.stop_reason + ": " + last.error : last.error;
+      resolve(entry, last.status, last.output !== null ? last.output : why);
     }
   }
 

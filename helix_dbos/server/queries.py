@@ -18,7 +18,7 @@ WAITING_STATUSES = ("waiting", "paused")
 _RUN_COLUMNS = (
     "r.run_id, r.session_id, r.agent_name, r.workflow_id, r.turn, r.status, r.step_count, "
     "r.waiting_for, r.waiting_since, r.started_at, r.finished_at, r.error, r.tenant, "
-    "r.queued_for"
+    "r.queued_for, r.stop_reason"
 )
 
 

@@ -74,6 +74,7 @@ class RunRow:
     waiting_for: str | None
     started_at: datetime
     finished_at: datetime | None
+    stop_reason: str | None = None  # "stop_when", "usage_limit": what ended it, if not the model
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ _SESSION_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "run_id, session_id, workflow_id, agent_name, turn, status, step_count, output, error, "
-    "waiting_for, started_at, finished_at"
+    "waiting_for, started_at, finished_at, stop_reason"
 )
 
 

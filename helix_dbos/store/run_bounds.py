@@ -321,7 +321,7 @@ class RunOutcome:
 
 
 _RUN_OUTCOME = _sql(
-    f"SELECT {_RUN_COLUMNS}, stop_reason, "
+    f"SELECT {_RUN_COLUMNS}, "
     "COALESCE(jsonb_typeof(options -> 'terminating') = 'object', false), u.* "
     f"FROM helix.runs, LATERAL (SELECT {USAGE_SELECT} FROM helix.usage "
     "WHERE usage.run_id = :rid) u WHERE run_id = :rid"
@@ -334,10 +334,11 @@ async def run_outcome(conn: SQLConnection, run_id: str) -> RunOutcome | None:
     if row is None:
         return None
     width = len(RunRow.__dataclass_fields__)
-    usage = row[width + 2 :]
+    usage = row[width + 1 :]
+    run = RunRow(*row[:width])
     return RunOutcome(
-        run=RunRow(*row[:width]),
-        stop_reason=row[width],
-        terminating=bool(row[width + 1]),
+        run=run,
+        stop_reason=run.stop_reason,
+        terminating=bool(row[width]),
         usage={k: int(v) for k, v in zip(USAGE_KEYS, usage, strict=True)},
     )

@@ -70,6 +70,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
             priority=body.priority,
             multitask_strategy=body.multitask_strategy,
             tenant=body.tenant,
+            usage_limits=body.usage_limits.limits() if body.usage_limits else None,
         )
         return RunStarted(
             session_id=handle.session_id,
