@@ -1,0 +1,23 @@
+"""docs/agent-controls.md as pasted: its usage-limit example runs and prints what the
+page says."""
+
+from __future__ import annotations
+
+from tests.docs_text import PAGES, code_blocks, run_pasted
+
+PAGE = PAGES["docs/agent-controls.md"]
+
+
+def test_the_usage_limits_example_runs_as_pasted(database_url, tmp_path):
+    snippet = code_blocks(PAGE, "python")[0]
+    done = run_pasted(snippet, database_url, tmp_path, name="agent_controls.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == [
+        "failed usage_limit",
+        "Usage limit exceeded: total_tokens limit 1000, used 1230",
+        "raised: UsageLimitExceeded",
+        "model calls: 3",
+    ]
+    for line in printed:
+        assert f"`{line}`" in PAGE
