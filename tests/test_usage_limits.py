@@ -4,11 +4,18 @@ fails the run with `stop_reason="usage_limit"`, and a tool already called runs w
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
-from helpers import sql
+from helpers import lines, sql, wait_for
 from live_server import serve
 from test_cli import helix_dbos
 
@@ -223,3 +230,59 @@ async def test_usage_limits_over_http_and_the_cli(helix, make_agent, mock_llm, d
     shown = await helix_dbos(database_url, "runs", "--session", result.session_id)
     assert shown.returncode == 0, shown.stderr
     assert "usage_limit: Usage limit exceeded" in shown.stdout.replace("\n", " ")
+
+
+# --- a crash while a child runs ---------------------------------------------------------
+
+CRASH_APP = Path(__file__).parent / "apps" / "usage_limits_crash_app.py"
+
+
+def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
+    return subprocess.Popen(
+        [sys.executable, str(CRASH_APP), mode, database_url, executor, str(markers), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+@pytest.mark.crash
+def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(database_url, tmp_path):
+    """The limit is reached while the child runs; SIGKILL then; after the relaunch the
+    child finishes its call (no tool cut), and the parent ends `usage_limit` before its
+    next model call, exactly once."""
+    executor = f"usage-crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("start", database_url, executor, tmp_path)
+    assert proc.stdout is not None
+    started = json.loads(proc.stdout.readline())
+    run_id, session_id = started["run_id"], started["session_id"]
+    wait_for(lambda: (tmp_path / "in_slow").exists())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    relaunched = spawn("recover", database_url, executor, tmp_path, run_id)
+    out, _ = relaunched.communicate(timeout=150)
+    assert relaunched.returncode == 0, out
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome == {
+        "status": "failed",
+        "error": "Usage limit exceeded: total_tokens limit 3000, used 5200",
+        "stop_reason": "usage_limit",
+    }
+    assert lines(tmp_path, "llm_lead.log") == ["1"], "the lead was asked once, before the kill"
+    assert len(lines(tmp_path, "llm_worker.log")) == 2, "the child's two calls, none twice"
+    assert len(lines(tmp_path, "slow.log")) == 2, "the call in flight ran again, whole"
+    [(child_status,)] = sql(
+        database_url,
+        "SELECT r.status FROM helix.runs r JOIN helix.sessions s USING (session_id) "
+        "WHERE s.parent_session_id = %s",
+        session_id,
+    )
+    assert child_status == "completed"
+    # The parent's sub-agent call has its one result: nothing left unanswered.
+    [(results,)] = sql(
+        database_url,
+        "SELECT count(*) FROM helix.messages WHERE session_id = %s AND role = 'tool'",
+        session_id,
+    )
+    assert results == 1

@@ -1,0 +1,103 @@
+"""A real helix_dbos process whose lead has a usage limit, for a crash test (issue 50).
+
+usage: usage_limits_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
+
+The lead (total_tokens limit 3000) delegates to a worker sub-agent whose first model
+call uses 5000 tokens, then waits in a slow tool: the limit is reached while the child
+runs. "start" starts the lead's run and sleeps until the test SIGKILLs it in that tool;
+"recover" relaunches under the same executor id, waits for the lead's run to end and
+prints it. Every LLM call and tool execution is appended to a file in MARKER_DIR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, sub_agent_tool, tool
+from helix_dbos.orchestration.types import LLMRequest
+
+mode, database_url, executor_id, marker_dir = sys.argv[1:5]
+markers = Path(marker_dir)
+
+
+def mark(name: str, line: str = "x") -> None:
+    with open(markers / name, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@tool
+async def slow() -> str:
+    """Blocks in the first life, so the test kills the process mid-call."""
+    mark("slow.log")
+    if mode == "start":
+        mark("in_slow")
+        await asyncio.sleep(3600)
+    return "slow done"
+
+
+def usage(tokens: int) -> dict:
+    return {"model": "gpt-4o-2024-08-06", "input_tokens": tokens, "output_tokens": 0}
+
+
+def respond(request: LLMRequest) -> dict:
+    mark(f"llm_{request.agent_name}.log", str(len(request.messages)))
+    results = [m for m in request.messages if m.role == "tool"]
+    if request.agent_name == "lead":
+        if not results:
+            return {
+                "type": "tool_calls",
+                "tool_calls": [
+                    {"id": "w1", "name": "subagent__worker", "arguments": {"message": "go"}}
+                ],
+                "usage": usage(100),
+            }
+        return {"type": "text", "content": "lead done", "usage": usage(100)}
+    if not results:
+        return {
+            "type": "tool_calls",
+            "tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}],
+            "usage": usage(5000),
+        }
+    return {"type": "text", "content": "worker done", "usage": usage(100)}
+
+
+worker = Agent("worker", tools=[slow])
+lead = Agent("lead", tools=[sub_agent_tool(worker)], usage_limits=UsageLimits(total_tokens=3000))
+helix = HelixDBOS(
+    [lead, worker],
+    database_url=database_url,
+    llm=MockLLM(respond),
+    executor_id=executor_id,
+    application_version="usage-limits-crash-test",
+    worker_lease_seconds=10,
+)
+helix.launch()
+
+
+async def main() -> None:
+    if mode == "start":
+        handle = await helix.execute(lead, "delegate")
+        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+        await asyncio.sleep(3600)  # killed by the test before this ends
+        return
+    run_id = sys.argv[5]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        run = await helix.get_run(run_id)
+        if run.status not in ("running", "waiting", "paused"):
+            shown = {"status": run.status, "error": run.error, "stop_reason": run.stop_reason}
+            print(json.dumps(shown), flush=True)
+            return
+        await asyncio.sleep(0.1)
+    print(json.dumps({"status": "timeout"}), flush=True)
+
+
+asyncio.run(main())
+helix.shutdown()
