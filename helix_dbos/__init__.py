@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         CheckpointNotFoundError,
         DatabaseUnavailableError,
         ExecutorIdInUseError,
+        GuardrailTripped,
         HelixError,
         InvalidAnswerError,
         InvalidInputError,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
         recall_hooks,
     )
     from helix_dbos.memory.openai_embedder import OpenAIEmbedder
+    from helix_dbos.orchestration.guardrails import GuardrailResult
     from helix_dbos.orchestration.history.policy import (
         CharEstimate,
         DropToolResults,
@@ -166,6 +168,7 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "helix_dbos.definitions.tool_context",
     "AgentHooks": "helix_dbos.definitions.hooks",
     "UsageLimits": "helix_dbos.orchestration.usage_limits",
+    "GuardrailResult": "helix_dbos.orchestration.guardrails",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
     **dict.fromkeys(
@@ -186,6 +189,7 @@ _EXPORTS: dict[str, str] = {
             "InvalidInputError",
             "LLMConfigurationError",
             "UsageLimitExceeded",
+            "GuardrailTripped",
             "RunNotActiveError",
             "RunNotFoundError",
             "RunOnOtherVersionError",
@@ -331,6 +335,8 @@ __all__ = [
     "TerminatingConfig",
     "UsageLimitExceeded",
     "UsageLimits",
+    "GuardrailResult",
+    "GuardrailTripped",
     "TextDelta",
     "TextStepResult",
     "Tool",

@@ -259,3 +259,8 @@ class ScheduleNotFoundError(HelixError, LookupError):
 class UsageLimitExceeded(HelixError):
     """A run's tree reached one of its `UsageLimits` (`stop_reason="usage_limit"`); the
     message names the limit and the amounts (`AgentResult.raise_for_stop()` raises it)."""
+
+
+class GuardrailTripped(HelixError):
+    """A guardrail's tripwire ended the run (`stop_reason="guardrail"`); the message names
+    the guardrail and its reason (`AgentResult.raise_for_stop()` raises it)."""

@@ -234,7 +234,7 @@ async def test_usage_limits_over_http_and_the_cli(helix, make_agent, mock_llm, d
 
 # --- a crash while a child runs ---------------------------------------------------------
 
-CRASH_APP = Path(__file__).parent / "apps" / "usage_limits_crash_app.py"
+CRASH_APP = Path(__file__).parent / "apps" / "controls_crash_app.py"
 
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
@@ -250,7 +250,8 @@ def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: st
 def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(database_url, tmp_path):
     """The limit is reached while the child runs; SIGKILL then; after the relaunch the
     child finishes its call (no tool cut), and the parent ends `usage_limit` before its
-    next model call, exactly once."""
+    next model call, exactly once. The parent's input guardrail, which passed before the
+    kill, is not run again."""
     executor = f"usage-crash-{uuid.uuid4().hex[:8]}"
     proc = spawn("start", database_url, executor, tmp_path)
     assert proc.stdout is not None
@@ -269,6 +270,7 @@ def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(databas
         "error": "Usage limit exceeded: total_tokens limit 3000, used 5200",
         "stop_reason": "usage_limit",
     }
+    assert lines(tmp_path, "guardrail.log") == ["delegate"], "a passed check is not re-run"
     assert lines(tmp_path, "llm_lead.log") == ["1"], "the lead was asked once, before the kill"
     assert len(lines(tmp_path, "llm_worker.log")) == 2, "the child's two calls, none twice"
     assert len(lines(tmp_path, "slow.log")) == 2, "the call in flight ran again, whole"

@@ -25,6 +25,7 @@ from helix_dbos.orchestration.double_texting import (
     MultitaskStrategy,
     check_strategy,
 )
+from helix_dbos.orchestration.guardrails import Guardrail, guardrail_name
 from helix_dbos.orchestration.history.policy import HistoryPolicy
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
 from helix_dbos.orchestration.usage_limits import UsageLimits
@@ -197,6 +198,8 @@ class Agent:
         multitask_strategy: MultitaskStrategy = DEFAULT_STRATEGY,
         history: HistoryPolicy | None = None,
         usage_limits: UsageLimits | None = None,
+        input_guardrails: list[Guardrail] | None = None,
+        output_guardrails: list[Guardrail] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -231,6 +234,10 @@ class Agent:
         if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
             raise AgentDefinitionError(f"Agent '{name}': usage_limits must be UsageLimits")
         self.usage_limits = usage_limits
+        # Checks of the run's input (before its first model call) and of its final
+        # output (before it completes): a tripwire fails the run (docs/agent-controls.md).
+        self.input_guardrails = _guardrails(name, "input", input_guardrails)
+        self.output_guardrails = _guardrails(name, "output", output_guardrails)
         # What a message sent while a run of this agent is live does (double texting);
         # `execute(multitask_strategy=...)` overrides it per call.
         try:
@@ -383,3 +390,14 @@ class Agent:
         clone = copy.copy(self)
         clone.llm = dataclasses.replace(self.llm, model=model, base_url=None, fallback=())
         return clone
+
+
+def _guardrails(agent: str, kind: str, guardrails: list[Guardrail] | None) -> list[Guardrail]:
+    """Callables with distinct names: a check's step is named after its guardrail."""
+    checked = list(guardrails or [])
+    names = [guardrail_name(g) for g in checked]
+    if not all(callable(g) for g in checked) or len(set(names)) != len(names):
+        raise AgentDefinitionError(
+            f"Agent '{agent}': {kind}_guardrails must be callables with distinct names"
+        )
+    return checked

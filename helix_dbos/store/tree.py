@@ -105,3 +105,17 @@ async def tree_usage(conn: SQLConnection, run_id: str) -> TreeUsage:
     own LLM calls, and those recorded below its session since it started."""
     row = (await conn.execute(_sql(_TREE_USAGE), {"rid": run_id})).one()
     return TreeUsage(int(row[0]), int(row[1]), int(row[2]), Decimal(row[3]))
+
+
+async def run_input(conn: SQLConnection, run_id: str) -> str:
+    """The user messages the run started with, joined: what its input guardrails check."""
+    row = (
+        await conn.execute(
+            _sql(
+                "SELECT COALESCE(string_agg(content, E'\\n' ORDER BY seq), '') "
+                "FROM helix.messages WHERE run_id = :rid AND role = 'user'"
+            ),
+            {"rid": run_id},
+        )
+    ).one()
+    return str(row[0])

@@ -27,6 +27,7 @@ from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.definitions.request_tools import with_client_tools
 from helix_dbos.log_events import LLM_FAILED, log_event
+from helix_dbos.orchestration.guardrails import GuardrailCheck
 from helix_dbos.orchestration.next_step import (
     Complete,
     Continue,
@@ -49,6 +50,11 @@ from helix_dbos.runtime.loop.final_write import (
     final_write_step,
     settled_final_write,
     write_final,
+)
+from helix_dbos.runtime.loop.guardrail_steps import (
+    first_tripped,
+    guardrail_ending,
+    guardrail_message,
 )
 from helix_dbos.runtime.loop.llm_step import (
     describe_llm_failure,
@@ -125,6 +131,14 @@ class AgentLoop:
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
+        if self.agent.input_guardrails:  # before the first model call (issue 50)
+            tripped = await first_tripped(self.agent, "input", self.run_id)
+            if tripped is not None:  # its rows are the run's first step's
+                commit = StepCommit(self.session_id, self.run_id, self.agent.name, 1)
+                return await self._tripped(commit, tripped)
+        return await self._steps()
+
+    async def _steps(self) -> AgentResult:
         while True:
             self.steps_taken = self.counters.steps
             step = self.steps_taken + 1
@@ -186,7 +200,21 @@ class AgentLoop:
                 case Continue():
                     self._unwritten = taken.commit
                 case Complete() | Fail() | Interrupted():
-                    return await self._end(taken.commit)
+                    return await self._end_checked(taken.commit)
+
+    async def _end_checked(self, commit: StepCommit) -> AgentResult:
+        """The run's end, after its output guardrails if it completes (issue 50)."""
+        if commit.status == "completed" and self.agent.output_guardrails:
+            tripped = await first_tripped(self.agent, "output", self.run_id, commit.output)
+            if tripped is not None:
+                return await self._tripped(commit, tripped)
+        return await self._end(commit)
+
+    async def _tripped(self, commit: StepCommit, check: GuardrailCheck) -> AgentResult:
+        """A guardrail's tripwire ends the run: failed, said in the transcript."""
+        conclude(commit, StepDecision(guardrail_ending(check), self.counters))
+        commit.say(guardrail_message(check))
+        return await self._end(commit)
 
     async def _summarize(self, step: int, due: SummaryDue) -> None:
         """The `helix.summary` step; a summary that fails for good is logged and the

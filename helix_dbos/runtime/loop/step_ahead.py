@@ -119,6 +119,8 @@ class StepAhead:
             return  # the workflow takes the step itself, and meets the error there
         self._taken = taken
         status = commit.status
+        if status == "completed" and self.agent.output_guardrails:
+            return  # its output is checked first, in a step of its own (issue 50)
         if status is not None and ends_quietly(self.agent, status, commit.unannounced):
             self.final_write = asyncio.ensure_future(write_final(commit, None, True))
 

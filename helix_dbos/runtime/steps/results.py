@@ -10,7 +10,8 @@ from helix_dbos.api.runs import PendingToolCall as PendingToolCall
 from helix_dbos.api.runs import RunInfo as RunInfo
 from helix_dbos.api.runs import SessionInfo as SessionInfo
 from helix_dbos.api.runs import UsageSummary as UsageSummary
-from helix_dbos.errors import UsageLimitExceeded
+from helix_dbos.errors import GuardrailTripped, UsageLimitExceeded
+from helix_dbos.orchestration.guardrails import GUARDRAIL_STOP
 from helix_dbos.orchestration.terminating import response_text
 from helix_dbos.orchestration.types import fill_field_defaults
 from helix_dbos.orchestration.usage_limits import USAGE_LIMIT_STOP
@@ -60,9 +61,12 @@ class AgentResult(BaseModel):
 
     def raise_for_stop(self) -> None:
         """Raise the typed error of a run a control ended: `UsageLimitExceeded` for
-        `stop_reason="usage_limit"`; nothing otherwise."""
+        `stop_reason="usage_limit"`, `GuardrailTripped` for `"guardrail"`; nothing
+        otherwise."""
         if self.stop_reason == USAGE_LIMIT_STOP:
             raise UsageLimitExceeded(self.error or "Usage limit exceeded")
+        if self.stop_reason == GUARDRAIL_STOP:
+            raise GuardrailTripped(self.error or "A guardrail tripped")
 
 
 class RunRowLike(Protocol):

@@ -1,12 +1,14 @@
-"""A real helix_dbos process whose lead has a usage limit, for a crash test (issue 50).
+"""A real helix_dbos process whose lead has a usage limit and an input guardrail, for a
+crash test (issue 50).
 
-usage: usage_limits_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
+usage: controls_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR [RUN_ID]
 
 The lead (total_tokens limit 3000) delegates to a worker sub-agent whose first model
 call uses 5000 tokens, then waits in a slow tool: the limit is reached while the child
 runs. "start" starts the lead's run and sleeps until the test SIGKILLs it in that tool;
 "recover" relaunches under the same executor id, waits for the lead's run to end and
-prints it. Every LLM call and tool execution is appended to a file in MARKER_DIR.
+prints it. Every LLM call, tool execution and guardrail check is appended to a file in
+MARKER_DIR: the guardrail passed before the kill, so its step must not run again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, sub_agent_tool, tool
+from helix_dbos import (
+    Agent,
+    GuardrailResult,
+    HelixDBOS,
+    MockLLM,
+    UsageLimits,
+    sub_agent_tool,
+    tool,
+)
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, marker_dir = sys.argv[1:5]
@@ -68,14 +78,24 @@ def respond(request: LLMRequest) -> dict:
     return {"type": "text", "content": "worker done", "usage": usage(100)}
 
 
+def counted(text: str) -> GuardrailResult:
+    mark("guardrail.log", text)
+    return GuardrailResult(tripwire=False)
+
+
 worker = Agent("worker", tools=[slow])
-lead = Agent("lead", tools=[sub_agent_tool(worker)], usage_limits=UsageLimits(total_tokens=3000))
+lead = Agent(
+    "lead",
+    tools=[sub_agent_tool(worker)],
+    usage_limits=UsageLimits(total_tokens=3000),
+    input_guardrails=[counted],
+)
 helix = HelixDBOS(
     [lead, worker],
     database_url=database_url,
     llm=MockLLM(respond),
     executor_id=executor_id,
-    application_version="usage-limits-crash-test",
+    application_version="controls-crash-test",
     worker_lease_seconds=10,
 )
 helix.launch()

@@ -1,0 +1,56 @@
+"""Guardrails with tripwires (issue 50), pure values.
+
+A guardrail is a function (sync or async) of a run's input or of its final output that
+returns a `GuardrailResult`; a tripwire ends the run `failed` with
+`stop_reason="guardrail"`. Each check is a durable step, so a check that passed is never
+run again after a crash (`runtime/loop/guardrail_steps.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+GUARDRAIL_STOP = "guardrail"  # the run row's `stop_reason` when a tripwire ended it
+GuardrailKind = Literal["input", "output"]
+#: `guardrail(value) -> GuardrailResult`: the run's input text, or its final output.
+Guardrail = Callable[[Any], "GuardrailResult | Awaitable[GuardrailResult]"]
+
+
+@dataclass(frozen=True)
+class GuardrailResult:
+    """What a guardrail says: `tripwire` ends the run; `reason` is recorded with it;
+    `info` (JSON-able) is kept in the check's step output, for the caller to inspect."""
+
+    tripwire: bool
+    reason: str = ""
+    info: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tripwire, bool):
+            raise TypeError("GuardrailResult.tripwire must be a bool")
+        if not isinstance(self.reason, str):
+            raise TypeError("GuardrailResult.reason must be a str")
+        if self.info is not None:
+            json.dumps(self.info)  # TypeError/ValueError: not JSON-able
+
+
+@dataclass(frozen=True)
+class GuardrailCheck:
+    """One check's checkpointed outcome: which guardrail, and what it said."""
+
+    kind: GuardrailKind
+    name: str
+    tripwire: bool
+    reason: str = ""
+    info: dict[str, Any] | None = None
+
+    @property
+    def message(self) -> str:
+        return f"Guardrail '{self.name}' ({self.kind}) tripped: {self.reason or 'no reason given'}"
+
+
+def guardrail_name(guardrail: Callable[..., Any]) -> str:
+    return str(getattr(guardrail, "__name__", None) or type(guardrail).__name__)
