@@ -21,3 +21,19 @@ def test_the_usage_limits_example_runs_as_pasted(database_url, tmp_path):
     ]
     for line in printed:
         assert f"`{line}`" in PAGE
+
+
+def test_the_guardrails_example_runs_as_pasted(database_url, tmp_path):
+    snippet = code_blocks(PAGE, "python")[1]
+    done = run_pasted(snippet, database_url, tmp_path, name="guardrails.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == [
+        "failed guardrail 0",
+        "Guardrail 'no_passwords' (input) tripped: asks for a password",
+        "failed guardrail",
+        "raised: Guardrail 'no_shouting' (output) tripped: shouting",
+        '[guardrail tripped] {"guardrail":"no_shouting","kind":"output","reason":"shouting"}',
+    ]
+    for line in printed:
+        assert f"`{line}`" in PAGE
