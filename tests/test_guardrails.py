@@ -137,3 +137,82 @@ async def test_a_guardrail_that_raises_trips_with_the_error(helix, make_agent, m
         "Guardrail 'broken' (input) tripped: the guardrail raised RuntimeError: classifier down"
     )
     assert asked(mock_llm, agent) == 0
+
+
+# --- tool guardrails --------------------------------------------------------------------
+
+
+def small_amounts(arguments: dict) -> GuardrailResult:
+    amount = arguments.get("amount", 0)
+    return GuardrailResult(tripwire=amount > 100, reason=f"amount {amount} over 100")
+
+
+async def test_a_tool_tripwire_runs_no_call_of_the_step_and_asks_no_approval(
+    helix, make_agent, mock_llm, database_url
+):
+    ran: list[str] = []
+
+    @tool(guardrails=[small_amounts], require_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(f"pay {amount}")
+        return "paid"
+
+    @tool
+    def log(text: str) -> str:
+        """Log."""
+        ran.append(text)
+        return "logged"
+
+    agent = make_agent(tools=[log, pay])
+    mock_llm.add_response(
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {"id": "l1", "name": "log", "arguments": {"text": "paying"}},
+                {"id": "p1", "name": "pay", "arguments": {"amount": 500}},
+            ],
+        },
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "pay 500")).result()
+    assert (result.status, result.stop_reason) == ("failed", "guardrail"), result.error
+    assert result.error == "Guardrail 'pay.small_amounts' (tool) tripped: amount 500 over 100"
+    assert ran == [], "no call of the step ran"
+    [(pending,)] = sql(
+        database_url, "SELECT count(*) FROM helix.tool_calls WHERE run_id = %s", result.run_id
+    )
+    assert pending == 0, "no approval was asked"
+    tool_results = [m for m in await helix.get_run_messages(result.run_id) if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_results] == ["l1", "p1"]
+    assert all("pay.small_amounts" in str(m.content) for m in tool_results)
+    assert steps(database_url, result.run_id) == [
+        "helix.llm",
+        "helix.guardrail:tool:pay.small_amounts",
+    ]
+
+
+async def test_a_passing_tool_guardrail_is_a_step_before_the_tool(
+    helix, make_agent, mock_llm, database_url
+):
+    @tool(guardrails=[small_amounts])
+    def refund(amount: int) -> str:
+        """Refund."""
+        return f"refunded {amount}"
+
+    agent = make_agent(tools=[refund])
+    mock_llm.add_response(
+        {
+            "type": "tool_calls",
+            "tool_calls": [{"id": "r1", "name": "refund", "arguments": {"amount": 5}}],
+        },
+        agent=agent.name,
+    )
+    mock_llm.add_response({"type": "text", "content": "done"}, agent=agent.name)
+    result = await (await helix.execute(agent, "refund 5")).result()
+    assert result.status == "completed", result.error
+    assert steps(database_url, result.run_id)[:3] == [
+        "helix.llm",
+        "helix.guardrail:tool:refund.small_amounts",
+        "helix.tool:refund",
+    ]

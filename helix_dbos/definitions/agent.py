@@ -302,6 +302,11 @@ class Agent:
     def persistent_agent(self, name: str) -> PersistentAgent | None:
         return next((p for p in self.persistent_agents if p.agent.name == name), None)
 
+    @property
+    def guards_tools(self) -> bool:
+        """Whether any of its tools has guardrails (their checks are steps of their own)."""
+        return any(t.guardrails for t in self.tools)
+
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
 

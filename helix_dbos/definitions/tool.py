@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 from helix_dbos import named_tools
 from helix_dbos.definitions.tool_context import ToolContext
 from helix_dbos.errors import ToolArgumentsError, ToolDefinitionError, ToolOutputError
+from helix_dbos.orchestration.guardrails import Guardrail, guardrail_name
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, ToolSpec
 
 ApprovalPredicate = Callable[[Any, ToolContext], bool | Awaitable[bool]]
@@ -49,6 +50,7 @@ class Tool:
         human_input: bool = False,
         runs_in_workflow: bool = False,
         output_schema: type[BaseModel] | None = None,
+        guardrails: list[Guardrail] | None = None,
     ) -> None:
         _check_definition(
             name, function, execute, finish_with, finish_with_transform, require_approval
@@ -82,6 +84,14 @@ class Tool:
         # What the function must return; a value that does not match is a tool error.
         self.output_schema = output_schema
         self._output_adapter = TypeAdapter(output_schema) if output_schema is not None else None
+        # Checks of a call's arguments before it runs (and before an approval is asked):
+        # a tripwire ends the run (docs/agent-controls.md).
+        self.guardrails = list(guardrails or [])
+        names = [guardrail_name(g) for g in self.guardrails]
+        if not all(callable(g) for g in self.guardrails) or len(set(names)) != len(names):
+            raise ToolDefinitionError(
+                f"Tool '{name}': guardrails must be callables with distinct names"
+            )
         self._ctx_param: str | None = None
         self._model_param: str | None = None
         if function is not None and input_model is None:
@@ -323,6 +333,7 @@ def tool(
     strict: bool = False,
     client_timeout_seconds: float | None = None,
     output_schema: type[BaseModel] | None = None,
+    guardrails: list[Guardrail] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -339,6 +350,7 @@ def tool(
     strict: bool = False,
     client_timeout_seconds: float | None = None,
     output_schema: type[BaseModel] | None = None,
+    guardrails: list[Guardrail] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (`@tool`) or with options (`@tool(...)`)."""
 
@@ -358,6 +370,7 @@ def tool(
             strict=strict,
             client_timeout_seconds=client_timeout_seconds,
             output_schema=output_schema,
+            guardrails=guardrails,
         )
 
     if function is not None:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 GUARDRAIL_STOP = "guardrail"  # the run row's `stop_reason` when a tripwire ended it
-GuardrailKind = Literal["input", "output"]
-#: `guardrail(value) -> GuardrailResult`: the run's input text, or its final output.
+GuardrailKind = Literal["input", "output", "tool"]
+#: `guardrail(value) -> GuardrailResult`: the run's input text, its final output, or a
+#: tool call's arguments (a dict).
 Guardrail = Callable[[Any], "GuardrailResult | Awaitable[GuardrailResult]"]
 
 
@@ -42,7 +43,7 @@ class GuardrailCheck:
     """One check's checkpointed outcome: which guardrail, and what it said."""
 
     kind: GuardrailKind
-    name: str
+    name: str  # the guardrail's; for a tool's, "<tool>.<guardrail>"
     tripwire: bool
     reason: str = ""
     info: dict[str, Any] | None = None

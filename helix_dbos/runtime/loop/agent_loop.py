@@ -55,6 +55,8 @@ from helix_dbos.runtime.loop.guardrail_steps import (
     first_tripped,
     guardrail_ending,
     guardrail_message,
+    tool_tripped,
+    tripped_tools,
 )
 from helix_dbos.runtime.loop.llm_step import (
     describe_llm_failure,
@@ -273,6 +275,10 @@ class AgentLoop:
         terminating_call: ToolCall | None,
         run_failed: bool,
     ) -> ToolsDone:
+        if self.agent.guards_tools:  # before any call runs or waits (issue 50)
+            tripped = await tool_tripped(self.agent, calls)
+            if tripped is not None:
+                return tripped_tools(commit, self.agent, calls, state, tripped)
         batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow, self.options.tenant)
         head = SlowHead(self.rt, commit)
         try:

@@ -8,6 +8,7 @@ that tripped ends the run with the same outcome after a crash.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 from dbos import DBOS
@@ -15,15 +16,20 @@ from dbos import DBOS
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.orchestration.guardrails import (
     GUARDRAIL_STOP,
+    Guardrail,
     GuardrailCheck,
     GuardrailKind,
     GuardrailResult,
     guardrail_name,
 )
 from helix_dbos.orchestration.messages import to_json_text
-from helix_dbos.orchestration.next_step import Fail
-from helix_dbos.orchestration.types import Message
+from helix_dbos.orchestration.next_step import Fail, ToolsDone
+from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.runtime.loop.step_rows import tool_rows
+from helix_dbos.runtime.loop.tool_batch import BatchResult
 from helix_dbos.runtime.process.process_runtime import current_runtime
+from helix_dbos.runtime.steps.commit import StepCommit
+from helix_dbos.runtime.steps.step_types import ToolOutcome
 from helix_dbos.store.tree import run_input
 
 
@@ -48,16 +54,45 @@ async def first_tripped(
     return None
 
 
+async def tool_tripped(agent: Agent, calls: list[ToolCall]) -> GuardrailCheck | None:
+    """The guardrails of the step's calls, in call order, each in its step, before any
+    of them runs or waits for an approval; the first tripwire."""
+    for call in calls:
+        tool = agent.tool(call.name)
+        for index, guardrail in enumerate(tool.guardrails if tool is not None else []):
+            name = f"{call.name}.{guardrail_name(guardrail)}"
+            check: GuardrailCheck = await DBOS.run_step_async(
+                {"name": f"helix.guardrail:tool:{name}"},
+                _check,
+                agent.name,
+                "tool",
+                index,
+                call.name,
+                call.arguments,
+            )
+            if check.tripwire:
+                return check
+    return None
+
+
+def _guardrail(agent: Agent, kind: GuardrailKind, index: int, tool_name: str) -> Guardrail:
+    tool = agent.tool(tool_name) if kind == "tool" else None
+    if tool is not None:
+        return tool.guardrails[index]
+    return (agent.input_guardrails if kind == "input" else agent.output_guardrails)[index]
+
+
 async def _check(
     agent_name: str, kind: GuardrailKind, index: int, run_id: str, output: Any
 ) -> GuardrailCheck:
-    """The step's body: the guardrail on the run's input (read here) or its output. A
-    guardrail that raises or returns something else trips, saying why."""
+    """The step's body: the guardrail on the run's input (read here), its output, or a
+    call's arguments (`run_id` is then the tool's name). A guardrail that raises or
+    returns something else trips, saying why."""
     rt = current_runtime()
-    agent = rt.agent(agent_name)
-    guardrails = agent.input_guardrails if kind == "input" else agent.output_guardrails
-    guardrail = guardrails[index]
+    guardrail = _guardrail(rt.agent(agent_name), kind, index, run_id)
     name = guardrail_name(guardrail)
+    if kind == "tool":
+        name = f"{run_id}.{name}"
     value = await rt.read(run_input, run_id) if kind == "input" else output
     try:
         said: object = guardrail(value)
@@ -79,3 +114,17 @@ def guardrail_message(check: GuardrailCheck) -> Message:
     """What the transcript says of it: the run's last message."""
     text = {"guardrail": check.name, "kind": check.kind, "reason": check.reason}
     return Message(role="assistant", content=f"[guardrail tripped] {to_json_text(text)}")
+
+
+def tripped_tools(
+    commit: StepCommit,
+    agent: Agent,
+    calls: list[ToolCall],
+    state: dict[str, Any],
+    check: GuardrailCheck,
+) -> ToolsDone:
+    """A tool guardrail tripped: no call of the step runs, each gets the tripwire as its
+    result (so the transcript says it), and the run fails."""
+    outcomes = {c.id: ToolOutcome.not_executed(check.message) for c in calls}
+    done = tool_rows(commit, agent, calls, BatchResult(outcomes, state), state, None)
+    return replace(done, ending=guardrail_ending(check))
