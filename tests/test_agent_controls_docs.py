@@ -37,3 +37,12 @@ def test_the_guardrails_example_runs_as_pasted(database_url, tmp_path):
     ]
     for line in printed:
         assert f"`{line}`" in PAGE
+
+
+def test_the_tool_guardrail_example_defines_a_guarded_tool():
+    snippet = code_blocks(PAGE, "python")[2]
+    names: dict = {}
+    exec("from helix_dbos import GuardrailResult, tool\n" + snippet, names)
+    assert [g.__name__ for g in names["pay"].guardrails] == ["small_amounts"]
+    tripped = names["small_amounts"]({"amount": 500})
+    assert tripped.tripwire and tripped.reason == "amount 500 over 100"
