@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         PersistentAgent,
         TerminatingConfig,
     )
+    from helix_dbos.definitions.handoffs import Handoff
     from helix_dbos.definitions.hooks import AgentHooks
     from helix_dbos.definitions.queue import RateLimit, RunQueue
     from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool, remote_sub_agent_tool
@@ -171,6 +172,7 @@ _EXPORTS: dict[str, str] = {
     "GuardrailResult": "helix_dbos.orchestration.guardrails",
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
+    "Handoff": "helix_dbos.definitions.handoffs",
     **dict.fromkeys(
         ["RemoteSubAgentTool", "remote_sub_agent_tool"], "helix_dbos.definitions.remote_subagent"
     ),
@@ -312,6 +314,7 @@ __all__ = [
     "MockLLM",
     "PendingToolCall",
     "PersistentAgent",
+    "Handoff",
     "Principal",
     "RateLimit",
     "RunHandle",

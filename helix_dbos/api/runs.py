@@ -22,6 +22,9 @@ class SessionInfo(BaseModel):
     error: str | None = None
     parent_session_id: str | None = None
     turn_count: int = 0
+    # The agent a later message goes to: the target of the session's latest handoff
+    # (docs/handoffs.md), else `agent_name`.
+    current_agent: str | None = None
 
 
 class RunInfo(BaseModel):

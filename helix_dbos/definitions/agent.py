@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from helix_dbos.definitions.companions import CompanionMode, OnParentEnd, companion_tools
+from helix_dbos.definitions.handoffs import Handoff, handoff_tools
 from helix_dbos.definitions.hooks import AgentHooks
 from helix_dbos.definitions.tool import Tool, named_tool
 from helix_dbos.errors import AgentDefinitionError
@@ -200,6 +201,7 @@ class Agent:
         usage_limits: UsageLimits | None = None,
         input_guardrails: list[Guardrail] | None = None,
         output_guardrails: list[Guardrail] | None = None,
+        handoffs: list[Agent | Handoff] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("An agent needs a non-empty string name")
@@ -215,6 +217,8 @@ class Agent:
         if len(modes) != len(self.persistent_agents):
             raise AgentDefinitionError(f"Agent '{name}': a persistent agent is listed twice")
         self.tools += companion_tools(modes)
+        # `transfer_to_<name>` tools: the run goes on with that agent (definitions/handoffs.py).
+        self.tools += handoff_tools(name, list(handoffs or []))
         self.output_schema = output_schema
         self.state_schema = state_schema
         self.llm = llm or LLMConfig()

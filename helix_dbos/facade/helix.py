@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from helix_dbos.definitions.agent import Agent, TerminatingConfig
+from helix_dbos.definitions.handoffs import check_handoffs_registered
 from helix_dbos.definitions.queue import RunQueue
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.facade.renamed import Renamed
@@ -211,6 +212,8 @@ class HelixDBOS(
         """Add an agent (before `launch()`, so recovered runs find it; after, it is served
         from then on)."""
         model_limits.check_fallbacks([agent])  # before it is added: refused, it is not
+        if self.lease is not None:  # after launch: its handoffs' targets are served already
+            check_handoffs_registered({**self.agents, agent.name: agent})
         if _add(self.agents, agent) and self.lease is not None:  # registered after launch
             self.dispatch.register_agent(agent.name)
             model_limits.register([agent], listen=self.executes_runs)
@@ -227,6 +230,7 @@ class HelixDBOS(
         its executor id), launch DBOS, and start heartbeating: the unfinished runs of
         this worker's previous life and of any worker that dies go back to the queues,
         and runs whose start a crash cut short are closed as failed."""
+        check_handoffs_registered(self.agents)  # a run never hands off to an unknown agent
         self.migrate()
         self._process.launch(self.worker_lease_seconds, self.reconcile_seconds)
 

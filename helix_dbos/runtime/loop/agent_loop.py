@@ -24,6 +24,7 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.definitions.handoffs import InputFilter
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.definitions.request_tools import with_client_tools
 from helix_dbos.log_events import LLM_FAILED, log_event
@@ -57,6 +58,12 @@ from helix_dbos.runtime.loop.guardrail_steps import (
     guardrail_message,
     tool_tripped,
     tripped_tools,
+)
+from helix_dbos.runtime.loop.handoff_switch import (
+    HandoffCalls,
+    record_handoff,
+    split_calls,
+    starting_agent,
 )
 from helix_dbos.runtime.loop.llm_step import (
     describe_llm_failure,
@@ -95,6 +102,7 @@ from helix_dbos.runtime.steps.step_types import (
 )
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, interrupted_message
 from helix_dbos.store import run_bounds
+from helix_dbos.store.features.handoff_rows import HandoffRow
 from helix_dbos.store.repository import UsageRecord
 
 WORKFLOW_NAME = "helix.agent_run"
@@ -119,20 +127,28 @@ class AgentLoop:
         self.patches = patches  # which step-sequence changes this run's history takes
         self.run_id = run_id
         self.session_id = session_id
-        self.agent = agent
         self.options = options
-        self.terminating = run_terminating(agent, options)
-        self.mode = shared(agent.completion_for(self.terminating))
-        self.limits = shared(step_limits(agent, self.terminating, self.mode))
+        self._use_agent(agent)
+        self._handoff: HandoffCalls | None = None  # the step's handoff calls, if any
+        self._history_filter: InputFilter | None = None  # a handoff's, for the target
         self.counters = Counters()  # after the steps taken, adopted with each step
         self.steps_taken = 0  # before the current step (an internal error ends the run there)
         self._unwritten: StepCommit | None = None  # the last step's rows, not yet written
         self._last_write: WriteAhead | None = None  # the latest write-ahead; later ones follow it
         self._step_ahead: StepAhead | None = None  # the latest LLM step's share of its step
         self._summarized_at = 0  # the step whose summary was taken (one per step at most)
+
+    def _use_agent(self, agent: Agent) -> None:
+        """The agent the next steps take: the run's, or a handoff's target."""
+        self.agent = agent
+        self.terminating = run_terminating(agent, self.options)
+        self.mode = shared(agent.completion_for(self.terminating))
+        self.limits = shared(step_limits(agent, self.terminating, self.mode))
         self.hears_companions = any(p.mode == "non_blocking" for p in agent.persistent_agents)
 
     async def run(self) -> AgentResult:
+        # An agent with handoffs goes on with the session's current agent (handoff_switch.py).
+        self._use_agent(await starting_agent(self.rt, self.agent, self.session_id))
         if self.agent.input_guardrails:  # before the first model call (issue 50)
             tripped = await first_tripped(self.agent, "input", self.run_id)
             if tripped is not None:  # its rows are the run's first step's
@@ -174,6 +190,7 @@ class AgentLoop:
                     previous,
                     ahead,
                     self._summarized_at == step,
+                    self._history_filter,
                 )
             except Exception as exc:
                 if slot is not None:
@@ -201,6 +218,7 @@ class AgentLoop:
             match taken.decision.next:
                 case Continue():
                     self._unwritten = taken.commit
+                    await self._hand_off(step)
                 case Complete() | Fail() | Interrupted():
                     return await self._end_checked(taken.commit)
 
@@ -257,6 +275,7 @@ class AgentLoop:
             planned = plan_reply(self.agent, self.terminating, self.mode, reply.result)
         commit = reply_rows(self.session_id, self.run_id, self.agent, step, reply, planned)
         calls = calls_to_run(planned.plan)  # seed 001's subAgentCalls too: none unanswered
+        self._handoff = split_calls(self.agent, calls)
         tools: ToolsDone | None = None
         if calls:
             # A reply whose invalid output used up the retries fails the run before its
@@ -281,12 +300,18 @@ class AgentLoop:
                 return tripped_tools(commit, self.agent, calls, state, tripped)
         batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow, self.options.tenant)
         head = SlowHead(self.rt, commit)
+        handoff = self._handoff  # its calls are answered in workflow code, not run
         try:
             done = await batch.run(
-                calls, state, in_order=terminating_call is not None, run_failed=run_failed
+                calls if handoff is None else handoff.others,
+                state,
+                in_order=terminating_call is not None,
+                run_failed=run_failed,
             )
         finally:
             await head.stop()
+        if handoff is not None:
+            done.outcomes.update(handoff.outcomes)
         return tool_rows(commit, self.agent, calls, done, state, terminating_call)
 
     async def _companion_notices(self, previous: WriteAhead | None) -> None:
@@ -300,6 +325,19 @@ class AgentLoop:
         )
         if added:
             self.rt.history.forget(self.session_id)  # the LLM step reads them
+
+    async def _hand_off(self, step: int) -> None:
+        """The step's handoff, if it took one: its row, then the target's steps."""
+        handoff, self._handoff = self._handoff, None
+        if handoff is None or handoff.taken is None or handoff.call_id is None:
+            return
+        target = handoff.taken
+        row = HandoffRow(
+            self.session_id, self.run_id, step, handoff.call_id, self.agent.name, target.target
+        )
+        await record_handoff(self.rt, row)
+        self._history_filter = target.handoff.input_filter
+        self._use_agent(self.rt.agent(target.target))
 
     # --- writing rows ---------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ checkpoint, so a step costs the same at message 10 and message 1,000.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_errors
 
 from helix_dbos.definitions.agent import Agent, LLMConfig, TerminatingConfig
+from helix_dbos.definitions.handoffs import InputFilter
 from helix_dbos.definitions.hooks import HookContext
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.llm.fallback import answer_with_fallbacks, provider_of
@@ -186,6 +188,7 @@ async def llm_step(
     previous: WriteAhead | None,
     taker: ReplyTaker | None = None,
     summarized: bool = False,
+    history_filter: InputFilter | None = None,
 ) -> LLMStepOutput:
     """Write the previous step's rows (`previous`, started by the workflow while DBOS
     checks this step), read the transcript, ask the model.
@@ -237,6 +240,8 @@ async def llm_step(
     hooks = LLMStepHooks(agent, session_id, run_id, step, state)
     await hooks.open(unannounced)
     opened = hooks.state
+    if history_filter is not None:  # a handoff's input filter: what the target sees
+        view = dataclasses.replace(view, messages=history_filter(list(view.messages)))
     request = _request(agent, mode, view, opened)
     await hooks.before_call(request)
     if hooks.state != opened:  # the hook changed the state the request is built from

@@ -18,6 +18,7 @@ from helix_dbos.runtime.process.process_runtime import Runtime
 from helix_dbos.runtime.steps.results import PendingToolCall, RunInfo, SessionInfo, UsageSummary
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
+from helix_dbos.store.features import handoff_rows
 from helix_dbos.store.storable import check_storable
 
 T = TypeVar("T")
@@ -61,6 +62,7 @@ class SessionReads:
             error=row.error,
             parent_session_id=row.parent_session_id,
             turn_count=row.turn_count,
+            current_agent=await self.read(handoff_rows.current_agent, session_id) or row.agent_name,
         )
 
     async def get_messages(self, session_id: str) -> list[Message]:
