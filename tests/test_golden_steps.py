@@ -413,3 +413,21 @@ async def test_fallback_answered(helix, make_agent, mock_llm, database_url):
     check("fallback_answered", recorded)
     tool_run = json.loads((Path(__file__).parent / "golden" / "tool_run.json").read_text())
     assert [asdict(w) for w in recorded] == tool_run["workflows"]
+
+
+async def test_handoff(helix, make_agent, mock_llm, database_url):
+    """A handoff (issue 50): the run reads the session's current agent once, the handoff
+    call is answered in workflow code and its row written by one transaction, and the
+    target's model call follows in the same workflow. Only agents with handoffs take the
+    two new steps."""
+    target = make_agent()
+    agent = make_agent(tools=[lookup], handoffs=[target])
+    mock_llm.add_responses(
+        calls(("t1", "lookup", {"topic": "owls"}), ("h1", f"transfer_to_{target.name}", {})),
+        agent=agent.name,
+    )
+    mock_llm.add_responses(text("done"), agent=target.name)
+    result = await (await helix.execute(agent, "look up")).result()
+    assert result.status == "completed" and result.output == "done"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("handoff", await record(database_url, roots, roles(agent, target)))
