@@ -51,6 +51,7 @@ HELIX_TABLES = {
     "rolled_back_usage",
     "schedule_firings",
     "summaries",
+    "handoffs",
 }
 
 

@@ -11,9 +11,9 @@ defines.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,8 +21,13 @@ from helix_dbos.definitions.tool import Tool
 from helix_dbos.errors import AgentDefinitionError, ToolDefinitionError
 from helix_dbos.orchestration.types import Message
 
-if TYPE_CHECKING:
-    from helix_dbos.definitions.agent import Agent
+
+class HandoffTarget(Protocol):
+    """An `Agent`, as far as handoffs go (`agent.py` imports this module, not the reverse)."""
+
+    name: str
+    tools: list[Tool]
+
 
 #: What the target's model sees of the session's transcript: a pure function of it
 #: (called before every model call of the target in the run, so it must not vary).
@@ -48,7 +53,7 @@ def default_tool_name(agent_name: str) -> str:
 class Handoff:
     """One target of a handoff: the agent, and how the model sees the tool."""
 
-    agent: Agent
+    agent: HandoffTarget
     tool_name: str | None = None
     description: str | None = None
     input_filter: InputFilter | None = None
@@ -87,7 +92,7 @@ def _answered_by_the_loop(**_: Any) -> Any:
     raise ToolDefinitionError("A handoff tool is answered by the agent loop, never executed")
 
 
-def handoff_tools(owner: str, handoffs: list[Agent | Handoff]) -> list[HandoffTool]:
+def handoff_tools(owner: str, handoffs: list[Any]) -> list[HandoffTool]:
     """The tools of an agent's `handoffs=`; each target once."""
     tools = [HandoffTool(h if isinstance(h, Handoff) else Handoff(h)) for h in handoffs]
     targets = [t.target for t in tools]
@@ -100,7 +105,7 @@ def handoff_targets(tools: list[Tool]) -> list[HandoffTool]:
     return [t for t in tools if isinstance(t, HandoffTool)]
 
 
-def check_handoffs_registered(agents: dict[str, Agent]) -> None:
+def check_handoffs_registered(agents: Mapping[str, HandoffTarget]) -> None:
     """Every handoff target is a registered agent (the same definition), so a recovered
     run finds it by name: refused at registration or launch, never mid-run."""
     for agent in agents.values():
