@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import JSONResponse
 
+from helix_dbos.api.answers import HUMAN_REQUESTS
 from helix_dbos.api.models import (
     AddAIMessageRequest,
     ChatErrorResponse,
@@ -36,9 +37,7 @@ from helix_dbos.server.http.visibility import require_own_new_session
 
 Who = Annotated[Principal, Depends(current_principal)]
 
-HUMAN_REQUEST_CHUNKS = frozenset(
-    {"tool_approval_request", "client_tool_request", "human_input_request"}
-)
+HUMAN_REQUEST_CHUNKS = HUMAN_REQUESTS
 CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERROR_RESPONSES,
     202: {
