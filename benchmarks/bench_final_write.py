@@ -9,8 +9,9 @@ with `PYTHONPATH=<a checkout of the older code>` in the same sitting, and compar
 
 Each call opens a fresh run (a new session, untimed), then times the last step's write
 (an assistant message calling two tools, their two results, three usage rows, one event
-and the terminal chunk) on one psycopg connection, as runs send it. Prints one JSON
-line: the code's path, the calls, and the median, p10 and p90 in microseconds.
+and the terminal chunk) on one psycopg connection, as runs send it (`--no-flush`: with
+`synchronous_commit = off`, the statement's own cost without the disk flush). Prints one
+JSON line: the code's path, the calls, and the median, p10 and p90 in microseconds.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def last_step(run_id: str) -> dict[str, object]:
     }
 
 
-async def measure(url: str, calls: int, warmup: int) -> list[float]:
+async def measure(url: str, calls: int, warmup: int, no_flush: bool) -> list[float]:
     raw = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
+    if no_flush:  # the statement's own cost, without the wait for the disk flush
+        await raw.execute("SET synchronous_commit = off")
     conn = DriverConnection(raw)
     timings: list[float] = []
     try:
@@ -106,6 +109,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--no-flush", action="store_true", help="synchronous_commit = off")
     args = parser.parse_args()
     name = f"helix_bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
@@ -113,7 +117,14 @@ def main() -> None:
     url = args.database_url.rsplit("/", 1)[0] + f"/{name}"
     try:
         apply_migrations(url)
-        timings = asyncio.run(measure(url, args.calls, args.warmup))
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            # DBOS's table the older statement names (no DBOS launched here: nothing in it)
+            conn.execute(
+                "CREATE SCHEMA IF NOT EXISTS dbos; CREATE TABLE IF NOT EXISTS "
+                "dbos.datasource_outputs (workflow_id text NOT NULL, function_id int NOT NULL, "
+                "PRIMARY KEY (workflow_id, function_id))"
+            )
+        timings = asyncio.run(measure(url, args.calls, args.warmup, args.no_flush))
     finally:
         with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
