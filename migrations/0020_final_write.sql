@@ -123,3 +123,16 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The `helix.interrupt` messages sent to a workflow and not received yet (DBOS's
+-- `notifications`): read by a step's first read and its write-ahead (`store/repository`),
+-- so that helix's Python names no DBOS table outside `runtime/dbos/` (issue 47). Plain
+-- SQL, STABLE and not STRICT, so the planner inlines it into the statement that reads
+-- it: the same plan as the subquery it replaces. Its body is checked when first used,
+-- since DBOS creates its schema after helix's migrations on a new database.
+SET LOCAL check_function_bodies = off;
+CREATE OR REPLACE FUNCTION helix.unreceived_interrupts(workflow_id text) RETURNS SETOF int
+LANGUAGE sql STABLE AS $$
+    SELECT 1 FROM dbos.notifications n
+    WHERE n.destination_uuid = $1 AND n.topic = 'helix.interrupt' AND NOT n.consumed
+$$;

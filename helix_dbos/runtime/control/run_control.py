@@ -26,6 +26,7 @@ from helix_dbos.errors import (
 from helix_dbos.log_events import RUN_ABORTED, gate_event, log_event
 from helix_dbos.runtime.children.remote_children import abort_remote_children
 from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos.answer_message import claim_and_send
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.sessions.session_reads import SessionReads
 from helix_dbos.runtime.steps.closing import close_run
@@ -41,7 +42,7 @@ from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.waits.run_versions import refuse_unserved
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
-from helix_dbos.store.answer_claim import claim_and_send, claim_answer, find_answer_target
+from helix_dbos.store.answer_claim import claim_answer, find_answer_target
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
 

@@ -10,7 +10,7 @@ usual case), the message row is inserted in the claiming transaction instead, as
 SIGKILL before the commit leaves neither), and the commit is what wakes the run.
 Better still, for every answer but a client's result (checked against its tool's schema
 before it is sent), the claim and the message row are one statement
-(`store/answer_claim.claim_and_send`): one round trip from `approve()` to the wake.
+(`runtime/dbos/answer_message.claim_and_send`): one round trip from `approve()` to the wake.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _same_database(engine: AsyncEngine) -> bool:
 
 def message_table(engine: AsyncEngine) -> str | None:
     """DBOS's message table, if a statement on helix's database can insert into it
-    (`store/answer_claim.claim_and_send`): DBOS's tables in this database, and the
+    (`runtime/dbos/answer_message.claim_and_send`): DBOS's tables in this database, and the
     caller outside any workflow or step (inside one, `DBOS.send` records itself as a
     step, which a plain statement would not)."""
     if not dbos_internals.sends_in_transaction() or not _same_database(engine):
