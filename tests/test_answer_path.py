@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import calls, pending_calls, sql
+from helpers import approval_gated_delete, calls, pending_calls, sql
 
 from helix_dbos import (
     Answer,
@@ -28,6 +28,7 @@ from helix_dbos import (
     tool,
 )
 from helix_dbos.api.answers import HUMAN_REQUEST_KINDS, HUMAN_REQUESTS
+from tests.docs_text import PAGES, code_blocks, run_pasted
 
 PACKAGE = Path(__file__).resolve().parent.parent / "helix_dbos"
 OLD_ANSWERS = {"approve", "deny", "submit_tool_result", "submit_human_input"}
@@ -119,12 +120,7 @@ def test_each_answer_is_the_documented_message():
 
 async def test_every_answer_round_trips_through_answer(helix, make_agent, mock_llm, database_url):
     ran: list[str] = []
-
-    @tool(require_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
+    delete_file = approval_gated_delete(ran)
 
     @tool(execute="client")
     def get_location() -> dict:
@@ -190,3 +186,17 @@ async def _unanswered(helix, session_id: str, call_id: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{call_id} never waited")
+
+
+def test_the_docs_answer_example_runs_as_pasted(database_url, tmp_path):
+    """docs/human-in-the-loop.md's `answer()` script runs as pasted and prints what the
+    page says it prints."""
+    page = PAGES["docs/human-in-the-loop.md"]
+    snippet = next(b for b in code_blocks(page, "python") if "helix.answer(" in b)
+    done = run_pasted(snippet, database_url, tmp_path, name="answer.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[:2] == ["d1: answered already", "completed"]
+    assert len(printed) == 6
+    shown = next(b for b in code_blocks(page, "text") if "answered already" in b)
+    assert printed == shown.strip().splitlines()
