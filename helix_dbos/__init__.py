@@ -28,6 +28,7 @@ def _load_named_tools() -> None:
 named_tools.add_source(_load_named_tools)
 
 if TYPE_CHECKING:
+    from helix_dbos.api.answers import Answer, Approval, ClientResult, Denial, HumanInput
     from helix_dbos.api.checkpoints import Checkpoint, CheckpointView
     from helix_dbos.api.runs import PendingToolCall, RunInfo, SessionInfo, UsageSummary
     from helix_dbos.builtins import (
@@ -146,6 +147,9 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ["Answer", "Approval", "ClientResult", "Denial", "HumanInput"], "helix_dbos.api.answers"
+    ),
     **dict.fromkeys(["Checkpoint", "CheckpointView"], "helix_dbos.api.checkpoints"),
     **dict.fromkeys(
         ["PendingToolCall", "RunInfo", "SessionInfo", "UsageSummary"], "helix_dbos.api.runs"
@@ -283,6 +287,11 @@ __all__ = [
     "Summarize",
     "TokenCounter",
     "is_summary_request",
+    "Answer",
+    "Approval",
+    "ClientResult",
+    "Denial",
+    "HumanInput",
     "AgentAlreadyRunningError",
     "AgentDefinitionError",
     "AgentHooks",

@@ -11,6 +11,7 @@ import pty
 import re
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Callable
@@ -192,3 +193,18 @@ def messages_to(database_url: str, run_id: str) -> int:
 def text(content: str) -> dict[str, Any]:
     """A scripted model reply that ends with text."""
     return {"type": "text", "content": content}
+
+
+async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`helix-dbos ARGS` in a subprocess against `database_url` (no other HELIX_*
+    variable of this environment), without blocking the event loop runs live on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "helix_dbos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "HELIX_DATABASE_URL": database_url},
+        cwd=Path(__file__).resolve().parent.parent,
+    )

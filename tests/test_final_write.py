@@ -14,8 +14,6 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from helix_dbos import HelixDBOS
@@ -285,16 +283,18 @@ async def test_the_one_statement_end_writes_what_the_two_statements_wrote(
     assert after_new["session"][0][-1] == "True"  # the chunk counter is past every chunk
 
 
-def test_the_statements_of_every_run_fit_psycopgs_statement_cache():
-    """psycopg parses a longer statement again on every call (`MAX_CACHED_STATEMENT_LENGTH`):
-    the statements every run executes stay short enough to be parsed once."""
-    dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
-    statements = {
-        "open": run_bounds._OPEN_NEW_SESSION_RUN,
-        "end": run_bounds._END_RUN,
-        "last step and end": run_bounds._END_STEP_AND_RUN,
-        "outcome": run_bounds._RUN_OUTCOME,
-    }
-    for name, statement in statements.items():
-        compiled = str(statement.compile(dialect=dialect))
-        assert len(compiled) <= MAX_CACHED_STATEMENT_LENGTH, (name, len(compiled))
+async def test_the_last_write_is_one_short_call_of_a_function_the_migration_made(
+    conn: AsyncConnection,
+) -> None:
+    """The statement a run sends is a call of `helix.end_step_and_run` (migrations/0020),
+    not SQL glued in Python; the function is plain PL/pgSQL, readable in the database."""
+    sent = run_bounds._END_STEP_AND_RUN.text
+    assert sent.startswith("SELECT * FROM helix.end_step_and_run(") and "WITH" not in sent
+    row = (
+        await conn.exec_driver_sql(
+            "SELECT l.lanname, pg_get_function_arguments(p.oid) FROM pg_proc p "
+            "JOIN pg_language l ON l.oid = p.prolang JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'helix' AND p.proname = 'end_step_and_run'"
+        )
+    ).one()
+    assert row[0] == "plpgsql" and "OUT ended boolean, OUT llm_calls bigint" in row[1]

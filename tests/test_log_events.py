@@ -12,7 +12,7 @@ import pytest
 from dbos import DBOS
 from helpers import calls
 
-from helix_dbos import AgentHooks, tool
+from helix_dbos import AgentHooks, ClientResult, tool
 from helix_dbos.definitions.agent import LLMConfig
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.log_events import log_event
@@ -107,9 +107,9 @@ async def test_a_malformed_submission_is_logged_before_it_is_refused(helix, capl
         caplog.at_level(logging.WARNING, logger="helix_dbos"),
         pytest.raises(Exception, match="Malformed answer"),
     ):
-        await helix._control.answer("s-malformed", "c9", "client", {"tool_call_id": "c9", "x": 1})
+        await helix.answer("s-malformed", "c9", ClientResult(error=123))  # type: ignore[arg-type]
     record = one(events(caplog, "s-malformed"), "client_tool.validation_failed")
-    assert record.tool_call_id == "c9" and "extra" in record.error.lower()  # type: ignore[attr-defined]
+    assert record.tool_call_id == "c9" and "valid string" in record.error.lower()  # type: ignore[attr-defined]
 
 
 async def test_a_client_tool_deadline_logs_a_timeout(helix, make_agent, mock_llm, caplog):

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,6 +18,7 @@ from helpers import (
     answered,
     approval_gated_delete,
     calls,
+    cli,
     messages_to,
     pending_calls,
     set_version,
@@ -31,21 +28,7 @@ from helpers import (
 from helix_dbos import RunOnOtherVersionError, tool
 from helix_dbos.server import create_app
 
-REPO = Path(__file__).resolve().parent.parent
 OLD = "helix-4"
-
-
-async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "helix_dbos.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "HELIX_DATABASE_URL": database_url},
-        cwd=REPO,
-    )
 
 
 @tool(execute="client")

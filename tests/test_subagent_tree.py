@@ -6,17 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import subprocess
-import sys
 import threading
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
-from helpers import calls, sql
+from helpers import calls, cli, sql
 from live_server import serve
 from sqlalchemy import text as sql_text
 
@@ -28,8 +24,6 @@ from helix_dbos.server import create_app
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import companion_rows as companions_sql
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def text(content: str) -> dict:
     return {"type": "text", "content": content}
@@ -37,19 +31,6 @@ def text(content: str) -> dict:
 
 def tool_results(messages) -> dict[str, tuple[str | None, bool]]:
     return {m.tool_call_id: (m.content, m.is_error) for m in messages if m.role == "tool"}
-
-
-async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "helix_dbos.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "HELIX_DATABASE_URL": database_url},
-        cwd=REPO,
-    )
 
 
 async def until(predicate, timeout: float = 30.0) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
-from helpers import calls, sql
+from helpers import calls, cli, sql
 from live_server import serve
 from pydantic import BaseModel
 
@@ -814,19 +814,6 @@ def test_the_research_team_example_prints_the_session_tree(database_url):
     assert "Whole tree: 4 sessions" in out and "(8 LLM calls)" in out
     # The root stream showed the researchers' own chunks, tagged with their agent.
     assert any("web_researcher" in line and "tool_end" in line for line in out.splitlines())
-
-
-async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "helix_dbos.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "HELIX_DATABASE_URL": database_url},
-        cwd=REPO,
-    )
 
 
 async def test_the_cli_answers_a_childs_wait_through_the_root_and_aborts_the_tree(

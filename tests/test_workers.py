@@ -28,6 +28,7 @@ from test_crash import (
     spawn,
 )
 
+from helix_dbos.runtime.dbos import worker_workflows
 from helix_dbos.store.database import libpq_url
 from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.migrations import apply_migrations
@@ -647,8 +648,8 @@ def test_a_clean_exit_leaves_a_stopped_worker_that_nobody_mentions(database_url,
         assert live == [worker_id] and set(every) == {worker_id, script_id}
 
         with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-            assert workers_sql.prune(conn, keep_seconds=3600) == 0, "an hour of history"
-            assert workers_sql.prune(conn, keep_seconds=0) == 1
+            assert worker_workflows.prune(conn, keep_seconds=3600) == 0, "an hour of history"
+            assert worker_workflows.prune(conn, keep_seconds=0) == 1
         assert [r[0] for r in sql(database_url, "SELECT executor_id FROM helix.workers")] == [
             worker_id
         ]

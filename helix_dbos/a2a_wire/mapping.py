@@ -26,12 +26,12 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
+from helix_dbos.api.answers import HUMAN_REQUESTS as HUMAN_REQUESTS
 from helix_dbos.api.runs import PendingToolCall, RunInfo
 from helix_dbos.orchestration.types import Message as HelixMessage
 from helix_dbos.streaming.chunks import StreamChunk
 
 RESPONSE_ARTIFACT = "response"
-HUMAN_REQUESTS = frozenset({"tool_approval_request", "client_tool_request", "human_input_request"})
 TOOL_EVENTS = frozenset({"tool_start", "tool_end"})
 STATE_BY_STATUS: dict[str, TaskState] = {
     "running": TaskState.TASK_STATE_WORKING,

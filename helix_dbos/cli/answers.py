@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from helix_dbos.api.answers import ClientResult, verdict
 from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, resolve_url
 from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import print_json
@@ -80,7 +81,7 @@ def _answer(approved: bool) -> Callable[..., int]:
         database_url: DatabaseUrl = None,
     ) -> int:
         with remote(database_url, session) as (control, full):
-            target = control.approve(full, call, approved, reason)
+            target = control.answer(full, call, verdict(approved, reason))
         verb = "Approved" if approved else "Denied"
         return report(
             json_output,
@@ -122,7 +123,7 @@ def submit(
         except json.JSONDecodeError as exc:
             raise CLIError(f"--result is not valid JSON: {exc}") from exc
     with remote(database_url, session) as (control, full):
-        target = control.submit(full, call, result=value, error=error)
+        target = control.answer(full, call, ClientResult(value, error))
     what = "an error" if error is not None else "the result"
     return report(
         json_output,

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from helix_dbos.cli.common import DatabaseUrl, Json, load_helix, resolve_url
 from helix_dbos.cli.output import plural, print_json, print_renderable
+from helix_dbos.runtime.dbos import worker_workflows
 from helix_dbos.store.database import (
     DATABASE_URL_ENV,
     connect,
@@ -29,7 +30,6 @@ from helix_dbos.store.database import (
     redact_url,
 )
 from helix_dbos.store.features import run_versions
-from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.migrations import applied_migrations, load_migrations
 from helix_dbos.store.pooler import behind_proxy, detect_pgbouncer, pooler_settings
 
@@ -160,7 +160,9 @@ def check_worker_identity(url: str) -> Check:
     try:
         with connect(url, autocommit=True) as conn:
             live = [
-                w for w in workers_sql.list_workers(conn) if w.state == "live" and not w.expired
+                w
+                for w in worker_workflows.list_workers(conn)
+                if w.state == "live" and not w.expired
             ]
     except Exception:
         return Check("worker identity", "ok", identity + " (no worker table yet)")
@@ -188,7 +190,7 @@ def check_held_runs(url: str) -> Check:
     live worker serves their agent (a live one would take them over by itself)."""
     try:
         with connect(url, autocommit=True) as conn:
-            held = workers_sql.runs_held_by_dead_workers(conn)
+            held = worker_workflows.runs_held_by_dead_workers(conn)
     except Exception:
         return Check("held runs", "ok", "none (no worker table yet)")
     if not held:

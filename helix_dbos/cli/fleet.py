@@ -23,8 +23,8 @@ from helix_dbos.cli.common import (
     resolve_url,
 )
 from helix_dbos.cli.output import Column, plural, print_json, print_table
+from helix_dbos.runtime.dbos import worker_workflows
 from helix_dbos.server.http.limits import ServeLimits, with_header_timeout
-from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.features.workers import WorkerRow
 
 
@@ -257,8 +257,8 @@ def workers(
     """List live workers (and any other that still holds unfinished runs), their leases
     and runs, and queued runs no live worker serves."""
     with read_connection(database_url) as conn:
-        found = workers_sql.list_workers(conn, everything=everything)
-        waiting = workers_sql.runs_without_worker(conn)
+        found = worker_workflows.list_workers(conn, everything=everything)
+        waiting = worker_workflows.runs_without_worker(conn)
     if json_output:
         print_json(
             {

@@ -1,12 +1,14 @@
-"""`HelixDBOS`'s answers and run control, with their `_sync` twins: approve, deny, a
-client tool's result, human input, the calls waiting for them, interrupt and abort.
-Each delegates to `RunControl` (or, for the pending calls, `SessionReads`)."""
+"""`HelixDBOS`'s answers and run control, with their `_sync` twins: `answer()` (and
+its older spellings approve, deny, submit_tool_result, submit_human_input), the calls
+waiting for them, interrupt and abort. Each delegates to `RunControl` (or, for the
+pending calls, `SessionReads`)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+from helix_dbos.api.answers import Answer, ClientResult, Denial, HumanInput, verdict
 from helix_dbos.runtime.control.run_control import RunControl
 from helix_dbos.runtime.process.event_loop import sync_twin
 from helix_dbos.runtime.sessions.session_queue import SessionQueue
@@ -21,6 +23,17 @@ class RunControlMethods:
     _reads: SessionReads
     _queue: SessionQueue
 
+    async def answer(self, session_id: str, tool_call_id: str, answer: Answer) -> None:
+        """Answer a call that waits for a human: `Approval()`/`Denial(reason)` for an
+        approval request, `ClientResult(result)` (or `ClientResult(error=...)`) for a
+        client tool, `HumanInput(text, approved=...)` for `__pause_for_human__`. The call
+        is found through the root session too (a sub-agent's or companion's call). The
+        one way every answer goes in: the methods below, the HTTP routes and the
+        protocols call it. Refused with `InvalidAnswerError` (wrong kind, malformed),
+        `ToolCallAlreadyAnsweredError`, `ToolCallNotFoundError`,
+        `AmbiguousToolCallError` or `RunOnOtherVersionError`."""
+        await self._control.answer(session_id, tool_call_id, answer)
+
     async def approve(
         self,
         session_id: str,
@@ -29,17 +42,20 @@ class RunControlMethods:
         *,
         reason: str | None = None,
     ) -> None:
-        """Answer an approval request; the tool runs with its original input if approved."""
-        await self._control.approve(session_id, tool_call_id, approved, reason)
+        """Answer an approval request; the tool runs with its original input if approved.
+        Same as `answer(session_id, tool_call_id, Approval(reason))` (or `Denial`)."""
+        await self.answer(session_id, tool_call_id, verdict(approved, reason))
 
     async def deny(self, session_id: str, tool_call_id: str, *, reason: str | None = None) -> None:
-        await self.approve(session_id, tool_call_id, False, reason=reason)
+        """`answer(session_id, tool_call_id, Denial(reason))`."""
+        await self.answer(session_id, tool_call_id, Denial(reason))
 
     async def submit_tool_result(
         self, session_id: str, tool_call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
-        """Hand in a client-executed tool's result (or its error)."""
-        await self._control.submit_tool_result(session_id, tool_call_id, result, error)
+        """Hand in a client-executed tool's result (or its error):
+        `answer(session_id, tool_call_id, ClientResult(result, error))`."""
+        await self.answer(session_id, tool_call_id, ClientResult(result, error))
 
     async def submit_human_input(
         self,
@@ -49,8 +65,9 @@ class RunControlMethods:
         *,
         approved: bool | None = None,
     ) -> None:
-        """Answer a `__pause_for_human__` question."""
-        await self._control.submit_human_input(session_id, tool_call_id, human_input, approved)
+        """Answer a `__pause_for_human__` question:
+        `answer(session_id, tool_call_id, HumanInput(human_input, approved))`."""
+        await self.answer(session_id, tool_call_id, HumanInput(human_input, approved))
 
     async def pending_tool_calls(self, session_id: str) -> list[PendingToolCall]:
         """Calls waiting for a human in the session and in every session below it (its
@@ -74,6 +91,7 @@ class RunControlMethods:
             await self._queue.start_next(session_id)
         return reached
 
+    answer_sync = sync_twin(answer)
     approve_sync = sync_twin(approve)
     deny_sync = sync_twin(deny)
     submit_tool_result_sync = sync_twin(submit_tool_result)

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.llm.providers import resolve_adapter
-from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos import dbos_internals, dbos_tables, worker_workflows
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.event_loop import run_sync, running_loop, target_loop
 from helix_dbos.runtime.process.idle_pool import IdleTrimmedAsyncQueuePool, IdleTrimmedQueuePool
@@ -34,14 +34,12 @@ from helix_dbos.runtime.starts.dispatch import Dispatch
 from helix_dbos.runtime.starts.run_starts import RunStarts
 from helix_dbos.runtime.starts.run_waits import RunWaits
 from helix_dbos.runtime.waits.message_recheck import MessageRecheck
-from helix_dbos.store import repository as repo
 from helix_dbos.store.database import (
     connect,
     ensure_database_exists,
     libpq_url,
     sqlalchemy_url,
 )
-from helix_dbos.store.features import workers as workers_sql
 from helix_dbos.store.features.workers import WorkerIdentity, WorkerRow
 from helix_dbos.store.migrations import apply_migrations
 from helix_dbos.store.pooler import DIRECT, PoolerSettings, pooler_warning
@@ -224,7 +222,7 @@ def migrate(database_url: str, pooler: PoolerSettings = DIRECT) -> Migrated:
 
 def list_workers(database_url: str) -> list[WorkerRow]:
     with connect(database_url, autocommit=True) as conn:
-        return workers_sql.list_workers(conn)
+        return worker_workflows.list_workers(conn)
 
 
 class WorkerProcess:
@@ -333,7 +331,7 @@ class WorkerProcess:
         them on its internal queue, which every process dequeues, whether or not it
         serves the agent)."""
         with connect(self.database_url, autocommit=True) as conn:
-            moved = workers_sql.requeue_pending(
+            moved = worker_workflows.requeue_pending(
                 conn, me.executor_id, me.application_name, me.application_version
             )
         if moved:
@@ -346,7 +344,7 @@ class WorkerProcess:
 
     async def _owns_workflow(self, workflow_id: str, owner_xid: str) -> bool:
         async with self.runtime.statements() as conn:
-            return await repo.owns_workflow(conn, workflow_id, owner_xid)
+            return await dbos_tables.owns_workflow(conn, workflow_id, owner_xid)
 
     def _listen(self, me: WorkerIdentity) -> None:
         """Dequeue only the runs of agents this process serves, plus the queues it was

@@ -15,9 +15,9 @@ from typing import Any
 
 import psycopg
 from dbos import DBOSClient
-from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from helix_dbos.api.answers import HUMAN_REQUEST_KINDS, Answer, ClientResult, request_kind, verdict
 from helix_dbos.errors import (
     InvalidAnswerError,
     RunNotActiveError,
@@ -29,7 +29,12 @@ from helix_dbos.errors import (
 from helix_dbos.runtime.dbos.dbos_internals import DBOSNonExistentWorkflowError
 from helix_dbos.runtime.steps.closing import close_run
 from helix_dbos.runtime.steps.step_types import GateKind
-from helix_dbos.runtime.waits.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.waits.answer_send import (
+    answer_payload,
+    notify_waits_by_client,
+    send_answer_by_client,
+)
+from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC
 from helix_dbos.store.answer_claim import (
     BELOW_CALLS_SQL,
     LOCK_CALL_SQL,
@@ -41,12 +46,6 @@ from helix_dbos.store.database import connect, libpq_url, sqlalchemy_url
 from helix_dbos.store.features import run_versions
 from helix_dbos.store.repository import ToolCallRow
 from helix_dbos.store.storable import check_storable
-
-CLI_COMMAND = {
-    "approval": "helix-dbos approve / deny",
-    "client": "helix-dbos submit",
-    "human_input": "the inbox or submit_human_input()",
-}
 
 
 def _gone(run: Target, session_id: str) -> tuple[type[Exception], ...]:
@@ -94,35 +93,19 @@ class RemoteControl:
     def approve(
         self, session_id: str, tool_call_id: str, approved: bool, reason: str | None = None
     ) -> Target:
-        payload = {"tool_call_id": tool_call_id, "approved": approved, "reason": reason}
-        return self.answer(session_id, tool_call_id, "approval", payload)
+        return self.answer(session_id, tool_call_id, verdict(approved, reason))
 
     def submit(
         self, session_id: str, tool_call_id: str, *, result: Any = None, error: str | None = None
     ) -> Target:
-        payload: dict[str, Any] = {"tool_call_id": tool_call_id}
-        if error is not None:
-            payload["error"] = error
-        else:
-            payload["result"] = result
-        return self.answer(session_id, tool_call_id, "client", payload)
+        return self.answer(session_id, tool_call_id, ClientResult(result, error))
 
-    def answer(
-        self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
-    ) -> Target:
-        """Validate, mark answered and send, in one transaction (a failed send rolls back)."""
-        check_storable(
-            session_id=session_id,
-            tool_call_id=tool_call_id,
-            answer=payload,
-            answered_by=self.answered_by,
-        )
-        try:
-            ANSWER_MODELS[kind].model_validate(payload)
-        except ValidationError as exc:
-            raise InvalidAnswerError(
-                f"Malformed answer for tool call '{tool_call_id}': {exc}"
-            ) from exc
+    def answer(self, session_id: str, tool_call_id: str, answer: Answer) -> Target:
+        """`HelixDBOS.answer` without DBOS launched: the same typed answer, checked and
+        sent by the same code (`runtime/waits/answer_send.py`); validate, mark answered
+        and send, in one transaction (a failed send rolls back)."""
+        kind = answer.kind
+        payload = answer_payload(session_id, tool_call_id, answer, answered_by=self.answered_by)
         with connect(self.database_url) as conn:
             row = _answer_target(conn, session_id, tool_call_id)
             if row is None:
@@ -138,7 +121,7 @@ class RemoteControl:
             if row_kind != kind:
                 raise InvalidAnswerError(
                     f"Tool call '{tool_call_id}' waits for {row_kind.replace('_', ' ')}; "
-                    f"answer it with {CLI_COMMAND[row_kind]}"
+                    f"answer it with {request_kind(row_kind).cli_command}"
                 )
             if status != "pending" or answered_at is not None:
                 raise ToolCallAlreadyAnsweredError(
@@ -150,9 +133,7 @@ class RemoteControl:
                 "WHERE run_id = %s AND tool_call_id = %s",
                 (self.answered_by, run_id, tool_call_id),
             )
-            self.client().send(
-                workflow_id, payload, TOPICS[kind], idempotency_key=f"{run_id}:{tool_call_id}"
-            )
+            send_answer_by_client(self.client(), workflow_id, run_id, kind, payload)
         return Target(session_id, run_id, workflow_id, tool_name)
 
     # --- run control ----------------------------------------------------------------
@@ -229,19 +210,14 @@ class RemoteControl:
                 "AND status = 'pending' ORDER BY kind",
                 (run.run_id,),
             ).fetchall()
-        return [kind for (kind,) in rows if kind in TOPICS]
+        return [kind for (kind,) in rows if kind in HUMAN_REQUEST_KINDS]
 
     def _notify_waits(
         self, run: Target, reason: str | None, kinds: list[GateKind] | None = None
     ) -> None:
         """A notice on each topic a waiting run listens on ends its wait at once."""
-        for kind in self._pending_kinds(run) if kinds is None else kinds:
-            self.client().send(
-                run.workflow_id,
-                {"interrupt": True, "reason": reason},
-                TOPICS[kind],
-                idempotency_key=f"{run.run_id}:interrupt:{kind}",
-            )
+        kinds = self._pending_kinds(run) if kinds is None else kinds
+        notify_waits_by_client(self.client(), run.workflow_id, run.run_id, kinds, reason)
 
     def live_run(self, session_id: str) -> Target:
         with connect(self.database_url) as conn:

@@ -59,7 +59,7 @@ _BELOW_SQL = (
 # descendants wait on the id (an ambiguous answer: the slower path refuses it, naming
 # them). The update locks the row; under READ COMMITTED a concurrent answer's commit is
 # seen when the lock is granted, and the row no longer qualifies.
-_CLAIM_SQL = (
+CLAIM_SQL = (
     _BELOW_SQL + "UPDATE helix.tool_calls AS t SET answered_at = now() FROM ("
     "(SELECT run_id, tool_call_id FROM helix.tool_calls "
     "WHERE session_id = :sid AND tool_call_id = :tcid ORDER BY created_at DESC LIMIT 1) "
@@ -72,69 +72,9 @@ _CLAIM_SQL = (
     "AND t.kind = :kind AND t.status = 'pending' AND t.answered_at IS NULL "
     f"RETURNING {_RETURNED}"
 )
-_CLAIM: TextClause = text(_CLAIM_SQL)
+_CLAIM: TextClause = text(CLAIM_SQL)
 # The same statement in psycopg's own parameter style, for the pipelined path.
-_CLAIM_PG = pg_style(_CLAIM_SQL)
-
-
-_CLAIM_AND_SEND: dict[str, TextClause] = {}  # by DBOS's message table
-
-
-def _claim_and_send(notifications: str) -> TextClause:
-    clause = _CLAIM_AND_SEND.get(notifications)
-    if clause is None:
-        # Only a run that a live worker will resume is claimed: one of the version this
-        # process runs (`:mine`, when it executes runs), else `helix.version_served`
-        # (migration 0019). Nothing is claimed or sent for a run started by a version no
-        # live worker runs, and the slower path says why.
-        status_table = notifications.rsplit(".", 1)[0] + ".workflow_status"
-        guarded = _CLAIM_SQL.replace(
-            " RETURNING ",
-            " AND COALESCE((SELECT COALESCE(ws.application_version = :mine, false) "
-            "OR helix.version_served(ws.application_version) "
-            f"FROM {status_table} ws WHERE ws.workflow_uuid = t.workflow_id), true) RETURNING ",
-        )
-        # The key is `DBOS.send`'s for an idempotency key `run_id:tool_call_id`.
-        clause = _CLAIM_AND_SEND[notifications] = text(
-            f"WITH claimed AS ({guarded}), sent AS ("
-            f"INSERT INTO {notifications} "
-            "(destination_uuid, topic, message, message_uuid, serialization) "
-            "SELECT workflow_id, :topic, :message, "
-            "run_id || ':' || tool_call_id || '::' || workflow_id, :serialization "
-            "FROM claimed ON CONFLICT (message_uuid) DO NOTHING) "
-            "SELECT * FROM claimed"
-        )
-    return clause
-
-
-async def claim_and_send(
-    conn: SQLConnection,
-    session_id: str,
-    tool_call_id: str,
-    kind: str,
-    *,
-    notifications: str,
-    topic: str,
-    message: str | None,
-    serialization: str,
-    mine: str | None,
-) -> ToolCallRow | None:
-    """`claim_answer` and the answer's message row (DBOS's table in this database) in one
-    statement: one round trip, committed alone, so the claim and the answer land
-    together and the commit wakes the run; None: nothing claimed (and nothing sent),
-    also where the run's application version has no live worker. `mine`: the version
-    this process executes runs of, if it does (served, whatever the workers table says)."""
-    params = {
-        "mine": mine,
-        "sid": session_id,
-        "tcid": tool_call_id,
-        "kind": kind,
-        "topic": topic,
-        "message": message,
-        "serialization": serialization,
-    }
-    row = (await conn.execute(_claim_and_send(notifications), params)).first()
-    return ToolCallRow(*row) if row else None
+_CLAIM_PG = pg_style(CLAIM_SQL)
 
 
 async def claim_answer(
@@ -173,7 +113,7 @@ LOCK_CALL_SQL = (
 def answer_target(
     session_id: str, tool_call_id: str, own: ToolCallRow | None, below: list[ToolCallRow]
 ) -> ToolCallRow | None:
-    """Which call an answer through `session_id` is for (the rule `_CLAIM_SQL` applies):
+    """Which call an answer through `session_id` is for (the rule `CLAIM_SQL` applies):
     the session's own call with this id, else the one below it (at any depth) that
     waits, else the newest below it (to say it was answered). Several waiting below it:
     `AmbiguousToolCallError`, naming their sessions, and nothing is answered."""

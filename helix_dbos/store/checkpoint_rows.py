@@ -188,7 +188,7 @@ async def forked_from(conn: SQLConnection, session_id: str) -> tuple[str | None,
 
 # Sessions with no live run: prune never touches any other (checked again by each batch's
 # statement, in its own snapshot, so a run that started since is left alone too).
-_QUIET = (
+QUIET = (
     f"NOT EXISTS (SELECT 1 FROM helix.runs lr WHERE lr.session_id = {{s}} AND lr.status IN {_LIVE})"
 )
 
@@ -202,7 +202,7 @@ _PRUNE_CHECKPOINTS = _sql(
     "(SELECT k.ord AS edge FROM helix.checkpoints k WHERE k.session_id = c.session_id "
     "ORDER BY k.ord DESC OFFSET :keep LIMIT 1) e "
     "WHERE c.created_at < :cutoff AND c.ord <= e.edge "
-    f"AND {_QUIET.format(s='c.session_id')} "
+    f"AND {QUIET.format(s='c.session_id')} "
     "AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.run_id = c.run_id "
     f"AND r.status NOT IN {_LIVE})) "
     "LIMIT :batch FOR UPDATE OF c SKIP LOCKED), "
@@ -220,21 +220,11 @@ _PRUNE_CHUNKS = _sql(
     "WITH victim AS (SELECT ch.session_id, ch.seq FROM helix.stream_chunks ch "
     "JOIN helix.runs r ON r.run_id = ch.run_id "
     f"WHERE r.status NOT IN {_LIVE} AND r.finished_at < :cutoff "
-    f"AND {_QUIET.format(s='ch.session_id')} "
+    f"AND {QUIET.format(s='ch.session_id')} "
     "LIMIT :batch FOR UPDATE OF ch SKIP LOCKED), "
     "gone AS (DELETE FROM helix.stream_chunks ch USING victim v "
     "WHERE ch.session_id = v.session_id AND ch.seq = v.seq RETURNING 1) "
     "SELECT count(*) FROM gone"
-)
-
-# Workflow ids of ended runs finished before the cutoff whose DBOS records still exist.
-_ENDED_WORKFLOWS = _sql(
-    "SELECT r.workflow_id FROM helix.runs r "
-    f"WHERE r.status NOT IN {_LIVE} AND r.finished_at < :cutoff "
-    f"AND {_QUIET.format(s='r.session_id')} "
-    "AND EXISTS (SELECT 1 FROM dbos.workflow_status ws WHERE ws.workflow_uuid = r.workflow_id "
-    "AND ws.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
-    "ORDER BY r.workflow_id LIMIT :batch"
 )
 
 
@@ -246,8 +236,3 @@ async def prune_checkpoints(conn: SQLConnection, *, cutoff: datetime, keep: int,
 async def prune_chunks(conn: SQLConnection, *, cutoff: datetime, batch: int) -> int:
     params = {"cutoff": cutoff, "batch": batch}
     return int((await conn.execute(_PRUNE_CHUNKS, params)).one()[0])
-
-
-async def ended_workflows(conn: SQLConnection, *, cutoff: datetime, batch: int) -> list[str]:
-    rows = await conn.execute(_ENDED_WORKFLOWS, {"cutoff": cutoff, "batch": batch})
-    return [str(r[0]) for r in rows]

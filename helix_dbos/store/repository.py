@@ -239,24 +239,6 @@ async def run_start_settled(conn: SQLConnection, run_id: str) -> bool:
     return bool(row.scalar())
 
 
-async def live_runs_with_ended_workflow(conn: SQLConnection) -> list[str]:
-    """Live runs whose DBOS workflow does not exist or has ended (DBOS's own table)."""
-    rows = await conn.execute(
-        _sql(
-            "SELECT r.run_id FROM helix.runs r LEFT JOIN dbos.workflow_status w "
-            "ON w.workflow_uuid = r.workflow_id "
-            "WHERE r.status IN ('running', 'waiting', 'paused') AND (w.workflow_uuid IS NULL "
-            "OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
-            # A sub-agent's workflow is started by its parent's workflow, which a recovery
-            # replays: while the parent is live, a child not started yet is not stale.
-            "AND NOT (w.workflow_uuid IS NULL AND EXISTS (SELECT 1 FROM helix.sessions s "
-            "JOIN helix.runs p ON p.session_id = s.parent_session_id "
-            "AND p.status IN ('running', 'waiting', 'paused') WHERE s.session_id = r.session_id))"
-        )
-    )
-    return [str(run_id) for (run_id,) in rows]
-
-
 async def get_live_run(conn: SQLConnection, session_id: str) -> RunRow | None:
     row = (
         await conn.execute(
@@ -855,22 +837,7 @@ STEER_PENDING = (
     "AND status = 'queued' AND strategy = 'steer')"
 )
 # A `helix.interrupt` message sent to the run's workflow and not yet received.
-_INTERRUPT_PENDING = (
-    "EXISTS (SELECT 1 FROM dbos.notifications WHERE destination_uuid = :wid "
-    "AND topic = 'helix.interrupt' AND NOT consumed)"
-)
-
-
-async def owns_workflow(conn: SQLConnection, workflow_id: str, owner_xid: str) -> bool:
-    """Whether the execution holding `owner_xid` still owns the workflow (see `OWNED`)."""
-    row = await conn.execute(
-        _sql(
-            "SELECT EXISTS (SELECT 1 FROM dbos.workflow_status "
-            "WHERE workflow_uuid = :wid AND owner_xid = :oxid)"
-        ),
-        {"wid": workflow_id, "oxid": owner_xid},
-    )
-    return bool(row.scalar())
+_INTERRUPT_PENDING = "EXISTS (SELECT 1 FROM helix.unreceived_interrupts(:wid))"
 
 
 async def interrupt_pending(conn: SQLConnection, workflow_id: str) -> bool:

@@ -19,7 +19,6 @@ from helix_dbos.store.repository import (
     _MESSAGE_FIELDS,
     _MESSAGE_RECORDSET,
     _RUN_COLUMNS,
-    INSERT_STEP_USAGE,
     OWNED,
     USAGE_KEYS,
     USAGE_SELECT,
@@ -191,67 +190,19 @@ async def end_run(
     return EndedRun(ended=bool(row[0]), usage=usage)
 
 
-# A run's last step and its end in one statement: `end_run` after `commit_step_rows`,
-# with their keys and guards. The step's rows land once (`runs.committed_step`, its
-# head skipped if written before), the status only on a live run; `r` updates the run's
-# row once for both (two updates of one row in one statement would drop one). The
-# usage read adds the rows inserted here, which the statement's snapshot cannot see.
-_END_STEP_AND_RUN_HEAD = (
-    "WITH p AS (SELECT committed_step < :step AS claimed, committed_head < :step AS "
-    f"with_head, status IN {_LIVE} AS live FROM helix.runs WHERE run_id = :rid FOR UPDATE), "
-    "r AS (UPDATE helix.runs SET committed_step = GREATEST(committed_step, :step), "
-    "committed_head = GREATEST(committed_head, :step), "
-    "step_count = CASE WHEN p.live THEN :step ELSE step_count END, "
-    "status = CASE WHEN p.live THEN :status ELSE status END, "
-    "output = CASE WHEN p.live THEN CAST(:output AS json) ELSE output END, "
-    "error = CASE WHEN p.live THEN :error ELSE error END, "
-    "waiting_for = CASE WHEN NOT p.live THEN waiting_for END, "
-    "finished_at = CASE WHEN p.live THEN now() ELSE finished_at END, "
-    "stop_reason = CASE WHEN p.live THEN :stop ELSE stop_reason END "
-    "FROM p WHERE run_id = :rid AND (p.claimed OR p.live) RETURNING p.*), "
-    # `rest`: the step's results are still its own to write (not once the run ended
-    # after its head was written: whatever ended it paired the head's calls); `n`: the
-    # messages it inserts, the last `n` of `:rows`.
-    "claim AS (SELECT live OR with_head AS rest, CASE WHEN with_head THEN :nmsg "
-    "WHEN live THEN :nmsg - :nhead ELSE 0 END AS n FROM r WHERE claimed), "
-    "k AS (SELECT bool_or(claimed) AS claimed, bool_or(live) AS live FROM r), "
-    "s AS (UPDATE helix.sessions SET message_seq = COALESCE(GREATEST(message_seq, "
-    "(SELECT COALESCE(max(seq), 0) FROM helix.messages WHERE session_id = :sid)) "
-    "+ (SELECT n FROM claim), message_seq), "
-    "chunk_seq = chunk_seq + :nchunk, "
-    "state = CASE WHEN k.claimed THEN COALESCE(CAST(:state AS jsonb), state) ELSE state END, "
-    "status = CASE WHEN k.live THEN :status ELSE status END, "
-    "output = CASE WHEN k.live THEN CAST(:output AS jsonb) ELSE output END, "
-    "error = CASE WHEN k.live THEN :error ELSE error END, "
-    "updated_at = now() "
-    "FROM k WHERE session_id = :sid RETURNING message_seq - (SELECT n FROM claim) + 1 "
-    "AS first_msg, chunk_seq - :nchunk AS chunk_base), "
-    "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
-    "tool_call_id, tool_name, thinking, is_error) SELECT :sid, s.first_msg + m.ord - :nmsg "
-    f"+ claim.n, :rid, {_MESSAGE_FIELDS} "
-    f"FROM s, claim, {_MESSAGE_RECORDSET} WHERE m.ord >= :nmsg - claim.n), "
-    f"u AS ({INSERT_STEP_USAGE} RETURNING *), "
-    "c AS (INSERT INTO helix.stream_chunks "
-    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
-    "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
-    "AS c(ord int, key text, type text, payload jsonb) "
-    "WHERE c.ord > :nstep OR (SELECT rest FROM claim) "
-    "ON CONFLICT (chunk_key) DO NOTHING), "
-    # DBOS's datasource checkpoints of the run's workflow (`checkpoints_workflow`).
-    "dc AS (DELETE FROM dbos.datasource_outputs WHERE workflow_id = :dsc) "
-    # The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
-    f"SELECT {OWNED} AND k.live IS TRUE, pg_notify('helix_chunks', :sid), "
-    "CASE WHEN :notify THEN pg_notify('helix_run_end', :rid) END"
+# A run's last step and its end in one call: `end_run` after `commit_step_rows`, with
+# their keys and guards, written out in `helix.end_step_and_run` (migrations/0020). The
+# step's rows land once (`runs.committed_step`, its head skipped if written before), the
+# status only on a live run. Durable: its commit waits for the disk flush. A DBOS
+# checkpoint that follows does not make up for one that did not: DBOS retries one whose
+# connection was lost on the restarted server, after a crash that lost the write
+# (`runtime/steps/commit.py`).
+_END_STEP_AND_RUN = _sql(
+    "SELECT * FROM helix.end_step_and_run(:sid, :rid, :agent, CAST(:step AS int), :rows, "
+    "CAST(:nmsg AS int), CAST(:nhead AS int), :state, :usage, :chunks, CAST(:nchunk AS int), "
+    "CAST(:nstep AS int), :status, :output, :error, :stop, CAST(:notify AS boolean), :dsc, "
+    ":ow, :ox)"
 )
-_END_STEP_AND_RUN_FROM = (
-    f", t.* FROM (SELECT {USAGE_SELECT} FROM (SELECT * FROM helix.usage WHERE run_id = :rid "
-    "UNION ALL TABLE u) AS usage) t, k"
-)
-# Durable: its commit waits for the disk flush. A DBOS checkpoint that follows does not
-# make up for one that did not: DBOS retries one whose connection was lost on the
-# restarted server, after a crash that lost the write (`runtime/steps/commit.py`).
-_END_STEP_AND_RUN = _sql(_END_STEP_AND_RUN_HEAD + _END_STEP_AND_RUN_FROM)
 
 
 async def end_step_and_run(
@@ -276,7 +227,7 @@ async def end_step_and_run(
     drop_checkpoints_of: str | None = None,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
-    statement: one round trip and one commit fewer on every run. `drop_checkpoints_of`:
+    call of `helix.end_step_and_run`: one round trip and one commit fewer on every run. `drop_checkpoints_of`:
     a workflow whose DBOS datasource checkpoints it deletes too, under the same owner
     guard (`dbos_internals.checkpoints_workflow`)."""
     params = _step_params(
@@ -301,7 +252,7 @@ async def end_step_and_run(
     )
     params.update(owner_params(owner))
     row = (await conn.execute(_END_STEP_AND_RUN, params)).one()
-    usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[-len(USAGE_KEYS) :], strict=True)}
+    usage_totals = {k: int(v) for k, v in zip(USAGE_KEYS, row[1:], strict=True)}
     return EndedRun(
         ended=bool(row[0]),
         usage=usage_totals,

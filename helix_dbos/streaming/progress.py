@@ -15,21 +15,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_dbos.api.answers import HUMAN_REQUEST_KINDS
 from helix_dbos.streaming.chunks import StreamChunk
 
 progress_logger = logging.getLogger("helix_dbos.progress")
 
-WAITS = {
-    "tool_approval_request": "approval",
-    "client_tool_request": "the client's result",
-    "human_input_request": "human input",
-}
+WAITS = {k.chunk_type: k.described for k in HUMAN_REQUEST_KINDS.values()}
 # What answers each wait from a shell.
-ANSWER_COMMANDS = {
-    "tool_approval_request": "helix-dbos approve {session} {call}  (or deny)",
-    "client_tool_request": "helix-dbos submit {session} {call} --result JSON",
-    "human_input_request": "the inbox, or helix.submit_human_input()",
-}
+ANSWER_COMMANDS = {k.chunk_type: k.shell_hint for k in HUMAN_REQUEST_KINDS.values()}
 
 
 def short(value: Any, width: int = 60) -> str:

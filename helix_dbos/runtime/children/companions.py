@@ -33,6 +33,7 @@ from helix_dbos.definitions.companions import CompanionTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
+from helix_dbos.runtime.children.step_children import StepChildren
 from helix_dbos.runtime.children.subagents import (
     ChildRun,
     child_result,
@@ -50,7 +51,7 @@ from helix_dbos.runtime.steps.commit import StepCommit
 from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import RunOptions, ToolOutcome
-from helix_dbos.runtime.steps.workflow_start import AgentWorkflow, Fresh, start_child
+from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import companion_rows as sql
@@ -80,22 +81,8 @@ class Opened:
     agent_name: str | None = None
 
 
-class CompanionCalls:
+class CompanionCalls(StepChildren):
     """Runs one step's companion calls in the parent's workflow code."""
-
-    def __init__(
-        self,
-        rt: Runtime,
-        agent: Agent,
-        commit: StepCommit,
-        workflow: AgentWorkflow,
-        tenant: str | None = None,
-    ):
-        self.rt = rt
-        self.agent = agent
-        self.commit = commit
-        self.workflow = workflow
-        self.tenant = tenant  # the parent's, which every turn of a child inherits
 
     def is_companion(self, call: ToolCall) -> bool:
         return isinstance(self.agent.tool(call.name), CompanionTool)

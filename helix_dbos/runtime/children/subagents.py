@@ -25,6 +25,7 @@ workflow code (DBOS cannot start a workflow from inside a step), through:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.log_events import SUBAGENT_DISPATCH_FAILED, log_event
 from helix_dbos.orchestration.messages import create_tool_result_message, to_json_text
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.runtime.children.step_children import StepChildren
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
     current_runtime,
@@ -54,7 +56,7 @@ from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import ChunkRecord, RunOptions, ToolOutcome
 from helix_dbos.runtime.steps.tool_step import outside_result_hooks
-from helix_dbos.runtime.steps.workflow_start import AgentWorkflow, Fresh, start_child
+from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
 from helix_dbos.runtime.waits.hitl import (
     INTERRUPT_TOPIC,
     TOPICS,
@@ -114,25 +116,16 @@ class ParentCall:
         return HookContext(self.session_id, self.run_id, self.agent_name, self.step)
 
 
-class SubAgentDispatch:
+class SubAgentDispatch(StepChildren):
     """One step's sub-agent calls: open and start the children, then settle the parent."""
 
-    def __init__(
-        self,
-        rt: Runtime,
-        agent: Agent,
-        commit: StepCommit,
-        workflow: AgentWorkflow,
-        tenant: str | None = None,
-    ):
-        self.rt = rt
-        self.agent = agent
-        self.commit = commit
-        self.workflow = workflow
-        self.tenant = tenant  # the parent's, which every child inherits
-        # An interrupt that came before the children could start: the batch ends with it.
-        self.interrupt: InterruptNotice | None = None
-        self._calls: dict[str, ToolCall] = {}  # the sub-agent calls, by id
+    # An interrupt that came before the children could start: the batch ends with it.
+    interrupt: InterruptNotice | None = None
+
+    @functools.cached_property
+    def _calls(self) -> dict[str, ToolCall]:
+        """The sub-agent calls, by id."""
+        return {}
 
     def is_sub_agent(self, call: ToolCall) -> bool:
         return isinstance(self.agent.tool(call.name), SubAgentTool)

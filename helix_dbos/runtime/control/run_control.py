@@ -13,8 +13,8 @@ import logging
 from typing import Any, cast
 
 from dbos import DBOS
-from pydantic import ValidationError
 
+from helix_dbos.api.answers import Answer, request_kind
 from helix_dbos.errors import (
     InvalidAnswerError,
     RunNotActiveError,
@@ -26,26 +26,25 @@ from helix_dbos.errors import (
 from helix_dbos.log_events import RUN_ABORTED, gate_event, log_event
 from helix_dbos.runtime.children.remote_children import abort_remote_children
 from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos.answer_message import claim_and_send
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.sessions.session_reads import SessionReads
 from helix_dbos.runtime.steps.closing import close_run
 from helix_dbos.runtime.steps.run_trace import emit_run_span
 from helix_dbos.runtime.steps.step_types import GateKind
-from helix_dbos.runtime.waits.answer_send import message_table, send_with_claim
-from helix_dbos.runtime.waits.hitl import ANSWER_MODELS, INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.waits.answer_send import (
+    answer_kind,
+    answer_payload,
+    message_table,
+    send_with_claim,
+)
+from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.runtime.waits.run_versions import refuse_unserved
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
-from helix_dbos.store.answer_claim import claim_and_send, claim_answer, find_answer_target
+from helix_dbos.store.answer_claim import claim_answer, find_answer_target
 from helix_dbos.store.storable import check_storable
 from helix_dbos.store.tree import TreeRun
-
-# The method that answers each kind of wait, for an error naming the right one.
-_ANSWERED_WITH = {
-    "approval": "approve()/deny()",
-    "client": "submit_tool_result()",
-    "human_input": "submit_human_input()",
-}
 
 
 class RunControl:
@@ -55,35 +54,13 @@ class RunControl:
         self.reads = reads
         self.runtime = reads.runtime
 
-    async def approve(
-        self, session_id: str, tool_call_id: str, approved: bool, reason: str | None
-    ) -> None:
-        payload = {"tool_call_id": tool_call_id, "approved": approved, "reason": reason}
-        await self.answer(session_id, tool_call_id, "approval", payload)
-
-    async def submit_tool_result(
-        self, session_id: str, tool_call_id: str, result: Any, error: str | None
-    ) -> None:
-        if result is not None and error is not None:
-            raise InvalidAnswerError("Give either result or error, not both")
-        payload: dict[str, Any] = {"tool_call_id": tool_call_id}
-        payload.update({"error": error} if error is not None else {"result": result})
-        await self.answer(session_id, tool_call_id, "client", payload)
-
-    async def submit_human_input(
-        self, session_id: str, tool_call_id: str, human_input: str | None, approved: bool | None
-    ) -> None:
-        payload = {"tool_call_id": tool_call_id, "human_input": human_input, "approved": approved}
-        await self.answer(session_id, tool_call_id, "human_input", payload)
-
-    async def answer(
-        self, session_id: str, tool_call_id: str, kind: GateKind, payload: dict[str, Any]
-    ) -> None:
-        """Check the call is pending and of this kind, then send the answer exactly once."""
-        check_storable(session_id=session_id, tool_call_id=tool_call_id, answer=payload)
+    async def answer(self, session_id: str, tool_call_id: str, answer: Answer) -> None:
+        """Check the call is pending and of this kind, then send the answer exactly once:
+        the one path every answer takes (the facade, the routes, the protocols)."""
+        kind = answer_kind(answer)  # InvalidAnswerError for anything but an answer
         try:
-            ANSWER_MODELS[kind].model_validate(payload)
-        except ValidationError as exc:
+            payload = answer_payload(session_id, tool_call_id, answer)
+        except InvalidAnswerError as exc:
             log_event(
                 gate_event(kind, "validation_failed"),
                 logging.WARNING,
@@ -91,9 +68,7 @@ class RunControl:
                 tool_call_id=tool_call_id,
                 error=str(exc),
             )
-            raise InvalidAnswerError(
-                f"Malformed answer for tool call '{tool_call_id}': {exc}"
-            ) from exc
+            raise
 
         async def tx() -> repo.ToolCallRow:
             sent = await self._claim_and_send(session_id, tool_call_id, kind, payload)
@@ -114,7 +89,7 @@ class RunControl:
                 if row.kind != kind:
                     raise InvalidAnswerError(
                         f"Tool call '{tool_call_id}' waits for {row.kind.replace('_', ' ')}; "
-                        f"answer it with {_ANSWERED_WITH[row.kind]}"
+                        f"answer it with {request_kind(row.kind).answered_with}"
                     )
                 if row.status != "pending" or row.answered_at is not None:
                     raise ToolCallAlreadyAnsweredError(

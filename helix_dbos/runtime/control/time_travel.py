@@ -20,6 +20,7 @@ from helix_dbos.api.checkpoints import Checkpoint as Checkpoint
 from helix_dbos.api.checkpoints import CheckpointView as CheckpointView
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import CheckpointNotFoundError, InvalidInputError, SessionNotFoundError
+from helix_dbos.runtime.dbos import dbos_tables
 from helix_dbos.runtime.process.process_runtime import logger
 from helix_dbos.store import checkpoint_rows as sql
 from helix_dbos.store import repository as repo
@@ -171,7 +172,7 @@ class TimeTravel:
                 if n < batch_size:
                     break
             while True:
-                ids = await sql.ended_workflows(conn, cutoff=cutoff, batch=batch_size)
+                ids = await dbos_tables.ended_workflows(conn, cutoff=cutoff, batch=batch_size)
                 if ids:
                     await self._delete_workflows(ids)
                     report.workflows += len(ids)

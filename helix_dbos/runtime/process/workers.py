@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from helix_dbos.errors import ExecutorIdInUseError, WorkerNotDeadError
-from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos import dbos_internals, worker_workflows
 from helix_dbos.store.database import connect
 from helix_dbos.store.features import workers as sql
 
@@ -96,12 +96,14 @@ def recover_worker(database_url: str, executor_id: str, claimant: str) -> list[s
     live worker's sweep (and again for a worker already recovered, for runs it left
     behind). Refused while the worker's lease is live: its runs are still its own."""
     with connect(database_url, autocommit=True) as conn:
-        workers = {w.executor_id: w for w in sql.list_workers(conn)}
+        workers = {w.executor_id: w for w in worker_workflows.list_workers(conn)}
         worker = workers.get(executor_id)
         if worker is None:
             known = ", ".join(sorted(workers)) or "none"
             raise WorkerNotDeadError(f"No worker '{executor_id}' is registered (known: {known})")
-        claimed = sql.claim_and_requeue(conn, executor_id, claimant, force=True, early=False)
+        claimed = worker_workflows.claim_and_requeue(
+            conn, executor_id, claimant, force=True, early=False
+        )
     if claimed is None:
         raise WorkerNotDeadError(
             f"Worker '{executor_id}' (pid {worker.pid} on {worker.host}) is alive: its lease "
@@ -242,7 +244,7 @@ class WorkerLease:
                     self._claim_dead(conn, same_host_only=False)
                 if started - self._pruned_at >= PRUNE_EVERY_SECONDS:
                     self._pruned_at = started
-                    sql.prune(conn)
+                    worker_workflows.prune(conn)
             except psycopg.Error as exc:
                 self._lost(started, exc)
                 self._close()
@@ -300,7 +302,7 @@ class WorkerLease:
             gone = self._gone(dead)
             if same_host_only and not gone:
                 continue
-            claimed = sql.claim_and_requeue(
+            claimed = worker_workflows.claim_and_requeue(
                 conn, dead.executor_id, me.executor_id, pid_gone=gone, early=self.early_death
             )
             if claimed is None:

@@ -29,6 +29,7 @@ from helix_dbos.errors import (
 from helix_dbos.orchestration.double_texting import MultitaskStrategy, check_strategy
 from helix_dbos.orchestration.types import Message
 from helix_dbos.orchestration.usage_limits import UsageLimits
+from helix_dbos.runtime.dbos import dbos_tables
 from helix_dbos.runtime.loop.llm_step import run_terminating
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.process.outage import is_transient_db_error
@@ -380,7 +381,7 @@ class RunStarts:
         outside, failed in a way the run could not record) or never started (its starter
         was killed between opening and starting it): `failed`, or `aborted` for a
         cancelled workflow, with a readable error. Returns the closed run ids."""
-        rows = await self.reads.read(repo.live_runs_with_ended_workflow)
+        rows = await self.reads.read(dbos_tables.live_runs_with_ended_workflow)
         closed: list[str] = []
         for run_id in rows:
             if await on_target_loop(functools.partial(self.close_if_stale, run_id)):

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 from dbos import DBOS
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from helix_dbos.api.answers import HUMAN_REQUEST_KINDS
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.errors import ToolArgumentsError, ToolOutputError
@@ -38,22 +39,10 @@ from helix_dbos.store.repository import PendingToolCall
 from helix_dbos.store.wait_resume import WaitResumed, resume_wait
 
 INTERRUPT_TOPIC = "helix.interrupt"
-TOPICS: dict[GateKind, str] = {
-    "approval": "helix.approval",
-    "client": "helix.tool_result",
-    "human_input": "helix.human_input",
-}
-WAITING_FOR: dict[GateKind, str] = {
-    "approval": "approval",
-    "client": "client_tool",
-    "human_input": "human_input",
-}
+TOPICS: dict[GateKind, str] = {k: r.topic for k, r in HUMAN_REQUEST_KINDS.items()}
+WAITING_FOR: dict[GateKind, str] = {k: r.waiting_for for k, r in HUMAN_REQUEST_KINDS.items()}
+CHUNK_TYPES: dict[GateKind, str] = {k: r.chunk_type for k, r in HUMAN_REQUEST_KINDS.items()}
 T = TypeVar("T")
-CHUNK_TYPES: dict[GateKind, str] = {
-    "approval": "tool_approval_request",
-    "client": "client_tool_request",
-    "human_input": "human_input_request",
-}
 
 
 class ApprovalAnswer(BaseModel):

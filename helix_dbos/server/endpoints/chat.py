@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import JSONResponse
 
+from helix_dbos.api.answers import HUMAN_REQUESTS
 from helix_dbos.api.models import (
     AddAIMessageRequest,
     ChatErrorResponse,
@@ -36,9 +37,8 @@ from helix_dbos.server.http.visibility import require_own_new_session
 
 Who = Annotated[Principal, Depends(current_principal)]
 
-HUMAN_REQUEST_CHUNKS = frozenset(
-    {"tool_approval_request", "client_tool_request", "human_input_request"}
-)
+HUMAN_REQUEST_CHUNKS = HUMAN_REQUESTS
+AnyChatRequest = ChatRequest | ChatInvokeRequest | AddAIMessageRequest
 CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERROR_RESPONSES,
     202: {
@@ -56,35 +56,30 @@ CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
 def build_router(ctx: ServerContext) -> APIRouter:
     router = APIRouter(tags=["chat"], responses=CHAT_RESPONSES)
 
-    @router.post(
-        "/chat", response_model=ChatResponse, summary="Send a human message, run to the end"
-    )
-    async def chat(body: ChatRequest, principal: Who) -> Any:
+    async def turn(body: AnyChatRequest, principal: Principal, message: str | None) -> Any:
+        """The chat routes' one path: the caller's own session (or a new one), one turn."""
         require_own_new_session(principal, body.context_id)
         return await run_turn(
             ctx,
             body.context_id,
             body.agent,
-            body.message,
+            message,
             body.terminating_config,
             body.multitask_strategy,
             body.tenant,
         )
 
     @router.post(
+        "/chat", response_model=ChatResponse, summary="Send a human message, run to the end"
+    )
+    async def chat(body: ChatRequest, principal: Who) -> Any:
+        return await turn(body, principal, body.message)
+
+    @router.post(
         "/chat/invoke", response_model=ChatResponse, summary="Run the agent without a new message"
     )
     async def invoke(body: ChatInvokeRequest, principal: Who) -> Any:
-        require_own_new_session(principal, body.context_id)
-        return await run_turn(
-            ctx,
-            body.context_id,
-            body.agent,
-            None,
-            body.terminating_config,
-            body.multitask_strategy,
-            body.tenant,
-        )
+        return await turn(body, principal, None)
 
     @router.post(
         "/chat/add-ai-message",
@@ -92,16 +87,7 @@ def build_router(ctx: ServerContext) -> APIRouter:
         summary="Have the AI add a message, optionally guided by a prompt",
     )
     async def add_ai_message(body: AddAIMessageRequest, principal: Who) -> Any:
-        require_own_new_session(principal, body.context_id)
-        return await run_turn(
-            ctx,
-            body.context_id,
-            body.agent,
-            body.prompt,
-            body.terminating_config,
-            body.multitask_strategy,
-            body.tenant,
-        )
+        return await turn(body, principal, body.prompt)
 
     return router
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
+from helix_dbos.api.answers import Answer, ClientResult, HumanInput, verdict
 from helix_dbos.api.models import (
     CancelQueuedRequest,
     ControlRequest,
@@ -275,12 +276,14 @@ def _add_control_routes(
         else:
             ctx.check_result_size("human_input", body.human_input)
         sid, tcid = body.session_id, body.tool_call_id
+        answer: Answer
         if body.kind == "client-tool-result":
-            await helix.submit_tool_result(sid, tcid, body.result, error=body.error)
+            answer = ClientResult(body.result, body.error)
         elif body.kind == "approval-response":
-            await helix.approve(sid, tcid, bool(body.approved), reason=body.reason)
+            answer = verdict(bool(body.approved), body.reason)
         else:
-            await helix.submit_human_input(sid, tcid, body.human_input, approved=body.approved)
+            answer = HumanInput(body.human_input, body.approved)
+        await helix.answer(sid, tcid, answer)
         await record_answerer(helix, sid, tcid, who)
         return SubmitToolResultResponse(session_id=sid, tool_call_id=tcid, kind=body.kind)
 

@@ -22,6 +22,7 @@ from typing import Any
 from ag_ui.core import ResumeEntry, RunAgentInput, ToolMessage
 from fastapi import HTTPException
 
+from helix_dbos.api.answers import Answer, ClientResult, Denial, HumanInput, verdict
 from helix_dbos.facade.helix import HelixDBOS
 from helix_dbos.server.http.route_context import ServerContext
 from helix_dbos.server.protocols.ag_ui_events import HUMAN_REQUESTS
@@ -139,33 +140,29 @@ def _check(entry: ResumeEntry, kind: str) -> None:
 
 
 async def _answer(helix: HelixDBOS, session_id: str, entry: ResumeEntry, kind: str) -> None:
-    call, payload, cancelled = entry.interrupt_id, entry.payload, entry.status == "cancelled"
+    await helix.answer(session_id, entry.interrupt_id, _typed(entry, kind))
+
+
+def _typed(entry: ResumeEntry, kind: str) -> Answer:
+    """The resume entry as the answer its interrupt's kind takes (`_check` passed)."""
+    payload, cancelled = entry.payload, entry.status == "cancelled"
     if kind == "approval":
         if cancelled:
-            await helix.approve(session_id, call, False, reason=CANCELLED)
-        elif isinstance(payload, bool):
-            await helix.approve(session_id, call, payload)
-        else:
-            assert isinstance(payload, dict)  # `_check` let nothing else through
-            reason = payload.get("reason")
-            await helix.approve(
-                session_id, call, payload["approved"], reason=str(reason) if reason else None
-            )
-    elif kind == "client":
-        if cancelled:
-            await helix.submit_tool_result(session_id, call, None, error=CANCELLED)
-        else:
-            await helix.submit_tool_result(session_id, call, payload)
-    elif cancelled:
-        await helix.submit_human_input(session_id, call, None, approved=False)
-    elif isinstance(payload, dict):
+            return Denial(CANCELLED)
+        if isinstance(payload, bool):
+            return verdict(payload)
+        assert isinstance(payload, dict)  # `_check` let nothing else through
+        reason = payload.get("reason")
+        return verdict(payload["approved"], str(reason) if reason else None)
+    if kind == "client":
+        return ClientResult(error=CANCELLED) if cancelled else ClientResult(payload)
+    if cancelled:
+        return HumanInput(None, approved=False)
+    if isinstance(payload, dict):
         text = payload.get("human_input")
         approved = payload.get("approved")
-        await helix.submit_human_input(
-            session_id,
-            call,
+        return HumanInput(
             str(text) if text is not None else None,
             approved=approved if isinstance(approved, bool) else None,
         )
-    else:
-        await helix.submit_human_input(session_id, call, payload)
+    return HumanInput(payload)

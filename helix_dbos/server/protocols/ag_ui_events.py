@@ -34,9 +34,9 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from helix_dbos.api.answers import HUMAN_REQUESTS as HUMAN_REQUESTS
 from helix_dbos.streaming.chunks import StreamChunk
 
-HUMAN_REQUESTS = frozenset({"tool_approval_request", "client_tool_request", "human_input_request"})
 # Interrupt.reason by helix chunk type.
 REASONS = {
     "tool_approval_request": "tool_approval",

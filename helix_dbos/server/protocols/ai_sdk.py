@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from helix_dbos.api.answers import Answer, ClientResult, HumanInput, verdict
 from helix_dbos.api.runs import PendingToolCall
 from helix_dbos.errors import HelixError, SessionNotFoundError
 from helix_dbos.runtime.process.event_loop import on_target_loop
@@ -248,28 +249,27 @@ def _answers(part: UIPart, call: PendingToolCall) -> bool:
 
 
 async def _apply(ctx: ServerContext, session_id: str, part: UIPart, call: PendingToolCall) -> None:
-    helix, call_id = ctx.helix, call.tool_call_id
+    await ctx.helix.answer(session_id, call.tool_call_id, _typed(part, call))
+
+
+def _typed(part: UIPart, call: PendingToolCall) -> Answer:
+    """The tool part as the answer its call's kind takes."""
     if call.kind == "approval":
         approval = part.approval or {}
         reason = approval.get("reason")
-        await helix.approve(
-            session_id,
-            call_id,
-            approval.get("approved") is True,
-            reason=str(reason) if reason is not None else None,
+        return verdict(
+            approval.get("approved") is True, str(reason) if reason is not None else None
         )
-    elif call.kind == "client":
+    if call.kind == "client":
         if part.state == "output-error":
-            await helix.submit_tool_result(session_id, call_id, error=part.errorText or "error")
-        else:
-            await helix.submit_tool_result(session_id, call_id, part.output)
+            return ClientResult(error=part.errorText or "error")
+        return ClientResult(part.output)
+    output = part.output
+    if isinstance(output, dict):
+        text, approved = output.get("human_input"), output.get("approved")
     else:
-        output = part.output
-        if isinstance(output, dict):
-            text, approved = output.get("human_input"), output.get("approved")
-        else:
-            text, approved = (None if output is None else str(output)), None
-        await helix.submit_human_input(session_id, call_id, text, approved=approved)
+        text, approved = (None if output is None else str(output)), None
+    return HumanInput(text, approved)
 
 
 async def _request_seq(ctx: ServerContext, session_id: str, run_id: str, call_ids: set[str]) -> int:

@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_dbos.api.answers import HUMAN_REQUESTS as HUMAN_REQUESTS
 from helix_dbos.streaming.chunks import StreamChunk
 
 UIChunk = dict[str, Any]
 
-HUMAN_REQUESTS = frozenset({"tool_approval_request", "client_tool_request", "human_input_request"})
 # Chunks with no UI part of their own: passed on as transient `data-helix-event` parts
 # (`onData` sees them; they are not kept in the message).
 EVENT_CHUNKS = frozenset(

@@ -38,6 +38,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 from starlette.routing import Route
 
+from helix_dbos.api.answers import verdict
 from helix_dbos.errors import (
     HelixError,
     InvalidInputError,
@@ -292,8 +293,8 @@ class MCPAgentServer:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         for answer in answers:
             try:
-                await self.helix.approve(
-                    run.session_id, answer.tool_call_id, answer.approved, reason=answer.reason
+                await self.helix.answer(
+                    run.session_id, answer.tool_call_id, verdict(answer.approved, answer.reason)
                 )
             except HelixError as exc:  # answered already, a run no live worker resumes, ...
                 raise MCPError(INVALID_PARAMS, str(exc)) from None

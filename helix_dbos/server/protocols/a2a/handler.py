@@ -51,6 +51,7 @@ from a2a.utils.errors import (
 from fastapi import HTTPException
 
 from helix_dbos.a2a_wire import mapping
+from helix_dbos.api import answers as helix_answers
 from helix_dbos.api.models import RunStarted, StartRequest
 from helix_dbos.api.runs import PendingToolCall, RunInfo
 from helix_dbos.errors import HelixError
@@ -259,18 +260,14 @@ class HelixRequestHandler(RequestHandler):
         call = answer.call
         sid = call.session_id
         assert sid is not None
+        typed: helix_answers.Answer
         if call.kind == "approval":
-            await self.helix.approve(
-                sid, call.tool_call_id, bool(answer.approved), reason=answer.reason
-            )
+            typed = helix_answers.verdict(bool(answer.approved), answer.reason)
         elif call.kind == "human_input":
-            await self.helix.submit_human_input(
-                sid, call.tool_call_id, answer.human_input, approved=answer.approved
-            )
+            typed = helix_answers.HumanInput(answer.human_input, answer.approved)
         else:
-            await self.helix.submit_tool_result(
-                sid, call.tool_call_id, answer.result, error=answer.error
-            )
+            typed = helix_answers.ClientResult(answer.result, answer.error)
+        await self.helix.answer(sid, call.tool_call_id, typed)
 
     async def _last_seq(self, session_id: str) -> int:
         rows = await self.helix.sql(
