@@ -661,8 +661,16 @@ def test_the_connections_an_idle_worker_holds(database_url, tmp_path):
     figure), whatever `pool_size`: its heartbeat's, one of helix's statement pool, and
     DBOS's LISTEN connection beside the 3 its pool keeps for its queue and scheduler
     threads. What its start opened beyond that closes (DBOS's pool and SQLAlchemy's at
-    once, helix's statement pool after 30 s unused); it held 10 before they did."""
-    worker = spawn("serve", database_url, "-", "tool", tmp_path, env={"CRASH_APP_POOL_SIZE": "10"})
+    once, helix's statement pool after 30 s unused); it held 10 before they did. The
+    worker's pools close unused connections after 3 s here instead of 30 s and 10 s."""
+    worker = spawn(
+        "serve",
+        database_url,
+        "-",
+        "tool",
+        tmp_path,
+        env={"CRASH_APP_POOL_SIZE": "10", "CRASH_APP_IDLE_SECONDS": "3"},
+    )
     try:
         worker_id = started(worker)["ready"]
         heartbeat = workers_sql.heartbeat_application_name(worker_id)
