@@ -393,7 +393,16 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
                 "expired"
             ]
 
-        wait_for(lapsed, timeout=30)
+        def lapsed_in_sql() -> bool:  # what `workers` calls expired, without a CLI each poll
+            return sql(
+                database_url,
+                "SELECT state = 'live' AND heartbeat_at < now() - make_interval("
+                "secs => lease_seconds) FROM helix.workers WHERE executor_id = %s",
+                a_id,
+            ) == [(True,)]
+
+        wait_for(lapsed_in_sql, timeout=30)
+        assert lapsed()
         doctor = run_cli(database_url, "doctor", "--json")
         held = [c for c in json.loads(doctor.stdout) if c["name"] == "held runs"]
         assert held and held[0]["level"] == "warn", doctor.stdout
