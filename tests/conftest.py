@@ -138,9 +138,10 @@ def _ensure_pgserver_user() -> None:
     try:
         pwd.getpwnam("pgserver")
     except KeyError:
-        # Another session on this machine may add it meanwhile: then it exists, fine.
-        subprocess.run(["useradd", "-s", "/bin/bash", "pgserver"], capture_output=True)
-        pwd.getpwnam("pgserver")
+        # Another session may add it meanwhile (fine), or useradd may be missing: then
+        # pgserver tries itself, in the first worker that needs it, and says why it failed.
+        with contextlib.suppress(OSError):
+            subprocess.run(["useradd", "-s", "/bin/bash", "pgserver"], capture_output=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
