@@ -36,6 +36,9 @@ from helix_dbos.store.embedded import stop_embedded
 
 REPO = Path(__file__).resolve().parent.parent
 
+# CPU seconds per module when HELIX_TEST_CPU_REPORT names a file (tests/cpu_report.py).
+pytest_plugins = ["cpu_report"]
+
 # pytest-xdist's workers start with COLUMNS=80 in their environment, which a serial run does
 # not have: the CLI subprocesses the tests start would inherit it and cut their reports to 80
 # columns instead of the 100 they print to a pipe.
@@ -119,6 +122,30 @@ SLOW_MODULES = (
 def _module_name(item: pytest.Item) -> str:
     module = getattr(item, "module", None)
     return "" if module is None else str(module.__name__).rsplit(".", 1)[-1]
+
+
+def _ensure_pgserver_user() -> None:
+    """Run as root, the embedded PostgreSQL runs as the system user `pgserver`, which
+    pgserver adds with `useradd` on first use. Each xdist worker would add it at once on a
+    machine that lacks it: all but one `useradd` failed ("already exists") and every test
+    of those workers errored. The controller adds it once, before the workers start."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("HELIX_TEST_DATABASE_URL"):
+        return
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    import pwd  # noqa: PLC0415 - POSIX only, like the check above
+
+    try:
+        pwd.getpwnam("pgserver")
+    except KeyError:
+        # Another session may add it meanwhile (fine), or useradd may be missing: then
+        # pgserver tries itself, in the first worker that needs it, and says why it failed.
+        with contextlib.suppress(OSError):
+            subprocess.run(["useradd", "-s", "/bin/bash", "pgserver"], capture_output=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _ensure_pgserver_user()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

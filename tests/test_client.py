@@ -80,8 +80,11 @@ def approval_agent(make_agent, mock_llm, ran: list[str]):
     return agent
 
 
-def wait_for_pending(client: HelixClient, session_id: str) -> StatusResponse:
-    for _ in range(400):
+def wait_for_pending(client: HelixClient, session_id: str, timeout: float = 60.0) -> StatusResponse:
+    """The session's status once its run waits (a deadline, not a count of polls: each
+    poll is an HTTP round trip, slow on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         status = client.status(session_id)
         if status.current_run and status.current_run.status == "waiting":
             return status

@@ -61,7 +61,18 @@ async def _parked(helix, parking, session_ids: list[str]) -> None:
 
     await _until(in_recv)
     assert parking.park_all() == len(session_ids)
-    await asyncio.sleep(0.2)  # their tasks end
+    await _settled(parking)
+
+
+async def _settled(parking) -> None:
+    """Until every parked run's task has ended and the one look for a message that came
+    meanwhile is done (a fixed 0.2 s was too short on a loaded machine: a task that ended
+    after the test's answer found it at that look, and the run was no longer parked)."""
+
+    async def quiet() -> bool:
+        return parking._cancelling == 0 and not parking._checking
+
+    await _until(quiet)
 
 
 async def _one_parked(helix, make_agent, mock_llm, parking, ran: list[str]):
@@ -169,8 +180,8 @@ async def test_beyond_the_in_memory_limit_the_oldest_waits_are_parked(
     async def two_parked() -> bool:  # the oldest two, once a second old (at most a sweep)
         return parking.parked_total - parked_before == 2
 
-    await _until(two_parked, timeout=20)
-    await asyncio.sleep(0.3)
+    await _until(two_parked)
+    await _settled(parking)
     assert parking.parked_total - parked_before == 2 and parking.in_memory == 2
     for h in handles:
         await helix.approve(h.session_id, "d1")
@@ -240,7 +251,7 @@ async def test_a_resumed_run_takes_its_message_before_it_can_be_parked_again(
     async def parked() -> bool:
         return parking.parked_total > parked_before and parking.parked == 1
 
-    await _until(parked, timeout=20)
+    await _until(parked)
     await helix.approve(handle.session_id, "d1")
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status == "completed" and ran == ["/0"]

@@ -394,7 +394,16 @@ def test_workers_and_recover_commands_with_no_live_worker_left(database_url, tmp
                 "expired"
             ]
 
-        wait_for(lapsed, timeout=30)
+        def lapsed_in_sql() -> bool:  # what `workers` calls expired, without a CLI each poll
+            return sql(
+                database_url,
+                "SELECT state = 'live' AND heartbeat_at < now() - make_interval("
+                "secs => lease_seconds) FROM helix.workers WHERE executor_id = %s",
+                a_id,
+            ) == [(True,)]
+
+        wait_for(lapsed_in_sql, timeout=30)
+        assert lapsed()
         doctor = run_cli(database_url, "doctor", "--json")
         held = [c for c in json.loads(doctor.stdout) if c["name"] == "held runs"]
         assert held and held[0]["level"] == "warn", doctor.stdout
@@ -662,8 +671,16 @@ def test_the_connections_an_idle_worker_holds(database_url, tmp_path):
     figure), whatever `pool_size`: its heartbeat's, one of helix's statement pool, and
     DBOS's LISTEN connection beside the 3 its pool keeps for its queue and scheduler
     threads. What its start opened beyond that closes (DBOS's pool and SQLAlchemy's at
-    once, helix's statement pool after 30 s unused); it held 10 before they did."""
-    worker = spawn("serve", database_url, "-", "tool", tmp_path, env={"CRASH_APP_POOL_SIZE": "10"})
+    once, helix's statement pool after 30 s unused); it held 10 before they did. The
+    worker's pools close unused connections after 3 s here instead of 30 s and 10 s."""
+    worker = spawn(
+        "serve",
+        database_url,
+        "-",
+        "tool",
+        tmp_path,
+        env={"CRASH_APP_POOL_SIZE": "10", "CRASH_APP_IDLE_SECONDS": "3"},
+    )
     try:
         worker_id = started(worker)["ready"]
         heartbeat = workers_sql.heartbeat_application_name(worker_id)

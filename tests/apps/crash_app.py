@@ -241,6 +241,14 @@ limited = RunQueue(
     partition_by="model",
     per_partition_rate_limit=RateLimit(50, 1.0),
 )
+if os.environ.get("CRASH_APP_IDLE_SECONDS"):
+    # test_workers' idle worker: its pools close what they do not use sooner (helix's
+    # statement pool after 30 s, DBOS's after 10 s by default), the same code path.
+    from helix_dbos.runtime.process import idle_pool
+    from helix_dbos.store import statement_pool
+
+    statement_pool.IDLE_SECONDS = float(os.environ["CRASH_APP_IDLE_SECONDS"])
+    idle_pool._IdleTrim.idle_seconds = statement_pool.IDLE_SECONDS
 helix = HelixDBOS(
     [agent] if with_agent else [],
     executes_runs=os.environ.get("CRASH_APP_EXECUTES_RUNS", "1") == "1",
