@@ -59,6 +59,8 @@ if TYPE_CHECKING:
         AgentDefinitionError,
         AgentNotRegisteredError,
         CheckpointNotFoundError,
+        ContentPartError,
+        ContentTooLargeError,
         DatabaseUnavailableError,
         ExecutorIdInUseError,
         GuardrailTripped,
@@ -110,6 +112,7 @@ if TYPE_CHECKING:
         TokenCounter,
     )
     from helix_dbos.orchestration.history.summary_prompt import is_summary_request
+    from helix_dbos.orchestration.parts import BinaryContent, DocumentUrl, ImageUrl, StoredBlob
     from helix_dbos.orchestration.types import (
         ErrorStepResult,
         LLMRequest,
@@ -188,6 +191,8 @@ _EXPORTS: dict[str, str] = {
             "AgentDefinitionError",
             "AgentNotRegisteredError",
             "CheckpointNotFoundError",
+            "ContentPartError",
+            "ContentTooLargeError",
             "DatabaseUnavailableError",
             "ExecutorIdInUseError",
             "HelixError",
@@ -247,6 +252,9 @@ _EXPORTS: dict[str, str] = {
     ),
     "OpenAIEmbedder": "helix_dbos.memory.openai_embedder",
     **dict.fromkeys(
+        ["BinaryContent", "DocumentUrl", "ImageUrl", "StoredBlob"], "helix_dbos.orchestration.parts"
+    ),
+    **dict.fromkeys(
         [
             "ErrorStepResult",
             "LLMRequest",
@@ -292,6 +300,12 @@ __all__ = [
     "ClientResult",
     "Denial",
     "HumanInput",
+    "BinaryContent",
+    "ContentPartError",
+    "ContentTooLargeError",
+    "DocumentUrl",
+    "ImageUrl",
+    "StoredBlob",
     "AgentAlreadyRunningError",
     "AgentDefinitionError",
     "AgentHooks",

@@ -154,6 +154,16 @@ class InvalidInputError(HelixError, ValueError):
     names the field."""
 
 
+class ContentPartError(InvalidInputError):
+    """A content part (an image, a document) that cannot go to the agent's model: a media
+    type or URL no provider takes, or one the model cannot read (HTTP 422). Raised by
+    `execute()`, before the run opens, so the run never meets the provider's 400."""
+
+
+class ContentTooLargeError(ContentPartError):
+    """A content part, or a message's parts together, over the size limit (HTTP 413)."""
+
+
 class ExecutorIdInUseError(HelixError):
     """Another live process heartbeats under this executor id: taking over its runs
     silently would run them twice."""

@@ -30,6 +30,7 @@ from helix_dbos.facade.time_travel_methods import Checkpoints
 from helix_dbos.llm.base import LLMAdapter
 from helix_dbos.memory.methods import MemoryMethods  # memory (issue 36)
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.runtime import worker_process
 from helix_dbos.runtime.children import remote_children
@@ -257,7 +258,7 @@ class HelixDBOS(
     async def execute(
         self,
         agent: Agent | str,
-        input: str | None = None,
+        input: str | Sequence[str | UserPart] | None = None,
         *,
         session_id: str | None = None,
         state: Any = None,
@@ -289,7 +290,11 @@ class HelixDBOS(
         `helix.runs.tenant` in SQL. `client_tools` are offered to the
         model for this run only, executed by the client (`ClientToolSpec`; with
         `multitask_strategy="reject"`). `usage_limits` caps this run and its descendants'
-        model calls, tokens and cost, beside the agent's own (docs/agent-controls.md)."""
+        model calls, tokens and cost, beside the agent's own (docs/agent-controls.md).
+
+        `input` is a str, or a sequence of str, `BinaryContent`, `ImageUrl` and
+        `DocumentUrl` (docs/content-parts.md): the bytes are stored once, by sha256, and
+        the transcript keeps a reference."""
         if resource_id is not None:  # memory (issue 36): bound before the run opens
             check_storable(resource_id=resource_id, session_id=session_id)
             session_id = session_id or new_id("ses")

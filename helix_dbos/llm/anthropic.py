@@ -26,6 +26,8 @@ import httpx2
 from anthropic.types import (
     CacheControlEphemeralParam,
     ContentBlockParam,
+    DocumentBlockParam,
+    ImageBlockParam,
     MessageParam,
     OutputConfigParam,
     RedactedThinkingBlockParam,
@@ -47,6 +49,16 @@ from helix_dbos.llm.capabilities import (
     is_retryable_status,
     is_retryable_stream_error,
     make_anthropic_strict_schema,
+)
+from helix_dbos.orchestration.parts import (
+    Attachment,
+    DocumentUrl,
+    ImageUrl,
+    StoredBlob,
+    base64_data,
+    is_text_document,
+    text_of,
+    unresolved,
 )
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
@@ -354,6 +366,8 @@ def _content_blocks(message: Message) -> list[ContentBlockParam]:
     blocks: list[ContentBlockParam] = []
     if message.role == "assistant":
         blocks += [b for t in message.thinking if (b := _thinking_block(t)) is not None]
+    else:  # images and documents first, then the text that asks about them
+        blocks += [_part_block(a) for a in message.attachments]
     if message.content:
         text: TextBlockParam = {"type": "text", "text": message.content}
         blocks.append(text)
@@ -367,10 +381,44 @@ def _tool_result_block(message: Message) -> ToolResultBlockParam:
     # sets one) is sent as null, as before, and the provider's 400 names it.
     tool_use_id: Any = message.tool_call_id
     block: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": tool_use_id}
-    if message.content:
+    if message.attachments:
+        text: list[TextBlockParam] = (
+            [{"type": "text", "text": message.content}] if message.content else []
+        )
+        block["content"] = [*text, *(_part_block(a) for a in message.attachments)]
+    elif message.content:
         block["content"] = message.content
     if message.is_error:
         block["is_error"] = True
+    return block
+
+
+def _part_block(part: Attachment) -> ImageBlockParam | DocumentBlockParam:
+    """An image or a document block: base64 bytes, a URL the API fetches, or a `text/*`
+    document as plain text."""
+    if isinstance(part, StoredBlob):
+        raise unresolved(part)
+    if isinstance(part, ImageUrl):
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    if isinstance(part, DocumentUrl):
+        return _document({"type": "url", "url": part.url}, part.identifier)
+    if part.is_image:
+        media_type: Any = part.media_type  # the API names the image types it takes
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": base64_data(part)},
+        }
+    if is_text_document(part):
+        source: Any = {"type": "text", "media_type": "text/plain", "data": text_of(part)}
+        return _document(source, part.identifier)
+    pdf: Any = {"type": "base64", "media_type": part.media_type, "data": base64_data(part)}
+    return _document(pdf, part.identifier)
+
+
+def _document(source: Any, title: str | None) -> DocumentBlockParam:
+    block: DocumentBlockParam = {"type": "document", "source": source}
+    if title:
+        block["title"] = title
     return block
 
 

@@ -29,6 +29,7 @@ from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
+    ChatCompletionContentPartParam,
     ChatCompletionMessageParam,
     ChatCompletionMessageToolCallParam,
     ChatCompletionSystemMessageParam,
@@ -56,6 +57,16 @@ from helix_dbos.llm.capabilities import (
     is_retryable_stream_error,
     make_openai_strict_schema,
     openai_capabilities,
+)
+from helix_dbos.orchestration.parts import (
+    Attachment,
+    DocumentUrl,
+    ImageUrl,
+    StoredBlob,
+    data_url,
+    is_text_document,
+    text_of,
+    unresolved,
 )
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
@@ -365,11 +376,23 @@ def convert_tool(spec: ToolSpec, *, strict: bool) -> ChatCompletionToolParam:
 def convert_messages(
     messages: list[Message], *, send_reasoning: bool = False
 ) -> list[ChatCompletionMessageParam]:
-    """Our transcript as Chat Completions messages (system stays a message)."""
+    """Our transcript as Chat Completions messages (system stays a message).
+
+    A tool message carries text only on this API: the images and documents a tool
+    returned follow the step's tool messages in one user message that names their call.
+    """
     out: list[ChatCompletionMessageParam] = []
+    returned: list[ChatCompletionContentPartParam] = []  # the tools' parts, not yet sent
     for message in messages:
+        if message.role != "tool" and returned:
+            out.append({"role": "user", "content": returned})
+            returned = []
         if message.role == "tool":
             out.append(_tool_message(message))
+            if message.attachments:
+                label = f"Content returned by tool call {message.tool_call_id}:"
+                returned.append({"type": "text", "text": label})
+                returned += [_content_part(a) for a in message.attachments]
         elif message.role == "assistant":
             out.append(_assistant_message(message, send_reasoning=send_reasoning))
         elif message.role == "system":
@@ -379,12 +402,38 @@ def convert_messages(
             }
             out.append(system)
         else:
-            user: ChatCompletionUserMessageParam = {
-                "role": "user",
-                "content": message.content or "",
-            }
-            out.append(user)
+            out.append(_user_message(message))
+    if returned:
+        out.append({"role": "user", "content": returned})
     return out
+
+
+def _user_message(message: Message) -> ChatCompletionUserMessageParam:
+    if not message.attachments:
+        return {"role": "user", "content": message.content or ""}
+    parts: list[ChatCompletionContentPartParam] = []
+    if message.content:
+        parts.append({"type": "text", "text": message.content})
+    parts += [_content_part(a) for a in message.attachments]
+    return {"role": "user", "content": parts}
+
+
+def _content_part(part: Attachment) -> ChatCompletionContentPartParam:
+    """An image as `image_url` (a data URL for bytes), a PDF as a `file` part with
+    `file_data`, a `text/*` document as text. A document URL has no part on this API:
+    `execute()` refuses it (llm/content_support.py)."""
+    if isinstance(part, StoredBlob):
+        raise unresolved(part)
+    if isinstance(part, DocumentUrl):
+        raise ValueError("OpenAI Chat Completions takes no document URL; send its bytes")
+    if isinstance(part, ImageUrl):
+        return {"type": "image_url", "image_url": {"url": part.url}}
+    if part.is_image:
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    if is_text_document(part):
+        return {"type": "text", "text": text_of(part)}
+    name = part.identifier or f"{part.sha256[:12]}.pdf"
+    return {"type": "file", "file": {"filename": name, "file_data": data_url(part)}}
 
 
 def _tool_message(message: Message) -> ChatCompletionToolMessageParam:

@@ -55,6 +55,16 @@ from helix_dbos.llm.openai import (
     parse_arguments,
     status_error,
 )
+from helix_dbos.orchestration.parts import (
+    Attachment,
+    DocumentUrl,
+    ImageUrl,
+    StoredBlob,
+    data_url,
+    is_text_document,
+    text_of,
+    unresolved,
+)
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     ErrorStepResult,
@@ -220,16 +230,50 @@ def convert_messages(messages: list[Message]) -> tuple[str, ResponseInputParam]:
             result: FunctionCallOutput = {
                 "type": "function_call_output",
                 "call_id": message.tool_call_id or "",
-                "output": message.content or "",
+                "output": _tool_output(message),
             }
             items.append(result)
         elif message.role == "assistant":
             items += _assistant_items(message)
         else:
             role: Literal["system", "user"] = "system" if message.role == "system" else "user"
-            text: EasyInputMessageParam = {"role": role, "content": message.content or ""}
+            content: Any = _input_content(message) if message.attachments else None
+            text: EasyInputMessageParam = {
+                "role": role,
+                "content": content or message.content or "",
+            }
             items.append(text)
     return instructions, items
+
+
+def _input_content(message: Message) -> list[Any]:
+    """A message's text and parts as `input_text`, `input_image` and `input_file` items."""
+    parts: list[Any] = [{"type": "input_text", "text": message.content}] if message.content else []
+    return parts + [_input_part(a) for a in message.attachments]
+
+
+def _tool_output(message: Message) -> Any:
+    """A function call's output: its text, or a list with the parts it returned."""
+    if not message.attachments:
+        return message.content or ""
+    return _input_content(message)
+
+
+def _input_part(part: Attachment) -> dict[str, Any]:
+    """An image as `input_image` (a data URL for bytes), a PDF as `input_file` with
+    `file_data` or `file_url`, a `text/*` document as `input_text`."""
+    if isinstance(part, StoredBlob):
+        raise unresolved(part)
+    if isinstance(part, ImageUrl):
+        return {"type": "input_image", "image_url": part.url, "detail": "auto"}
+    if isinstance(part, DocumentUrl):
+        return {"type": "input_file", "file_url": part.url}
+    if part.is_image:
+        return {"type": "input_image", "image_url": data_url(part), "detail": "auto"}
+    if is_text_document(part):
+        return {"type": "input_text", "text": text_of(part)}
+    name = part.identifier or f"{part.sha256[:12]}.pdf"
+    return {"type": "input_file", "filename": name, "file_data": data_url(part)}
 
 
 def _assistant_items(message: Message) -> ResponseInputParam:

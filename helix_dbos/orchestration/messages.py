@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from helix_dbos.orchestration.parts import Attachment
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     SUBAGENT_PREFIX,
@@ -57,6 +58,7 @@ def create_tool_result_message(
     result: Any = None,
     success: bool = True,
     error: str | None = None,
+    attachments: Sequence[Attachment] = (),
 ) -> Message:
     content = to_json_text(result) if success else (error or "Tool failed")
     return Message(
@@ -65,6 +67,7 @@ def create_tool_result_message(
         tool_name=tool_name,
         content=content,
         is_error=not success,
+        attachments=list(attachments) if success else [],
     )
 
 

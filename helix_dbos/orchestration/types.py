@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from helix_dbos.orchestration.parts import Attachment
+
 FINISH_TOOL_NAME = "__finish__"
 SUBAGENT_PREFIX = "subagent__"
 
@@ -112,6 +114,9 @@ class Message(_Model):
     tool_name: str | None = None
     thinking: list[ThinkingBlock] = Field(default_factory=list)
     is_error: bool = False
+    # Images and documents beside the text (orchestration/parts.py): stored references
+    # in the transcript, resolved bytes only in a request on its way to an adapter.
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 # --- Step results (seed 001) -------------------------------------------------

@@ -91,8 +91,8 @@ async def messages_until(conn: SQLConnection, session_id: str, message_seq: int)
     """The transcript as a checkpoint saw it: the messages with seq <= `message_seq`."""
     rows = await conn.execute(
         _sql(
-            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
-            "FROM helix.messages WHERE session_id = :sid AND seq <= :top ORDER BY seq"
+            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error, "
+            "parts FROM helix.messages WHERE session_id = :sid AND seq <= :top ORDER BY seq"
         ),
         {"sid": session_id, "top": message_seq},
     )
@@ -125,8 +125,8 @@ _FORK = _sql(
     "SELECT :new, ses.agent_name, n.state, 'idle', 0, n.last, 0, :src, :cid "
     "FROM ses, n ON CONFLICT (session_id) DO NOTHING RETURNING 1), "
     "msg AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, tool_calls, "
-    "tool_call_id, tool_name, thinking, is_error, created_at) SELECT :new, seq, NULL, role, "
-    "content, tool_calls, tool_call_id, tool_name, thinking, is_error, created_at "
+    "tool_call_id, tool_name, thinking, is_error, parts, created_at) SELECT :new, seq, NULL, "
+    "role, content, tool_calls, tool_call_id, tool_name, thinking, is_error, parts, created_at "
     "FROM copied WHERE EXISTS (TABLE s) RETURNING 1), "
     "pair AS (INSERT INTO helix.messages (session_id, seq, run_id, role, content, "
     "tool_call_id, tool_name, is_error) SELECT :new, top.top + d.ord, NULL, 'tool', "

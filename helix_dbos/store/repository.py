@@ -337,6 +337,7 @@ def message_record(message: Message) -> dict[str, Any]:
         "tool_name": message.tool_name,
         "thinking": [t.model_dump(mode="json") for t in message.thinking] or None,
         "is_error": message.is_error,
+        "parts": [a.model_dump(mode="json") for a in message.attachments] or None,
     }
 
 
@@ -354,7 +355,8 @@ async def insert_messages(
     await conn.execute(
         _sql(
             "INSERT INTO helix.messages "
-            "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error) "
+            "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, "
+            "is_error, parts) "
             f"SELECT :sid, :first + m.ord, :rid, {_MESSAGE_FIELDS} FROM {_MESSAGE_RECORDSET}"
         ),
         {"sid": session_id, "first": first_seq, "rid": run_id, "rows": _json(rows)},
@@ -364,11 +366,12 @@ async def insert_messages(
 
 _MESSAGE_FIELDS = (
     "m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.thinking, "
-    "COALESCE(m.is_error, false)"
+    "COALESCE(m.is_error, false), m.parts"
 )
 _MESSAGE_RECORDSET = (
     "jsonb_to_recordset(CAST(:rows AS jsonb)) AS m(ord int, role text, content text, "
-    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error boolean)"
+    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error boolean, "
+    "parts jsonb)"
 )
 
 
@@ -395,6 +398,8 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
         fields["thinking"] = row[6]
     if row[7]:
         fields["is_error"] = True
+    if row[-1]:  # `parts`, the last column of every statement that reads messages
+        fields["attachments"] = row[-1]
     return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
 
 
@@ -403,8 +408,8 @@ async def load_messages(
 ) -> list[tuple[int, Message]]:
     rows = await conn.execute(
         _sql(
-            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error "
-            "FROM helix.messages WHERE session_id = :sid AND seq > :after ORDER BY seq"
+            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error, "
+            "parts FROM helix.messages WHERE session_id = :sid AND seq > :after ORDER BY seq"
         ),
         {"sid": session_id, "after": after_seq},
     )
@@ -649,7 +654,7 @@ INSERT_STEP_USAGE = (
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
-    "thinking, is_error) SELECT :sid, s.first_msg + m.ord - "
+    "thinking, is_error, parts) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
     f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
@@ -872,9 +877,9 @@ async def first_read(
             _sql(
                 f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
-                f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING} "
+                f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING}, NULL "
                 "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
-                "thinking, is_error, NULL, NULL, NULL FROM helix.messages "
+                "thinking, is_error, NULL, NULL, NULL, parts FROM helix.messages "
                 "WHERE session_id = :sid AND seq > :after ORDER BY 1"
             ),
             {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},

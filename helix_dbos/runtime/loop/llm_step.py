@@ -62,6 +62,7 @@ from helix_dbos.runtime.process.process_runtime import (
 from helix_dbos.runtime.sessions.steering import Steer, take_steered
 from helix_dbos.runtime.steps import spans
 from helix_dbos.runtime.steps.commit import WriteAhead
+from helix_dbos.runtime.steps.content_parts import resolve_request
 from helix_dbos.runtime.steps.live_chunks import (
     DeltaWriter,
     runs_at_once,
@@ -396,6 +397,7 @@ async def _generate(
     `ErrorStepResult` (the run fails with the provider's message). On the step's last
     attempt, a retryable failure moves on to the agent's fallback models."""
     deltas = DeltaWriter(rt, session_id, run_id, agent.name, step)
+    request = await resolve_request(rt, request)  # stored parts' bytes, for the adapter only
     try:
         result = await _call(rt, agent, request, deltas)
     except LLMProviderError as exc:

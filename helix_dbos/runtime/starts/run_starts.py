@@ -12,6 +12,7 @@ import asyncio
 import functools
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from dbos import DBOS, WorkflowStatus
@@ -27,6 +28,7 @@ from helix_dbos.errors import (
     RunNotActiveError,
 )
 from helix_dbos.orchestration.double_texting import MultitaskStrategy, check_strategy
+from helix_dbos.orchestration.parts import UserPart, split_input
 from helix_dbos.orchestration.types import Message
 from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.runtime.dbos import dbos_tables
@@ -47,6 +49,7 @@ from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle, SessionQu
 from helix_dbos.runtime.sessions.session_reads import SessionReads
 from helix_dbos.runtime.starts.dispatch import Dispatch, check_priority
 from helix_dbos.runtime.steps.closing import close_run
+from helix_dbos.runtime.steps.content_parts import check_user_parts, store_parts
 from helix_dbos.runtime.steps.step_types import RunOptions
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import queued_messages as queue_sql
@@ -86,7 +89,7 @@ class RunStarts:
     async def execute(
         self,
         agent: Agent | str,
-        input: str | None,
+        input: str | Sequence[str | UserPart] | None,
         *,
         session_id: str | None,
         state: Any,
@@ -97,6 +100,10 @@ class RunStarts:
         client_tools: tuple[ClientToolSpec, ...] = (),
         usage_limits: UsageLimits | None = None,
     ) -> OpenedRun | QueuedRunHandle:
+        try:
+            input, parts = split_input(input)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
         check_storable(input=input, session_id=session_id, tenant=tenant)
         if tenant is not None and not (isinstance(tenant, str) and tenant.strip()):
             raise InvalidInputError("tenant must be a non-empty string")
@@ -110,7 +117,14 @@ class RunStarts:
             self.runtime.check_agents([definition])
         initial_state = definition.initial_state(state) if state is not None else None
         check_storable(state=initial_state)
-        messages = [Message(role="user", content=input)] if input is not None else []
+        if parts:
+            check_user_parts(definition.llm.model, parts)
+            if strategy != "reject" and session_id is not None:  # a stored message is text
+                raise InvalidInputError(
+                    f"multitask_strategy={strategy!r} takes text only: send content parts "
+                    "with 'reject'"
+                )
+        messages = await self._input_messages(input, parts)
         if terminating is not None:
             definition.check_terminating(terminating)
         if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
@@ -138,6 +152,13 @@ class RunStarts:
             if isinstance(exc, PoolTimeout):  # it says only that it waited
                 cause = await self.runtime.statement_pool.why_unavailable()
             raise DatabaseUnavailableError("execute()", waited, cause) from exc
+
+    async def _input_messages(self, text: str | None, parts: list[UserPart]) -> list[Message]:
+        """The run's input message; its parts' bytes stored first (content_parts.py)."""
+        if not parts:
+            return [Message(role="user", content=text)] if text is not None else []
+        refs = await on_target_loop(lambda: store_parts(self.runtime, parts))
+        return [Message(role="user", content=text, attachments=list(refs))]
 
     async def _double_text(
         self,

@@ -78,6 +78,7 @@ class StepCommit:
             result=outcome.content,
             success=outcome.success,
             error=outcome.error,
+            attachments=outcome.attachments,
         )
         self.messages.append(message)
         if outcome.duration_ms is None:  # it never ran, so no tool step fired its hooks

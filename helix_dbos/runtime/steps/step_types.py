@@ -7,12 +7,14 @@ loop needs to decide the next move.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.orchestration.messages import to_json_text
+from helix_dbos.orchestration.parts import DocumentUrl, ImageUrl, StoredBlob, attachment_names
 from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
 from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.store.repository import ToolCallKind
@@ -147,6 +149,9 @@ class ToolOutcome:
     # how, and the call counts as an invalid output (bounded retries, seed 000).
     invalid_output: bool = False
     tokens: LLMUsage | None = None  # a sub-agent's tokens, its own sub-agents' included
+    # Images and documents the tool returned, as references (their bytes are in
+    # helix.blobs before this outcome is checkpointed): docs/content-parts.md.
+    attachments: tuple[StoredBlob | ImageUrl | DocumentUrl, ...] = ()
 
     @classmethod
     def executed(
@@ -160,11 +165,17 @@ class ToolOutcome:
         finish_output: Any = None,
         transform_error: str | None = None,
         invalid_output: bool = False,
+        attachments: Sequence[StoredBlob | ImageUrl | DocumentUrl] = (),
     ) -> ToolOutcome:
-        """A call that ran: `result` is its JSON-ready value, `error` why it failed."""
+        """A call that ran: `result` is its JSON-ready value, `error` why it failed;
+        `attachments` the parts it returned (then a `None` result reads as their names)."""
+        content = to_json_text(result) if error is None else None
+        if attachments and error is None and result is None:
+            content = attachment_names(attachments)
         return cls(
             success=error is None,
-            content=to_json_text(result) if error is None else None,
+            content=content,
+            attachments=tuple(attachments) if error is None else (),
             result=result,
             error=error,
             state=state,

@@ -27,14 +27,16 @@ from helix_dbos.definitions.hooks import (
 )
 from helix_dbos.definitions.tool import Tool
 from helix_dbos.definitions.tool_context import ToolContext
-from helix_dbos.errors import ToolArgumentsError, ToolOutputError
+from helix_dbos.errors import ContentPartError, ToolArgumentsError, ToolOutputError
 from helix_dbos.orchestration.completion import finish_with_validation_message
 from helix_dbos.orchestration.messages import create_tool_result_message
+from helix_dbos.orchestration.parts import split_tool_value
 from helix_dbos.orchestration.planning import describe_validation_error
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.process.outage import DatabaseUnavailable
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime, logger
 from helix_dbos.runtime.steps import spans
+from helix_dbos.runtime.steps.content_parts import Reference, check_user_parts, store_parts
 from helix_dbos.runtime.steps.live_chunks import (
     LIVE_TOOL_START_SECONDS,
     tool_start_chunk,
@@ -102,11 +104,11 @@ async def tool_step(
         if not done:  # a slow tool: show it started, and stop it if the run is aborted
             await _write_tool_start(rt, session_id, run_id, agent_name, step, call)
             abort.start()
-        result, error = await execution
+        result, error, parts = await execution
     except asyncio.CancelledError:
         if not abort.aborted:
             raise
-        result, error = None, "Run aborted"
+        result, error, parts = None, "Run aborted", []
     except BaseException:
         execution.cancel()
         raise
@@ -137,6 +139,7 @@ async def tool_step(
         finish_output=finish_output,
         transform_error=transform_error,
         invalid_output=invalid_output,
+        attachments=parts,
     )
 
 
@@ -149,7 +152,7 @@ class AbortWatch:
         self,
         rt: Runtime,
         run_id: str,
-        execution: asyncio.Future[tuple[Any, str | None]],
+        execution: asyncio.Future[Any],
         cancel: asyncio.Event,
     ) -> None:
         self._rt, self._run_id, self._execution, self._cancel = rt, run_id, execution, cancel
@@ -192,11 +195,12 @@ async def run_workflow_tool(
     """Run a workflow-level tool in workflow code (it may start child workflows)."""
     ctx = tool_context(agent, session_id, run_id, step, call, state)
     started = time.perf_counter()
-    result, error = await _execute(agent, call, ctx)
+    result, error, parts = await _execute(agent, call, ctx)
     duration_ms = (time.perf_counter() - started) * 1000
     outcome = ToolOutcome.executed(
         result=result,
         error=error,
+        attachments=parts,
         state=ctx.state_dict if ctx.state_dict != state else None,
         events=to_jsonable_python(ctx.events, fallback=str),
         duration_ms=duration_ms,
@@ -297,20 +301,28 @@ async def _write_tool_start(
         logger.warning("helix could not write the tool_start chunk of %s: %s", call.id, exc)
 
 
-async def _execute(agent: Agent, call: ToolCall, ctx: ToolContext) -> tuple[Any, str | None]:
-    """The tool's JSON-ready result, or why it failed (an error the model can act on)."""
+async def _execute(
+    agent: Agent, call: ToolCall, ctx: ToolContext
+) -> tuple[Any, str | None, list[Reference]]:
+    """The tool's JSON-ready result, or why it failed (an error the model can act on), and
+    the content parts it returned, stored (docs/content-parts.md)."""
     tool = agent.tool(call.name)
     if tool is None:
         available = ", ".join(t.name for t in agent.tools) or "none"
-        return None, f"Unknown tool '{call.name}'. Available tools: {available}"
+        return None, f"Unknown tool '{call.name}'. Available tools: {available}", []
     try:
         arguments = tool.validate_arguments(call.arguments)
         value = tool.validate_output(await tool.call(arguments, ctx))
-        return to_jsonable_python(value, fallback=str), None
-    except (ToolArgumentsError, ToolOutputError) as exc:
-        return None, str(exc)
+        value, parts = split_tool_value(value)
+        refs: list[Reference] = []
+        if parts:
+            check_user_parts(agent.llm.model, parts, what=f"the result of '{call.name}'")
+            refs = await store_parts(current_runtime(), parts)
+        return to_jsonable_python(value, fallback=str), None, refs
+    except (ToolArgumentsError, ToolOutputError, ContentPartError) as exc:
+        return None, str(exc), []
     except Exception as exc:
-        return None, f"Tool '{call.name}' failed: {exc}"
+        return None, f"Tool '{call.name}' failed: {exc}", []
 
 
 def _check_finish_output(agent: Agent, tool: Tool, output: Any) -> tuple[Any, str | None]:

@@ -1,4 +1,5 @@
 """The tables of features beside a run's core rows: companions, MCP tool lists, model rate
 limits, handoffs, queued messages (double texting), remote children, run versions,
-workers and history summaries (context compaction). Each module owns its table's statements.
+workers, history summaries (context compaction) and the blobs of content parts (images,
+documents). Each module owns its table's statements.
 """
