@@ -1,0 +1,203 @@
+"""Content parts on the real runtime (issue 49): images and PDFs stored once in
+`helix.blobs`, referenced by transcripts and checkpoints, resolved for the model only.
+
+Plain SQL checks what was written: a 20-step run that carries a 1 MB PDF writes it once,
+its DBOS step outputs stay small, and the transcript rows hold only references.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from helpers import calls, sql
+
+from helix_dbos import (
+    BinaryContent,
+    ContentPartError,
+    ContentTooLargeError,
+    DocumentUrl,
+    ImageUrl,
+    InvalidInputError,
+    LLMConfig,
+    StoredBlob,
+    tool,
+)
+from helix_dbos.orchestration.parts import MAX_PART_BYTES
+from helix_dbos.runtime.steps import content_parts
+
+MB = 1024 * 1024
+PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(2048)
+
+
+def pdf_of(size: int) -> bytes:
+    """A PDF-looking body of `size` bytes, unique to the test (random: not compressible)."""
+    head = b"%PDF-1.7\n"
+    return head + os.urandom(size - len(head))
+
+
+@tool
+def noop(i: int) -> str:
+    """Does nothing; a step of the run."""
+    return f"ok {i}"
+
+
+async def test_a_20_step_run_carrying_a_1mb_pdf_writes_it_once(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = make_agent(tools=[noop], max_steps=30)
+    pdf = pdf_of(MB)
+    sha = hashlib.sha256(pdf).hexdigest()
+    seen: list[bytes] = []
+
+    def respond(request):
+        first = next(m for m in request.messages if m.role == "user")
+        seen.append(first.attachments[0].data)  # the adapter gets the bytes back
+        steps = sum(1 for m in request.messages if m.role == "assistant")
+        if steps < 19:
+            return calls((f"c{steps}", "noop", {"i": steps}))
+        return {"type": "text", "content": "read it"}
+
+    mock_llm.set_responder(respond)
+    try:
+        handle = await helix.execute(
+            agent, ["Summarise this report.", BinaryContent(data=pdf, media_type="application/pdf", identifier="q3.pdf")]
+        )  # fmt: skip
+        result = await handle.result()
+    finally:
+        mock_llm.set_responder(None)
+    assert result.status == "completed", result.error
+    assert len(seen) == 20 and all(data == pdf for data in seen)
+    assert sql(database_url, "SELECT count(*), sum(size), sum(octet_length(data)) FROM helix.blobs WHERE sha256 = %s", sha) == [(1, MB, MB)]  # fmt: skip
+    # The transcript holds the reference, never the bytes.
+    rows = sql(
+        database_url,
+        "SELECT content, parts FROM helix.messages WHERE session_id = %s AND role = 'user'",
+        result.session_id,
+    )
+    assert rows == [
+        (
+            "Summarise this report.",
+            [{"kind": "blob", "sha256": sha, "media_type": "application/pdf", "size": MB, "identifier": "q3.pdf"}],
+        )
+    ]  # fmt: skip
+    total, largest, steps = sql(
+        database_url,
+        "SELECT COALESCE(sum(octet_length(output)), 0), COALESCE(max(octet_length(output)), 0), "
+        "count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s",
+        f"helix-{result.run_id}",
+    )[0]
+    assert steps >= 39  # 20 LLM steps and 19 tool steps
+    assert largest < 8 * 1024 and total < 200 * 1024, (total, largest)
+    inputs = sql(
+        database_url,
+        "SELECT COALESCE(octet_length(s.inputs), 0) + COALESCE(octet_length(i.inputs), 0) "
+        "FROM dbos.workflow_status s LEFT JOIN dbos.workflow_input i USING (workflow_uuid) "
+        "WHERE s.workflow_uuid = %s",
+        f"helix-{result.run_id}",
+    )[0][0]
+    assert 0 < inputs < 8 * 1024  # the workflow's inputs name the run, not its input
+    messages = await helix.get_messages(result.session_id)
+    assert messages[0].attachments == [
+        StoredBlob(sha256=sha, media_type="application/pdf", size=MB, identifier="q3.pdf")
+    ]
+
+
+async def test_the_same_bytes_in_two_sessions_are_one_blob(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = make_agent()
+    image = BinaryContent(data=PNG, media_type="image/png")
+    for _ in range(2):
+        mock_llm.add_response({"type": "text", "content": "a cat"}, agent=agent.name)
+        result = await (await helix.execute(agent, ["What is it?", image])).result()
+        assert result.status == "completed"
+    assert sql(database_url, "SELECT count(*) FROM helix.blobs WHERE sha256 = %s", image.sha256) == [(1,)]  # fmt: skip
+    sent = mock_llm.get_last_input().messages[-1].attachments
+    assert sent == [BinaryContent(data=PNG, media_type="image/png", identifier=f"{image.sha256[:12]}.png")]  # fmt: skip
+
+
+@tool
+def snapshot(caption: str) -> list[object]:
+    """Returns a caption and an image."""
+    return [caption, BinaryContent(data=PNG, media_type="image/png", identifier="snap.png")]
+
+
+@tool
+def only_image() -> BinaryContent:
+    """Returns an image alone."""
+    return BinaryContent(data=PNG, media_type="image/png", identifier="alone.png")
+
+
+async def test_a_tool_returns_an_image_that_the_next_model_call_sees(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = make_agent(tools=[snapshot, only_image])
+    mock_llm.add_responses(
+        calls(("s1", "snapshot", {"caption": "the dashboard"}), ("s2", "only_image", {})),
+        {"type": "text", "content": "seen"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "Take a snapshot")).result()
+    assert result.status == "completed", result.error
+    request = mock_llm.get_last_input()
+    tools = [m for m in request.messages if m.role == "tool"]
+    assert [(m.content, [a.identifier for a in m.attachments]) for m in tools] == [
+        ("the dashboard", ["snap.png"]),
+        ("Attached: alone.png", ["alone.png"]),
+    ]
+    assert all(isinstance(a, BinaryContent) and a.data == PNG for m in tools for a in m.attachments)
+    rows = sql(
+        database_url,
+        "SELECT parts -> 0 ->> 'sha256', parts -> 0 ->> 'kind' FROM helix.messages "
+        "WHERE session_id = %s AND role = 'tool' ORDER BY seq",
+        result.session_id,
+    )
+    digest = hashlib.sha256(PNG).hexdigest()
+    assert rows == [(digest, "blob"), (digest, "blob")]
+    outputs = sql(
+        database_url,
+        "SELECT max(octet_length(output)) FROM dbos.operation_outputs "
+        "WHERE workflow_uuid = %s AND function_name LIKE 'helix.tool:%%'",
+        f"helix-{result.run_id}",
+    )[0][0]
+    assert outputs < len(PNG)  # the tool steps' outputs carry the reference only
+
+
+async def test_parts_that_could_only_fail_later_are_refused_before_the_run(
+    helix, make_agent, database_url, monkeypatch
+):
+    agent = make_agent()
+    before = sql(database_url, "SELECT count(*) FROM helix.sessions")[0][0]
+    big = BinaryContent(data=b"\0" * (MAX_PART_BYTES + 1), media_type="application/pdf")
+    with pytest.raises(ContentTooLargeError, match="over the limit"):
+        await helix.execute(agent, ["read", big])
+    with pytest.raises(ContentPartError, match="neither an image nor a PDF"):
+        await helix.execute(agent, [BinaryContent(data=b"x", media_type="application/zip")])
+    with pytest.raises(ContentPartError, match="not an http"):
+        await helix.execute(agent, [ImageUrl(url="javascript:alert(1)")])
+    with pytest.raises(InvalidInputError, match=r"input\[1\] is a dict"):
+        await helix.execute(agent, ["x", {"data": "..."}])
+    with pytest.raises(InvalidInputError, match="NUL"):
+        await helix.execute(agent, [ImageUrl(url="https://x.org/a\x00.png")])
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the model is checked, not called
+    old = make_agent(llm=LLMConfig(model="openai:gpt-3.5-turbo"))
+    with pytest.raises(ContentPartError, match="takes no images or documents"):
+        await helix.execute(old, ["what is it?", BinaryContent(data=PNG, media_type="image/png")])
+    chat = make_agent(llm=LLMConfig(model="openai:gpt-4o"))
+    with pytest.raises(ContentPartError, match="not by URL"):
+        await helix.execute(chat, [DocumentUrl(url="https://x.org/a.pdf")])
+    assert sql(database_url, "SELECT count(*) FROM helix.sessions")[0][0] == before
+    assert sql(database_url, "SELECT count(*) FROM helix.blobs WHERE size > %s", MAX_PART_BYTES) == [(0,)]  # fmt: skip
+
+
+def test_the_blob_cache_keeps_the_most_recent_within_its_budget():
+    cache = content_parts.BlobCache(max_bytes=10)
+    cache.put("a", b"12345")
+    cache.put("b", b"12345")
+    assert cache.get("a") == b"12345"  # a is now the most recent
+    cache.put("c", b"123")
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (b"12345", None, b"123")
+    cache.put("huge", b"x" * 11)
+    assert cache.get("huge") is None
