@@ -472,3 +472,30 @@ def test_a_run_whose_agent_no_live_worker_serves_waits_for_one(database_url, tmp
         "SELECT executor_id FROM dbos.workflow_status WHERE workflow_uuid = %s",
         workflow_id,
     ) == [(f"{executor}-b",)]
+
+
+def test_kill_mid_run_with_a_pdf_in_the_input(database_url, tmp_path):
+    """Content parts (issue 49): the PDF's bytes are in `helix.blobs` before the run opens;
+    a process killed during a tool call is relaunched with nothing in memory, reads them
+    back from SQL for its next model call, completes, and the PDF is stored once."""
+    proc, executor, run_id, session_id = start_run(database_url, "pdf", tmp_path)
+    wait_for(lambda: (tmp_path / "in_slow_b").exists())
+    sigkill(proc)
+    pdf_sha = sql(database_url, "SELECT parts -> 0 ->> 'sha256' FROM helix.messages WHERE session_id = %s AND seq = 1", session_id)[0][0]  # fmt: skip
+    assert lines(tmp_path, "pdf_seen.log") == [pdf_sha, pdf_sha]
+
+    outcome = relaunch(database_url, executor, "pdf", tmp_path, run_id)
+
+    assert outcome["status"] == "completed", outcome
+    assert outcome["output"] == {"summary": "2 results"}
+    # The relaunched process's one model call got the very bytes, read from SQL.
+    assert lines(tmp_path, "pdf_seen.log") == [pdf_sha] * 3
+    assert lines(tmp_path, "record_a.log") == ["one"], "a completed tool step is not run again"
+    assert_transcript_is_clean(database_url, session_id, run_id)
+    assert sql(database_url, "SELECT count(*), sum(size) FROM helix.blobs") == [(1, 9 + 32 * 8192)]
+    outputs = sql(
+        database_url,
+        "SELECT max(octet_length(output)) FROM dbos.operation_outputs WHERE workflow_uuid = %s",
+        f"helix-{run_id}",
+    )[0][0]
+    assert outputs < 8 * 1024, "no step output carries the PDF"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +28,16 @@ from pathlib import Path
 from dbos import DBOS
 from pydantic import BaseModel
 
-from helix_dbos import Agent, AgentHooks, HelixDBOS, MockLLM, RateLimit, RunQueue, tool
+from helix_dbos import (
+    Agent,
+    AgentHooks,
+    BinaryContent,
+    HelixDBOS,
+    MockLLM,
+    RateLimit,
+    RunQueue,
+    tool,
+)
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, scenario, marker_dir = sys.argv[1:6]
@@ -100,6 +110,12 @@ def guarded_delete(path: str) -> str:
 
 def respond(request: LLMRequest) -> dict:
     mark("llm.log", str(len(request.messages)))
+    if scenario == "pdf":  # the PDF's bytes as this process's model call got them
+        parts = [a for m in request.messages for a in m.attachments]
+        mark(
+            "pdf_seen.log",
+            ",".join(hashlib.sha256(getattr(a, "data", b"")).hexdigest() for a in parts),
+        )
     if scenario == "written" and first_life() and any(m.role == "tool" for m in request.messages):
         # Step 1's rows were written by this LLM step, which is not checkpointed yet.
         mark("crashed_in_model_call")
@@ -116,7 +132,7 @@ def respond(request: LLMRequest) -> dict:
         "name": "__finish__",
         "arguments": {"summary": f"{len(results)} results"},
     }
-    if scenario == "tool":
+    if scenario in ("tool", "pdf"):
         plan = [[("t1", "record_a", {"value": "one"})], [("t2", "slow_b", {"value": "two"})]]
     elif scenario == "parallel":
         plan = [
@@ -295,6 +311,17 @@ if os.environ.get("CRASH_APP_OTEL"):  # every helix span as a JSON line in spans
 helix.launch()
 
 
+def run_input() -> str | list[str | BinaryContent]:
+    """The run's input: with a PDF in the `pdf` scenario (content parts, issue 49)."""
+    if scenario != "pdf":
+        return f"scenario {scenario}"
+    return [f"scenario {scenario}", BinaryContent(data=PDF, media_type="application/pdf")]
+
+
+#: 256 kB of a PDF, the same in every life of the app.
+PDF = b"%PDF-1.7\n" + hashlib.sha256(b"crash").digest() * 8192
+
+
 async def main() -> None:
     if mode == "run":
         starts = [
@@ -339,7 +366,7 @@ async def main() -> None:
         )
         await asyncio.sleep(3600)
     elif mode == "start":
-        handle = await helix.execute(agent, f"scenario {scenario}")
+        handle = await helix.execute(agent, run_input())
         print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
         await asyncio.sleep(3600)  # killed by the test (or by itself) before this ends
     else:
