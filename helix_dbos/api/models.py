@@ -8,7 +8,7 @@ not a silently ignored option.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,7 @@ from helix_dbos.api.runs import RunInfo, SessionInfo, UsageSummary
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.completion import DEFAULT_NUDGE_MESSAGE
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.parts import BinaryContent, DocumentUrl, ImageUrl, StoredBlob
 from helix_dbos.orchestration.usage_limits import UsageLimits
 
 AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
@@ -25,6 +26,19 @@ AnswerKind = Literal["client-tool-result", "approval-response", "human-input"]
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+#: An image or a document sent with a message: `{"kind": "binary", "data": <base64>,
+#: "media_type": "application/pdf", "identifier": "q3.pdf"}`, `{"kind": "image-url",
+#: "url": ...}` or `{"kind": "document-url", "url": ...}` (docs/content-parts.md).
+ContentPart = Annotated[BinaryContent | ImageUrl | DocumentUrl, Field(discriminator="kind")]
+#: What a transcript shows of a part: a stored blob's reference (its bytes at
+#: `GET /sessions/{id}/parts/{sha256}`) or a URL.
+PartReference = Annotated[StoredBlob | ImageUrl | DocumentUrl, Field(discriminator="kind")]
+PARTS_HELP = (
+    "Images and documents sent with the message: base64 bytes (kind 'binary') or URLs "
+    "('image-url', 'document-url'); stored once by sha256"
+)
 
 
 STRATEGY_HELP = (
@@ -60,6 +74,7 @@ class UsageLimitsBody(_Request):
 class StartRequest(_Request):
     agent: str = Field(description="Name of a registered agent")
     input: str | None = Field(None, description="The user's message (omit to run without one)")
+    parts: list[ContentPart] = Field(default_factory=list, description=PARTS_HELP)
     session_id: str | None = Field(
         None, description="Continue this session (a new turn); omit to start a new session"
     )
@@ -291,6 +306,10 @@ class TranscriptMessage(BaseModel):
     tool_name: str | None = None
     is_error: bool = False
     created_at: datetime | None = None
+    parts: list[PartReference] = Field(
+        default_factory=list,
+        description="Images and documents beside the text, as references",
+    )
 
 
 class UsageRow(BaseModel):
@@ -338,6 +357,7 @@ class _ChatRequest(_Request):
 
 class ChatRequest(_ChatRequest):
     message: str
+    parts: list[ContentPart] = Field(default_factory=list, description=PARTS_HELP)
 
 
 class ChatInvokeRequest(_ChatRequest):

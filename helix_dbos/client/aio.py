@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ from helix_dbos.client.base import (
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.streaming.chunks import StreamChunk
 
 T = TypeVar("T")
@@ -142,12 +143,15 @@ class AsyncHelixClient(AsyncScheduleCalls):
         idempotency_key: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        parts: Sequence[UserPart] = (),
     ) -> RunStarted:
-        """Start a run (`POST /start`); with `idempotency_key`, at most once per key."""
+        """Start a run (`POST /start`); with `idempotency_key`, at most once per key.
+        `parts`: images and documents sent with `input` (docs/content-parts.md)."""
         return await self._send(
             calls.start(
                 agent=agent,
                 input=input,
+                parts=[p.model_dump(mode="json") for p in parts] or None,
                 session_id=session_id,
                 state=state,
                 priority=priority,
@@ -307,6 +311,11 @@ class AsyncHelixClient(AsyncScheduleCalls):
     async def get_messages(self, session_id: str) -> list[TranscriptMessage]:
         return await self._send(calls.messages(session_id))
 
+    async def get_part(self, session_id: str, sha256: str) -> bytes:
+        """The bytes of an image or document of the session's transcript (a message's
+        `parts`), from `GET /sessions/{id}/parts/{sha256}`."""
+        return await self._send(calls.part(session_id, sha256))
+
     async def get_usage(self, session_id: str, *, include_children: bool = False) -> UsageResponse:
         return await self._send(calls.usage(session_id, include_children))
 
@@ -358,12 +367,15 @@ class AsyncHelixClient(AsyncScheduleCalls):
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        parts: Sequence[UserPart] = (),
     ) -> ChatResponse:
-        """One turn to its end (`status` "waiting" when a human must answer first)."""
+        """One turn to its end (`status` "waiting" when a human must answer first);
+        `parts`: images and documents sent with `message`."""
         return await self._send(
             calls.chat(
                 context_id=context_id,
                 message=message,
+                parts=[p.model_dump(mode="json") for p in parts] or None,
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,

@@ -56,6 +56,8 @@ def retryable(call: Call[Any]) -> bool:
 
 def parse(call: Call[Any], response: httpx.Response) -> Any:
     """The answer as the call's model, or the exception for an error status."""
+    if call.raw and response.status_code < 400:
+        return call.parse(response.content)
     text = response.text
     try:
         body = json.loads(text) if text else None

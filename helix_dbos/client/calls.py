@@ -59,6 +59,7 @@ class Call(Generic[T]):
     params: dict[str, Any] = field(default_factory=dict)
     body: BaseModel | None = None
     runs_a_turn: bool = False  # the answer comes when a whole turn ended (the chat routes)
+    raw: bool = False  # the answer is bytes (a content part's download), not JSON
 
     def json(self) -> Any:
         """The body as the server reads it: only the fields the caller set."""
@@ -112,6 +113,11 @@ def list_runs(status: str | None, session_id: str | None, limit: int) -> Call[li
 def messages(session_id: str) -> Call[list[TranscriptMessage]]:
     path = f"/sessions/{_segment(session_id)}/messages"
     return Call("GET", path, _model(list[TranscriptMessage]))
+
+
+def part(session_id: str, sha256: str) -> Call[bytes]:
+    path = f"/sessions/{_segment(session_id)}/parts/{_segment(sha256)}"
+    return Call("GET", path, bytes, raw=True)
 
 
 def usage(session_id: str, children: bool) -> Call[UsageResponse]:

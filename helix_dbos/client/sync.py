@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ from helix_dbos.client.errors import APIConnectionError, InternalServerError, st
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.client.sync_schedules import ScheduleCalls
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.streaming.chunks import StreamChunk
 
 T = TypeVar("T")
@@ -143,12 +144,15 @@ class HelixClient(ScheduleCalls):
         idempotency_key: str | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        parts: Sequence[UserPart] = (),
     ) -> RunStarted:
-        """Start a run (`POST /start`); with `idempotency_key`, at most once per key."""
+        """Start a run (`POST /start`); with `idempotency_key`, at most once per key.
+        `parts`: images and documents sent with `input` (docs/content-parts.md)."""
         return self._send(
             calls.start(
                 agent=agent,
                 input=input,
+                parts=[p.model_dump(mode="json") for p in parts] or None,
                 session_id=session_id,
                 state=state,
                 priority=priority,
@@ -302,6 +306,11 @@ class HelixClient(ScheduleCalls):
     def get_messages(self, session_id: str) -> list[TranscriptMessage]:
         return self._send(calls.messages(session_id))
 
+    def get_part(self, session_id: str, sha256: str) -> bytes:
+        """The bytes of an image or document of the session's transcript (a message's
+        `parts`), from `GET /sessions/{id}/parts/{sha256}`."""
+        return self._send(calls.part(session_id, sha256))
+
     def get_usage(self, session_id: str, *, include_children: bool = False) -> UsageResponse:
         return self._send(calls.usage(session_id, include_children))
 
@@ -351,12 +360,15 @@ class HelixClient(ScheduleCalls):
         terminating_config: TerminatingConfigModel | None = None,
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
+        parts: Sequence[UserPart] = (),
     ) -> ChatResponse:
-        """One turn to its end (`status` "waiting" when a human must answer first)."""
+        """One turn to its end (`status` "waiting" when a human must answer first);
+        `parts`: images and documents sent with `message`."""
         return self._send(
             calls.chat(
                 context_id=context_id,
                 message=message,
+                parts=[p.model_dump(mode="json") for p in parts] or None,
                 agent=agent,
                 terminating_config=terminating_config,
                 multitask_strategy=multitask_strategy,

@@ -125,9 +125,22 @@ def record_answerer(session_id: str, tool_call_id: str, answered_by: str) -> Que
 
 def transcript(session_id: str) -> Query:
     return Query(
-        "SELECT seq, run_id, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at "
+        "SELECT seq, run_id, role, content, tool_calls, tool_call_id, tool_name, is_error, "
+        "created_at, COALESCE(parts, '[]'::jsonb) AS parts "
         "FROM helix.messages WHERE session_id = %(sid)s ORDER BY seq",
         {"sid": session_id},
+    )
+
+
+def session_blob(session_id: str, sha256: str) -> Query:
+    """A blob's media type and bytes, only if a message of the session references it."""
+    return Query(
+        "SELECT b.media_type, b.data, x.identifier FROM helix.blobs b, LATERAL "
+        "(SELECT p ->> 'identifier' AS identifier FROM helix.messages m, "
+        "jsonb_array_elements(m.parts) p WHERE m.session_id = %(sid)s "
+        "AND jsonb_typeof(m.parts) = 'array' AND p ->> 'sha256' = %(sha)s LIMIT 1) x "
+        "WHERE b.sha256 = %(sha)s",
+        {"sid": session_id, "sha": sha256},
     )
 
 

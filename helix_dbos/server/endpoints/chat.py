@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -27,6 +28,7 @@ from helix_dbos.api.models import (
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.errors import SessionNotFoundError
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
+from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.orchestration.terminating import generated_messages, response_text
 from helix_dbos.runtime.sessions.handle import RunHandle
 from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
@@ -56,7 +58,9 @@ CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
 def build_router(ctx: ServerContext) -> APIRouter:
     router = APIRouter(tags=["chat"], responses=CHAT_RESPONSES)
 
-    async def turn(body: AnyChatRequest, principal: Principal, message: str | None) -> Any:
+    async def turn(
+        body: AnyChatRequest, principal: Principal, message: str | Sequence[str | UserPart] | None
+    ) -> Any:
         """The chat routes' one path: the caller's own session (or a new one), one turn."""
         require_own_new_session(principal, body.context_id)
         return await run_turn(
@@ -73,7 +77,8 @@ def build_router(ctx: ServerContext) -> APIRouter:
         "/chat", response_model=ChatResponse, summary="Send a human message, run to the end"
     )
     async def chat(body: ChatRequest, principal: Who) -> Any:
-        return await turn(body, principal, body.message)
+        message = [body.message, *body.parts] if body.parts else body.message
+        return await turn(body, principal, message)
 
     @router.post(
         "/chat/invoke", response_model=ChatResponse, summary="Run the agent without a new message"
@@ -96,7 +101,7 @@ async def run_turn(
     ctx: ServerContext,
     context_id: str,
     agent: str | None,
-    message: str | None,
+    message: str | Sequence[str | UserPart] | None,
     config: TerminatingConfigModel | None,
     strategy: MultitaskStrategy | None = None,
     tenant: str | None = None,

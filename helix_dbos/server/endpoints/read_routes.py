@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 
 from helix_dbos.api.models import RunSummary, TranscriptMessage, UsageResponse, UsageRow
+from helix_dbos.orchestration.parts import StoredBlob
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.server import queries
 from helix_dbos.server.http.auth import Principal, current_principal
+from helix_dbos.server.http.downloads import SHA256, download
 from helix_dbos.server.http.route_context import ERROR_RESPONSES, ServerContext
 from helix_dbos.server.http.visibility import require_visible, visible_rows
 
@@ -67,6 +69,33 @@ def build_router(ctx: ServerContext) -> APIRouter:
             TranscriptMessage.model_validate({**r, "tool_calls": r["tool_calls"] or []})
             for r in rows
         ]
+
+    @router.get(
+        "/sessions/{session_id}/parts/{sha256}",
+        response_class=Response,
+        summary="Download an image or document of the session's transcript",
+        responses={200: {"content": {"application/octet-stream": {}}}},
+    )
+    async def part(session_id: str, sha256: str, principal: Who) -> Response:
+        """The bytes of a stored part, as an attachment that a browser never renders inline
+        (`Content-Disposition: attachment`, `nosniff`, a sandboxing CSP): a part is
+        whatever a user or a tool sent, so never trusted HTML."""
+        ctx.check_ids(session_id=session_id)
+        if not SHA256.fullmatch(sha256):
+            raise HTTPException(404, "No such part")
+        await require_visible(ctx, principal, session_id)
+        rows = await on_target_loop(
+            lambda: queries.fetch_async(
+                helix.runtime.engine, queries.session_blob(session_id, sha256)
+            )
+        )
+        if not rows:
+            raise HTTPException(404, f"Session '{session_id}' has no part {sha256}")
+        row = rows[0]
+        name = StoredBlob(
+            sha256=sha256, media_type=row["media_type"], size=0, identifier=row["identifier"]
+        ).name
+        return download(bytes(row["data"]), row["media_type"], name)
 
     @router.get(
         "/sessions/{session_id}/usage",

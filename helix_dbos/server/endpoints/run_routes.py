@@ -65,7 +65,9 @@ def build_router(ctx: ServerContext) -> APIRouter:
     async def open_run(body: StartRequest) -> RunStarted:
         handle = await helix.execute(
             body.agent,
-            body.input,
+            [*([body.input] if body.input is not None else []), *body.parts]
+            if body.parts
+            else body.input,
             session_id=body.session_id,
             state=body.state,
             priority=body.priority,
