@@ -21,13 +21,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from ag_ui.core import RunAgentInput, RunErrorEvent, RunStartedEvent, TextPart, UserMessage
+from ag_ui.core import (
+    DocumentPart,
+    FileSource,
+    ImagePart,
+    RunAgentInput,
+    RunErrorEvent,
+    RunStartedEvent,
+    TextPart,
+    UrlSource,
+    UserMessage,
+)
 from fastapi import APIRouter, Depends, Header, HTTPException
 from fastapi.responses import StreamingResponse
 
 from helix_dbos.api.models import RunStarted, StartRequest
 from helix_dbos.definitions.request_tools import ClientToolSpec
-from helix_dbos.errors import SessionNotFoundError
+from helix_dbos.errors import ContentPartError, SessionNotFoundError
+from helix_dbos.orchestration.parts import DocumentUrl, ImageUrl, UserPart
 from helix_dbos.runtime.process.outage import is_transient_db_error
 from helix_dbos.server.http.auth import Principal, current_principal
 from helix_dbos.server.http.keyed_start import start_once
@@ -43,6 +54,7 @@ from helix_dbos.server.protocols.ag_ui_answers import (
     trailing_tool_results,
 )
 from helix_dbos.server.protocols.ag_ui_events import HUMAN_REQUESTS, Frame, Translator
+from helix_dbos.server.protocols.file_parts import file_part
 from helix_dbos.streaming.chunks import StreamChunk
 
 Who = Annotated[Principal, Depends(current_principal)]
@@ -137,6 +149,7 @@ async def _start(ctx: ServerContext, agent: str, body: RunAgentInput) -> RunStar
     request = StartRequest(
         agent=agent,
         input=_user_text(body),
+        parts=_user_files(body),
         session_id=body.thread_id,
         state=state,
         idempotency_key=f"ag-ui:{body.thread_id}:{body.run_id}",
@@ -144,9 +157,10 @@ async def _start(ctx: ServerContext, agent: str, body: RunAgentInput) -> RunStar
     )
 
     async def open_run(start: StartRequest) -> RunStarted:
+        text = [start.input] if start.input is not None else []
         handle = await ctx.helix.execute(
             start.agent,
-            start.input,
+            [*text, *start.parts] if start.parts else start.input,
             session_id=start.session_id,
             state=start.state,
             multitask_strategy="reject",
@@ -168,6 +182,40 @@ def _user_text(body: RunAgentInput) -> str | None:
     if isinstance(content, str):
         return content
     return "".join(p.text for p in content if isinstance(p, TextPart))
+
+
+def _user_files(body: RunAgentInput) -> list[UserPart]:
+    """The new user message's image and document parts (a `data` or `url` source) as
+    content parts (docs/content-parts.md); audio, video and provider file ids are refused."""
+    if not body.messages or not isinstance(body.messages[-1], UserMessage):
+        return []
+    content = body.messages[-1].content
+    if isinstance(content, str):
+        return []
+    files: list[UserPart] = []
+    for i, part in enumerate(content):
+        if isinstance(part, TextPart):
+            continue
+        where = f"content[{i}]"
+        source = part.source
+        if not isinstance(part, ImagePart | DocumentPart) or isinstance(source, FileSource):
+            raise ContentPartError(
+                f"{where}: only image and document parts with a data or url source are taken"
+            )
+        if isinstance(source, UrlSource):
+            kind = ImageUrl if isinstance(part, ImagePart) else DocumentUrl
+            files.append(kind(url=source.value, media_type=source.mime_type, identifier=part.id))
+        else:
+            files.append(
+                file_part(
+                    media_type=source.mime_type,
+                    url=None,
+                    data=source.value,
+                    filename=part.id,
+                    where=where,
+                )
+            )
+    return files
 
 
 async def _events(

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from helix_dbos.api.answers import Answer, ClientResult, HumanInput, verdict
 from helix_dbos.api.runs import PendingToolCall
 from helix_dbos.errors import HelixError, SessionNotFoundError
+from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
 from helix_dbos.server.endpoints.run_routes import record_answerer
@@ -40,6 +41,7 @@ from helix_dbos.server.protocols.ai_sdk_models import (
     request_schema,
 )
 from helix_dbos.server.protocols.ai_sdk_parts import HUMAN_REQUESTS, UIChunk, UIPartMapper
+from helix_dbos.server.protocols.file_parts import file_part
 from helix_dbos.store import repository as repo
 
 Who = Annotated[Principal, Depends(current_principal)]
@@ -167,17 +169,32 @@ async def _chat(ctx: ServerContext, body: AISDKChatRequest, principal: Principal
 
 async def _start_run(ctx: ServerContext, body: AISDKChatRequest, last: UIMessage) -> str:
     text = "\n".join(p.text for p in last.parts if p.type == "text" and p.text)
-    if not text.strip():
+    files = [_file(p, i) for i, p in enumerate(last.parts) if p.type == "file"]
+    if not text.strip() and not files:
         raise HTTPException(status_code=422, detail="the last user message has no text part")
     ctx.check_result_size("message", text)
     agent = await _choose_agent(ctx, body.id, body.agent)
-    handle = await ctx.helix.execute(agent, text, session_id=body.id)
+    message: str | list[str | UserPart] = [text, *files] if files else text
+    handle = await ctx.helix.execute(agent, message, session_id=body.id)
     if isinstance(handle, QueuedRunHandle):  # double texting: the run it starts or joins
         started = await handle.started()
         if started is None:
             raise HTTPException(status_code=409, detail="the message was cancelled")
         return started.run_id
     return handle.run_id
+
+
+def _file(part: UIPart, i: int) -> UserPart:
+    """A UI `file` part (`mediaType`, `url`: data or http(s), `filename`) as a content part."""
+    extra = part.model_extra or {}
+    url, media_type, filename = extra.get("url"), extra.get("mediaType"), extra.get("filename")
+    return file_part(
+        media_type=media_type if isinstance(media_type, str) else None,
+        url=url if isinstance(url, str) else None,
+        data=None,
+        filename=filename if isinstance(filename, str) else None,
+        where=f"parts[{i}]",
+    )
 
 
 async def _choose_agent(ctx: ServerContext, session_id: str, agent: str | None) -> str:
