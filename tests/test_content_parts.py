@@ -201,3 +201,30 @@ def test_the_blob_cache_keeps_the_most_recent_within_its_budget():
     assert (cache.get("a"), cache.get("b"), cache.get("c")) == (b"12345", None, b"123")
     cache.put("huge", b"x" * 11)
     assert cache.get("huge") is None
+
+
+async def test_the_cli_transcript_shows_a_part_by_name_never_its_bytes(
+    helix, make_agent, mock_llm, database_url
+):
+    import asyncio  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    agent = make_agent()
+    mock_llm.add_response({"type": "text", "content": "seen"}, agent=agent.name)
+    pdf = BinaryContent(data=b"%PDF-1.4 secret bytes", media_type="application/pdf", identifier="evil\x1b[31m.pdf")  # fmt: skip
+    result = await (await helix.execute(agent, ["read", pdf])).result()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "helix_dbos.cli", "transcript", result.session_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "HELIX_DATABASE_URL": database_url},
+    )
+    assert done.returncode == 0, done.stderr
+    user = done.stdout.splitlines()[1]
+    assert "read [file evil" in user and "(application/pdf, 21 bytes)" in user
+    assert f"sha256:{pdf.sha256[:16]}" in user  # the table may cut the rest
+    assert "\x1b" not in done.stdout and "secret bytes" not in done.stdout

@@ -152,10 +152,21 @@ def message_text(message: dict[str, Any]) -> str:
         f"-> {c.get('name')}({json.dumps(c.get('arguments'), default=json_default)}) [{c.get('id')}]"
         for c in message["tool_calls"] or []
     ]
+    parts += [part_link(p) for p in message.get("parts") or []]
     if message["role"] == "tool":
         label = f"[{message['tool_call_id']}]" + (" error" if message["is_error"] else "")
         parts = [f"{label} {' '.join(parts)}"]
     return " ".join(parts)
+
+
+def part_link(part: dict[str, Any]) -> str:
+    """An image or document of the message by name: a stored part's sha256 (its bytes,
+    never printed, are at `GET /sessions/{id}/parts/{sha256}`), or its URL."""
+    if part.get("kind") != "blob":
+        return f"[{part.get('kind')}: {part.get('url')}]"
+    sha = str(part.get("sha256"))
+    name = part.get("identifier") or sha[:12]
+    return f"[file {name} ({part.get('media_type')}, {part.get('size')} bytes) sha256:{sha}]"
 
 
 def transcript_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
