@@ -386,7 +386,7 @@
     try {
       const messages = await api("sessions/" + encodeURIComponent(entry.run.session_id) + "/messages");
       const list = entry.el.querySelector(".transcript");
-      list.replaceChildren(...messages.map(renderMessage));
+      list.replaceChildren(...messages.map((m) => renderMessage(m, entry.run.session_id)));
       entry.el.querySelector(".summary-count").textContent = "Conversation (" + plural(messages.length, "message") + ")";
       const ask = messages.filter((m) => m.role === "user" && m.content).pop();
       entry.el.querySelector(".preview").replaceChildren(...(ask ? visible(ask.content) : []));
@@ -396,12 +396,27 @@
     }
   }
 
-  function renderMessage(m) {
+  // A message's images and documents as named links, never shown inline: a stored part
+  // downloads from its session (served as an attachment), a URL opens as a plain link.
+  function partLinks(sessionId, m, label) {
+    return (m.parts || []).map((p) => {
+      const size = p.kind === "blob" ? ", " + p.size + " bytes" : "";
+      const name = label((p.identifier || (p.kind === "blob" ? p.sha256.slice(0, 12) : p.url)) + " (" + (p.media_type || p.kind) + size + ")");
+      if (p.kind === "blob") {
+        const href = "sessions/" + encodeURIComponent(sessionId) + "/parts/" + encodeURIComponent(p.sha256);
+        return el("a", { class: "part", href: href, download: p.identifier || p.sha256.slice(0, 12), rel: "noopener" }, name);
+      }
+      const safe = /^https?:\/\//i.test(p.url || "");
+      return safe ? el("a", { class: "part", href: p.url, rel: "noopener noreferrer", target: "_blank" }, name) : el("span", { class: "part" }, name);
+    });
+  }
+
+  function renderMessage(m, sessionId) {
     const parts = [];
     if (m.content) parts.push(m.content);
     for (const call of m.tool_calls || []) parts.push("→ " + call.name + "(" + JSON.stringify(call.arguments) + ")");
     const role = m.role === "tool" ? "tool " + (m.tool_name || "") : m.role;
-    return el("li", { class: m.is_error ? "is-error" : "", "data-role": m.role }, el("span", { class: "role" }, visible(role)), el("span", { class: "text" }, visible(parts.join("\n"))));
+    return el("li", { class: m.is_error ? "is-error" : "", "data-role": m.role }, el("span", { class: "role" }, visible(role)), el("span", { class: "text" }, visible(parts.join("\n")), partLinks(sessionId, m, visible)));
   }
 
   // --- live updates -------------------------------------------------------------

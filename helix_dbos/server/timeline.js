@@ -39,13 +39,28 @@
   const sessionPath = (id) => "sessions/" + encodeURIComponent(id);
   const timelineUrl = (id) => "timeline?session_id=" + encodeURIComponent(id);
 
+  // A message's images and documents as named links, never shown inline: a stored part
+  // downloads from its session (served as an attachment), a URL opens as a plain link.
+  function partLinks(sessionId, m, label) {
+    return (m.parts || []).map((p) => {
+      const size = p.kind === "blob" ? ", " + p.size + " bytes" : "";
+      const name = label((p.identifier || (p.kind === "blob" ? p.sha256.slice(0, 12) : p.url)) + " (" + (p.media_type || p.kind) + size + ")");
+      if (p.kind === "blob") {
+        const href = "sessions/" + encodeURIComponent(sessionId) + "/parts/" + encodeURIComponent(p.sha256);
+        return el("a", { class: "part", href: href, download: p.identifier || p.sha256.slice(0, 12), rel: "noopener" }, name);
+      }
+      const safe = /^https?:\/\//i.test(p.url || "");
+      return safe ? el("a", { class: "part", href: p.url, rel: "noopener noreferrer", target: "_blank" }, name) : el("span", { class: "part" }, name);
+    });
+  }
+
   function renderMessage(m) {
     const parts = [];
     if (m.content) parts.push(m.content);
     for (const call of m.tool_calls || []) parts.push("→ " + call.name + "(" + JSON.stringify(call.arguments) + ")");
     const role = m.role === "tool" ? "tool " + (m.tool_name || "") : m.role;
     return el("li", { class: m.is_error ? "is-error" : "", "data-role": m.role, "data-seq": m.seq },
-      el("span", { class: "role" }, role), el("span", { class: "text" }, parts.join("\n")));
+      el("span", { class: "role" }, role), el("span", { class: "text" }, parts.join("\n"), partLinks(sessionId, m, (text) => text)));
   }
 
   // What a step added: its calls and tokens, against the last full step before it (a
