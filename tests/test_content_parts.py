@@ -228,3 +228,22 @@ async def test_the_cli_transcript_shows_a_part_by_name_never_its_bytes(
     assert "read [file evil" in user and "(application/pdf, 21 bytes)" in user
     assert f"sha256:{pdf.sha256[:16]}" in user  # the table may cut the rest
     assert "\x1b" not in done.stdout and "secret bytes" not in done.stdout
+
+
+async def test_time_travel_and_forks_keep_the_parts(helix, make_agent, mock_llm, database_url):
+    agent = make_agent(tools=[only_image])
+    mock_llm.add_responses(
+        calls(("o1", "only_image", {})), {"type": "text", "content": "done"}, agent=agent.name
+    )
+    pdf = BinaryContent(data=pdf_of(4096), media_type="application/pdf", identifier="a.pdf")
+    result = await (await helix.execute(agent, ["look", pdf])).result()
+    assert result.status == "completed", result.error
+    *_, last = await helix.checkpoints.list(result.session_id)
+    view = await helix.checkpoints.get(result.session_id, last.checkpoint_id)
+    with_parts = [(m.role, [a.identifier for a in m.attachments]) for m in view.messages]
+    assert with_parts[0] == ("user", ["a.pdf"]) and ("tool", ["alone.png"]) in with_parts
+    fork = await helix.checkpoints.fork(result.session_id, last)
+    assert [m.attachments for m in await helix.get_messages(fork)] == [
+        m.attachments for m in view.messages
+    ]
+    assert sql(database_url, "SELECT count(*) FROM helix.blobs WHERE sha256 = %s", pdf.sha256) == [(1,)]  # fmt: skip
