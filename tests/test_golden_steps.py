@@ -31,6 +31,7 @@ from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 from helix_dbos import (
     Agent,
     AgentHooks,
+    BinaryContent,
     HelixDBOS,
     HistoryPolicy,
     LLMConfig,
@@ -135,6 +136,24 @@ async def test_tool_run(helix, make_agent, mock_llm, database_url):
     assert result.status == "completed"
     roots = {"run": workflow_of(database_url, result.run_id)}
     check("tool_run", await record(database_url, roots, roles(agent)))
+
+
+@tool
+def snapshot() -> list[object]:
+    """A caption and an image (content parts, issue 49)."""
+    return ["a chart", BinaryContent(data=b"\x89PNG golden", media_type="image/png")]
+
+
+async def test_content_parts(helix, make_agent, mock_llm, database_url):
+    """A PDF in the input and an image from a tool checkpoint the steps of a plain tool run:
+    the bytes go to helix.blobs, never into a step of their own."""
+    agent = make_agent(tools=[snapshot])
+    mock_llm.add_responses(calls(("s1", "snapshot", {})), text("done"), agent=agent.name)
+    pdf = BinaryContent(data=b"%PDF-1.4 golden", media_type="application/pdf")
+    result = await (await helix.execute(agent, ["read", pdf])).result()
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("content_parts", await record(database_url, roots, roles(agent)))
 
 
 def _gated(make_agent: Callable[..., Agent], mock_llm: MockLLM, ran: list[str]) -> Agent:
