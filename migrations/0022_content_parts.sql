@@ -17,6 +17,9 @@ CREATE TABLE IF NOT EXISTS helix.blobs (
 ALTER TABLE helix.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
 
 ALTER TABLE helix.messages ADD COLUMN IF NOT EXISTS parts jsonb;
+-- Rolled-back messages keep their parts too (double texting's rollback copies by name).
+ALTER TABLE helix.rolled_back_messages ADD COLUMN IF NOT EXISTS parts jsonb;
+
 
 -- A run's last write (migration 0020's function) inserts the step's messages with their
 -- parts: the same function, with `parts` in its message columns.

@@ -247,3 +247,39 @@ async def test_time_travel_and_forks_keep_the_parts(helix, make_agent, mock_llm,
         m.attachments for m in view.messages
     ]
     assert sql(database_url, "SELECT count(*) FROM helix.blobs WHERE sha256 = %s", pdf.sha256) == [(1,)]  # fmt: skip
+
+
+@tool(require_approval=True)
+def publish(title: str) -> str:
+    """Publish the document (needs approval)."""
+    return f"published {title}"
+
+
+async def test_a_rolled_back_turn_keeps_its_parts_for_audit(
+    helix, make_agent, mock_llm, database_url
+):
+    from helpers import wait_until_waiting  # noqa: PLC0415
+
+    agent = make_agent(tools=[publish])
+    mock_llm.add_responses(
+        calls(("p1", "publish", {"title": "q3"})), {"type": "text", "content": "again"}, agent=agent.name
+    )  # fmt: skip
+    pdf = BinaryContent(data=pdf_of(2048), media_type="application/pdf", identifier="q3.pdf")
+    first = await helix.execute(agent, ["publish this", pdf])
+    await wait_until_waiting(helix, first.session_id)
+    second = await helix.execute(
+        agent, "start over", session_id=first.session_id, multitask_strategy="rollback"
+    )
+    assert (await first.result()).status == "aborted"
+    assert (await second.result()).status == "completed"
+    audit = sql(
+        database_url,
+        "SELECT parts -> 0 ->> 'sha256', rolled_back_by IS NOT NULL, rolled_back_at IS NOT NULL "
+        "FROM helix.rolled_back_messages WHERE run_id = %s AND role = 'user'",
+        first.run_id,
+    )
+    assert audit == [(pdf.sha256, True, True)]
+    assert [m.content for m in await helix.get_messages(first.session_id)] == [
+        "start over",
+        "again",
+    ]

@@ -52,6 +52,7 @@ HELIX_TABLES = {
     "schedule_firings",
     "summaries",
     "handoffs",
+    "blobs",
 }
 
 

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from helix_dbos.store.repository import Executor, _sql
 
 _LIVE = "('running', 'waiting', 'paused')"
+# A message's columns, named: `helix.messages` gained `parts` (migration 0022) after
+# `rolled_back_messages` was made like it, so a positional copy would misplace it.
+_COLUMNS = (
+    "session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, "
+    "is_error, created_at, parts"
+)
 
 
 # The rows of a rolled-back run leave the visible history for the audit tables, and the
@@ -21,7 +27,8 @@ _ROLL_BACK = _sql(
     "RETURNING session_id, state_at_start), "
     "m AS (DELETE FROM helix.messages WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
     "RETURNING *), "
-    "mi AS (INSERT INTO helix.rolled_back_messages SELECT m.*, :mid FROM m RETURNING 1), "
+    f"mi AS (INSERT INTO helix.rolled_back_messages ({_COLUMNS}, rolled_back_by) "
+    f"SELECT {_COLUMNS}, :mid FROM m RETURNING 1), "
     "u AS (DELETE FROM helix.usage WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
     "RETURNING *), "
     "ui AS (INSERT INTO helix.rolled_back_usage SELECT u.*, :mid FROM u RETURNING 1), "
