@@ -365,6 +365,7 @@ def test_the_client_covers_every_route(base_url):
         ),
         calls.list_runs(None, None, 1),
         calls.messages("{session_id}"),
+        calls.part("{session_id}", "{sha256}"),
         calls.usage("{session_id}", False),
         calls.answered(1),
         calls.workspaces(),

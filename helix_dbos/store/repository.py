@@ -366,11 +366,11 @@ async def insert_messages(
 
 _MESSAGE_FIELDS = (
     "m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.thinking, "
-    "COALESCE(m.is_error, false), m.parts"
+    "m.is_error IS TRUE, m.parts"
 )
 _MESSAGE_RECORDSET = (
     "jsonb_to_recordset(CAST(:rows AS jsonb)) AS m(ord int, role text, content text, "
-    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error boolean, "
+    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error bool, "
     "parts jsonb)"
 )
 
