@@ -283,3 +283,19 @@ async def test_a_rolled_back_turn_keeps_its_parts_for_audit(
         "start over",
         "again",
     ]
+
+
+async def test_a_runs_last_write_keeps_a_tools_parts(helix, make_agent, mock_llm, database_url):
+    """A run that ends right after its tools (the step cap) writes the tool's message in
+    its last write (`helix.end_step_and_run`, migration 0022's version), parts included."""
+    agent = make_agent(tools=[only_image], max_steps=1)
+    mock_llm.add_responses(calls(("o1", "only_image", {})), agent=agent.name)
+    result = await (await helix.execute(agent, "one step only")).result()
+    assert result.status != "running"
+    rows = sql(
+        database_url,
+        "SELECT parts -> 0 ->> 'identifier' FROM helix.messages "
+        "WHERE session_id = %s AND role = 'tool'",
+        result.session_id,
+    )
+    assert rows == [("alone.png",)]
