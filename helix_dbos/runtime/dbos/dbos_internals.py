@@ -26,7 +26,7 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
-from dbos._sys_db import RecordedResult, WorkflowStatusInternal
+from dbos._sys_db import RecordedResult, WorkflowStatusInternal, db_retry
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._tracer import dbos_tracer
 from dbos._utils import GlobalParams, generate_uuid
@@ -488,6 +488,35 @@ class _Replay:
     answered: set[int] = field(default_factory=set)  # ids already answered "no record"
 
 
+def install_step_checks() -> None:
+    """From launch on, DBOS's check of each step runs without a transaction (and
+    replayed steps are answered from memory, `_ReplayedSteps`)."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is not None and _unsharded_postgres(instance._sys_db):
+        _ReplayedSteps.install(instance._sys_db)
+
+
+def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | None]:
+    """DBOS's check of a step (is the workflow cancelled? is the step recorded?) on an
+    autocommit connection. Its two SELECTs ran in a READ COMMITTED transaction, where
+    each statement takes its own snapshot and a SELECT holds no lock: together they
+    see nothing they would not apart, and the BEGIN and COMMIT cost two round trips and
+    a commit per step. Same statements, same answers, same retries on a lost
+    connection (DBOS's `db_retry`)."""
+
+    @db_retry(sys_db=sys_db)
+    def check_operation_execution(
+        workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
+    ) -> RecordedResult | None:
+        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            return sys_db._check_operation_execution_txn(  # type: ignore[no-any-return]
+                workflow_id, function_id, function_name, conn
+            )
+
+    return check_operation_execution
+
+
 class _ReplayedSteps:
     """The recorded steps of workflows helix has just brought back, answered from memory.
 
@@ -514,7 +543,11 @@ class _ReplayedSteps:
         if isinstance(existing, cls):
             return existing
         replayed = cls()
-        check = sys_db.check_operation_execution
+        check = (
+            _check_without_transaction(sys_db)
+            if _unsharded_postgres(sys_db)
+            else sys_db.check_operation_execution
+        )
 
         def check_operation_execution(
             workflow_id: str, function_id: int, function_name: str, **kwargs: Any
@@ -524,7 +557,7 @@ class _ReplayedSteps:
                 return None
             if known is not None:
                 return known
-            return check(workflow_id, function_id, function_name, **kwargs)  # type: ignore[no-any-return]
+            return check(workflow_id, function_id, function_name, **kwargs)
 
         sys_db.check_operation_execution = check_operation_execution
         sys_db._helix_replayed_steps = replayed
