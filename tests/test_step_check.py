@@ -53,18 +53,24 @@ async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, moc
         ids = [v for v in (parameters or {}).values() if isinstance(v, str)]
         checks.extend((i, status != psycopg.pq.TransactionStatus.IDLE) for i in ids)
 
-    engine = dbos_internals._dbos_module._get_dbos_instance()._sys_db.engine
-    event.listen(engine, "before_cursor_execute", on_statement)
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    event.listen(sys_db.engine, "before_cursor_execute", on_statement)
     try:
         handle = await helix.execute(agent, "go")
         result = await asyncio.wait_for(handle.result(), 60)
+        assert result.status == "completed"
+        mine = [in_tx for wf, in_tx in checks if wf == handle.workflow_id]
+        # three LLM steps and two tool steps at least, each checked once
+        assert len(mine) >= 5, checks
+        assert not any(mine), f"a step's check ran inside a transaction: {mine}"
+
+        # Outside helix's workflows (an application's own DBOS workflow), DBOS's own
+        # check, in its transaction, answers the same: recorded or not.
+        checks.clear()
+        assert sys_db.check_operation_execution(handle.workflow_id, 10_000, "x") is None
+        assert checks == [(handle.workflow_id, True)]
     finally:
-        event.remove(engine, "before_cursor_execute", on_statement)
-    assert result.status == "completed"
-    mine = [in_tx for wf, in_tx in checks if wf == handle.workflow_id]
-    # three LLM steps and two tool steps at least, each checked once
-    assert len(mine) >= 5, checks
-    assert not any(mine), f"a step's check ran inside a transaction: {mine}"
+        event.remove(sys_db.engine, "before_cursor_execute", on_statement)
 
 
 async def test_a_cancelled_workflow_still_stops_at_its_next_check(helix, make_agent, mock_llm):

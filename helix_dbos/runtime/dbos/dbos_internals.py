@@ -8,6 +8,7 @@ everywhere else, so an upgrade of DBOS has one file to check.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -488,9 +489,24 @@ class _Replay:
     answered: set[int] = field(default_factory=set)  # ids already answered "no record"
 
 
+# Set by helix's agent workflow for itself (a context variable: DBOS's step calls run
+# in threads with a copy of the workflow's context): its steps' checks skip the
+# transaction. Other DBOS workflows of the process, an application's own and the
+# benchmarks' bare ones, keep DBOS's own check.
+_checks_in_autocommit: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "helix_checks_in_autocommit", default=False
+)
+
+
+def checks_in_autocommit() -> None:
+    """In a helix workflow's code, first: DBOS checks its steps in autocommit (see
+    `_check_without_transaction`). Changes no step: nothing is recorded."""
+    _checks_in_autocommit.set(True)
+
+
 def install_step_checks() -> None:
-    """From launch on, DBOS's check of each step runs without a transaction (and
-    replayed steps are answered from memory, `_ReplayedSteps`)."""
+    """From launch on, DBOS's check of each step of a helix workflow runs without a
+    transaction (and replayed steps are answered from memory, `_ReplayedSteps`)."""
     instance = _dbos_module._dbos_global_instance
     if instance is not None and _unsharded_postgres(instance._sys_db):
         _ReplayedSteps.install(instance._sys_db)
@@ -502,10 +518,13 @@ def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | No
     each statement takes its own snapshot and a SELECT holds no lock: together they
     see nothing they would not apart, and the BEGIN and COMMIT cost two round trips and
     a commit per step. Same statements, same answers, same retries on a lost
-    connection (DBOS's `db_retry`)."""
+    connection (DBOS's `db_retry`). Only in helix's workflows (`checks_in_autocommit`):
+    any other workflow of the process gets DBOS's own check (`stock`)."""
+
+    stock = sys_db.check_operation_execution
 
     @db_retry(sys_db=sys_db)
-    def check_operation_execution(
+    def autocommit_check(
         workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
     ) -> RecordedResult | None:
         with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
@@ -513,6 +532,12 @@ def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | No
             return sys_db._check_operation_execution_txn(  # type: ignore[no-any-return]
                 workflow_id, function_id, function_name, conn
             )
+
+    def check_operation_execution(
+        workflow_id: str, function_id: int, function_name: str, **kwargs: Any
+    ) -> RecordedResult | None:
+        check = autocommit_check if _checks_in_autocommit.get() else stock
+        return check(workflow_id, function_id, function_name, **kwargs)
 
     return check_operation_execution
 
