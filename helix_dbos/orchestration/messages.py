@@ -132,6 +132,17 @@ def build_messages_for_llm(
     custom_state: Any,
 ) -> list[Message]:
     """Resolve a dynamic prompt against the state and put it first."""
+    without_system = [m for m in messages if m.role != "system"]
+    return with_system_prompt(without_system, system_prompt, custom_state)
+
+
+def with_system_prompt(
+    without_system: Sequence[Message],
+    system_prompt: str | Callable[[Any], str],
+    custom_state: Any,
+) -> list[Message]:
+    """`build_messages_for_llm` for messages that hold no system message already (a
+    `Transcript`'s `for_llm`): no walk of the transcript in Python."""
     prompt = system_prompt(custom_state) if callable(system_prompt) else system_prompt
     head = [Message(role="system", content=prompt)] if prompt else []
-    return head + [m for m in messages if m.role != "system"]
+    return head + list(without_system)

@@ -280,6 +280,7 @@ class WorkerProcess:
                 self._hand_back_own_runs(identity, lease.predecessor)
                 self._listen(identity)
                 DBOS.launch()
+            dbos_internals.install_step_checks()  # each step's check without a transaction
             self.dispatch.register(agents)
             model_limits.register(agents.values(), listen=False)
             self._recheck.start()  # one re-check for every waiting recv, not one each

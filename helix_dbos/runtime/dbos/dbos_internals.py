@@ -8,6 +8,7 @@ everywhere else, so an upgrade of DBOS has one file to check.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,7 +27,7 @@ from dbos._error import (  # raised by DBOS.send to a workflow that does not exi
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
-from dbos._sys_db import RecordedResult, WorkflowStatusInternal
+from dbos._sys_db import RecordedResult, WorkflowStatusInternal, db_retry
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._tracer import dbos_tracer
 from dbos._utils import GlobalParams, generate_uuid
@@ -488,6 +489,59 @@ class _Replay:
     answered: set[int] = field(default_factory=set)  # ids already answered "no record"
 
 
+# Set by helix's agent workflow for itself (a context variable: DBOS's step calls run
+# in threads with a copy of the workflow's context): its steps' checks skip the
+# transaction. Other DBOS workflows of the process, an application's own and the
+# benchmarks' bare ones, keep DBOS's own check.
+_checks_in_autocommit: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "helix_checks_in_autocommit", default=False
+)
+
+
+def checks_in_autocommit() -> None:
+    """In a helix workflow's code, first: DBOS checks its steps in autocommit (see
+    `_check_without_transaction`). Changes no step: nothing is recorded."""
+    _checks_in_autocommit.set(True)
+
+
+def install_step_checks() -> None:
+    """From launch on, DBOS's check of each step of a helix workflow runs without a
+    transaction (and replayed steps are answered from memory, `_ReplayedSteps`)."""
+    instance = _dbos_module._dbos_global_instance
+    if instance is not None and _unsharded_postgres(instance._sys_db):
+        _ReplayedSteps.install(instance._sys_db)
+
+
+def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | None]:
+    """DBOS's check of a step (is the workflow cancelled? is the step recorded?) on an
+    autocommit connection. Its two SELECTs ran in a READ COMMITTED transaction, where
+    each statement takes its own snapshot and a SELECT holds no lock: together they
+    see nothing they would not apart, and the BEGIN and COMMIT cost two round trips and
+    a commit per step. Same statements, same answers, same retries on a lost
+    connection (DBOS's `db_retry`). Only in helix's workflows (`checks_in_autocommit`):
+    any other workflow of the process gets DBOS's own check (`stock`)."""
+
+    stock = sys_db.check_operation_execution
+
+    @db_retry(sys_db=sys_db)
+    def autocommit_check(
+        workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
+    ) -> RecordedResult | None:
+        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            return sys_db._check_operation_execution_txn(  # type: ignore[no-any-return]
+                workflow_id, function_id, function_name, conn
+            )
+
+    def check_operation_execution(
+        workflow_id: str, function_id: int, function_name: str, **kwargs: Any
+    ) -> RecordedResult | None:
+        check = autocommit_check if _checks_in_autocommit.get() else stock
+        return check(workflow_id, function_id, function_name, **kwargs)
+
+    return check_operation_execution
+
+
 class _ReplayedSteps:
     """The recorded steps of workflows helix has just brought back, answered from memory.
 
@@ -514,7 +568,11 @@ class _ReplayedSteps:
         if isinstance(existing, cls):
             return existing
         replayed = cls()
-        check = sys_db.check_operation_execution
+        check = (
+            _check_without_transaction(sys_db)
+            if _unsharded_postgres(sys_db)
+            else sys_db.check_operation_execution
+        )
 
         def check_operation_execution(
             workflow_id: str, function_id: int, function_name: str, **kwargs: Any
@@ -524,7 +582,7 @@ class _ReplayedSteps:
                 return None
             if known is not None:
                 return known
-            return check(workflow_id, function_id, function_name, **kwargs)  # type: ignore[no-any-return]
+            return check(workflow_id, function_id, function_name, **kwargs)
 
         sys_db.check_operation_execution = check_operation_execution
         sys_db._helix_replayed_steps = replayed

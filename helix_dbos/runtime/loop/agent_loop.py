@@ -44,7 +44,7 @@ from helix_dbos.orchestration.planning import calls_to_run
 from helix_dbos.orchestration.terminating import response_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.children.companions import companion_notices, stop_with_parent
-from helix_dbos.runtime.dbos.dbos_internals import checkpoints_dropped
+from helix_dbos.runtime.dbos.dbos_internals import checkpoints_dropped, checks_in_autocommit
 from helix_dbos.runtime.loop.final_write import (
     end_hook,
     ends_quietly,
@@ -488,6 +488,7 @@ class AgentLoop:
 async def agent_run_workflow(
     run_id: str, session_id: str, agent_name: str, options: RunOptions
 ) -> AgentResult:
+    checks_in_autocommit()  # records nothing: no step changes
     patches = await AGENT_RUN.applied()  # first: at the run's first checkpoint position
     rt = current_runtime()
     agent = with_client_tools(rt.agent(agent_name), options.client_tools)

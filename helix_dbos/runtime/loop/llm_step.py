@@ -24,14 +24,15 @@ from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.llm.fallback import answer_with_fallbacks, provider_of
 from helix_dbos.llm.pricing import llm_cost_usd
 from helix_dbos.log_events import LLM_RETRY, RUN_STARTED, TOOL_CALL_REKEYED, log_event
-from helix_dbos.orchestration.call_ids import Rekeyed, transcript_call_ids, unique_call_ids
+from helix_dbos.orchestration.call_ids import Rekeyed, unique_call_ids
 from helix_dbos.orchestration.completion import (
     CompletionMode,
     build_system_prompt,
     prompted_output_section,
 )
 from helix_dbos.orchestration.history.compaction import ModelInput
-from helix_dbos.orchestration.messages import build_messages_for_llm
+from helix_dbos.orchestration.messages import with_system_prompt
+from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import (
     FINISH_TOOL_NAME,
     ErrorStepResult,
@@ -226,7 +227,7 @@ async def llm_step(
         rt,
         agent,
         session_id,
-        seen[0],
+        seen[0].messages,
         lambda: _fixed_text(agent, mode, seen[1]),
         may_summarize=not summarized,
     )
@@ -243,10 +244,10 @@ async def llm_step(
     opened = hooks.state
     if history_filter is not None:  # a handoff's input filter: what the target sees
         view = dataclasses.replace(view, messages=history_filter(list(view.messages)))
-    request = _request(agent, mode, view, opened)
+    request = _request(agent, mode, view, history, opened)
     await hooks.before_call(request)
     if hooks.state != opened:  # the hook changed the state the request is built from
-        request = _request(agent, mode, view, hooks.state)
+        request = _request(agent, mode, view, history, hooks.state)
     started, started_ns = time.perf_counter(), spans.now_ns()
     try:
         generated = await _generate(rt, agent, request, session_id, run_id, step)
@@ -259,7 +260,7 @@ async def llm_step(
     result = storable_model(generated)
     # Before anything sees the reply: every call under an id unique in the session, so
     # an answer, a result or a sub-agent is matched to one call only (call_ids.py).
-    result, rekeyed = unique_call_ids(result, transcript_call_ids(history), f"{run_id}:{step}")
+    result, rekeyed = unique_call_ids(result, history.call_ids, f"{run_id}:{step}")
     _log_rekeyed(rekeyed, agent_name, run_id, session_id, step)
     _trace_call(agent, request, session_id, run_id, step, started_ns, result=result)
     await hooks.after_call(request, _ms_since(started), result=result)
@@ -288,14 +289,18 @@ def _fixed_text(agent: Agent, mode: CompletionMode, state: dict[str, Any]) -> st
 
 
 def _request(
-    agent: Agent, mode: CompletionMode, view: ModelInput, state: dict[str, Any]
+    agent: Agent,
+    mode: CompletionMode,
+    view: ModelInput,
+    history: Transcript,
+    state: dict[str, Any],
 ) -> LLMRequest:
     system = build_system_prompt(agent.resolve_system_prompt(state), mode)
     tools = offered_tools(agent, mode)
     return LLMRequest(
         agent_name=agent.name,
         model=agent.llm.model,
-        messages=build_messages_for_llm(view.messages, view.system(system), state),
+        messages=with_system_prompt(_shown(view, history), view.system(system), state),
         tools=tools,
         temperature=agent.llm.temperature,
         max_tokens=agent.llm.max_tokens,
@@ -306,6 +311,15 @@ def _request(
         tool_choice="required" if mode.requires_tool and tools else "auto",
         cache=agent.llm.cache,
     )
+
+
+def _shown(view: ModelInput, history: Transcript) -> list[Message]:
+    """The messages the model is shown, without system ones: the cached transcript's own
+    list when the history policy shows all of it (no walk of it in Python), else the
+    compacted view's."""
+    if view.messages is history.messages:
+        return history.for_llm
+    return [m for m in view.messages if m.role != "system"]
 
 
 def _trace_call(
@@ -348,7 +362,7 @@ def _ms_since(started: float) -> float:
 
 async def _transcript(
     rt: Runtime, session_id: str, run_id: str, previous: WriteAhead | None
-) -> tuple[list[Message], dict[str, Any]] | RunNotOpened | RunEnded | Steer | None:
+) -> tuple[Transcript, dict[str, Any]] | RunNotOpened | RunEnded | Steer | None:
     """The history and state the model is asked with; `None` if an interrupt waits,
     `RunNotOpened` if the run has no row, `RunEnded` if it has a final status, `Steer`
     if a steer message waits to join the transcript first (`runtime/sessions/session_queue.py`).

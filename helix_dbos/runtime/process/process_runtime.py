@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
+from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.dbos import dbos_internals
 from helix_dbos.runtime.process.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
@@ -41,12 +42,14 @@ class HistoryCache:
     """Per-process cache of session transcripts, topped up with new rows only.
 
     Each LLM step reads `seq > last_seq` instead of the whole transcript, so a
-    step's cost does not grow with the conversation. A fresh process simply
-    reads everything once.
+    step's cost does not grow with the conversation; the rows a step just wrote are
+    appended in place (`Transcript`, with the call ids and model messages derived
+    from them), so neither does its Python. A fresh process simply reads everything
+    once.
     """
 
     def __init__(self, max_sessions: int = 1024) -> None:
-        self._entries: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[int, Transcript]] = OrderedDict()
         self._max = max_sessions
         # Runs on a new session that this process opened and runs: their first step's
         # transcript and state are what the open wrote, so it reads nothing.
@@ -56,14 +59,14 @@ class HistoryCache:
         self, session_id: str, run_id: str, messages: list[Message], state: dict[str, Any]
     ) -> None:
         """Remember what a new session's first run starts from (its whole transcript)."""
-        self._keep(session_id, len(messages), list(messages))
+        self._keep(session_id, len(messages), Transcript(messages))
         self._new_runs[run_id] = state
         while len(self._new_runs) > self._max:
             self._new_runs.popitem(last=False)
 
     def take_new_run(
         self, session_id: str, run_id: str
-    ) -> tuple[list[Message], dict[str, Any]] | None:
+    ) -> tuple[Transcript, dict[str, Any]] | None:
         """A seeded run's first transcript and state, once; None if not seeded here.
 
         No query, so no look for a pending interrupt either: nobody can address the
@@ -74,56 +77,62 @@ class HistoryCache:
         entry = self._entries.get(session_id)
         if state is None or entry is None:
             return None
-        return list(entry[1]), state
+        return entry[1], state
 
-    async def read(self, conn: repo.SQLConnection, session_id: str) -> tuple[list[Message], int]:
-        last_seq, messages = self._entries.pop(session_id, (0, []))
+    async def read(self, conn: repo.SQLConnection, session_id: str) -> tuple[Transcript, int]:
+        last_seq, transcript = self._entries.pop(session_id, (0, None))
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
-        messages, last_seq = self._top_up(session_id, last_seq, messages, rows)
-        return messages, last_seq + 1
+        transcript, last_seq = self._top_up(session_id, last_seq, transcript, rows)
+        return transcript, last_seq + 1
 
     async def read_first(
         self, conn: repo.SQLConnection, workflow_id: str | None, session_id: str, run_id: str
-    ) -> tuple[repo.FirstRead, list[Message]]:
+    ) -> tuple[repo.FirstRead, Transcript]:
         """A run's first read (`repo.first_read`) in one round trip, and the transcript
         topped up."""
-        last_seq, messages = self._entries.pop(session_id, (0, []))
+        last_seq, transcript = self._entries.pop(session_id, (0, None))
         read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=last_seq)
-        messages, _ = self._top_up(session_id, last_seq, messages, read.messages)
-        return read, messages
+        transcript, _ = self._top_up(session_id, last_seq, transcript, read.messages)
+        return read, transcript
 
     def _top_up(
         self,
         session_id: str,
         last_seq: int,
-        messages: list[Message],
+        transcript: Transcript | None,
         rows: list[tuple[int, Message]],
-    ) -> tuple[list[Message], int]:
-        """The cached transcript with the rows read after it, kept as the new entry."""
-        if rows:
-            messages = messages + [m for _, m in rows]
-            last_seq = rows[-1][0]
-        self._keep(session_id, last_seq, messages)
-        return messages, last_seq
+    ) -> tuple[Transcript, int]:
+        """The cached transcript with the rows read after it, kept as the new entry.
 
-    def _keep(self, session_id: str, last_seq: int, messages: list[Message]) -> None:
-        self._entries[session_id] = (last_seq, messages)
+        The entry was popped before the read's await: a transcript read while another
+        read of the session was under way is not the one that read appends to."""
+        if transcript is None:
+            transcript = Transcript()
+        if rows:
+            transcript.extend(m for _, m in rows)
+            last_seq = rows[-1][0]
+        self._keep(session_id, last_seq, transcript)
+        return transcript, last_seq
+
+    def _keep(self, session_id: str, last_seq: int, transcript: Transcript) -> None:
+        self._entries[session_id] = (last_seq, transcript)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
     def take(
         self, session_id: str, written: tuple[int, list[Message]]
-    ) -> tuple[list[Message], int] | None:
+    ) -> tuple[Transcript, int] | None:
         """The transcript without a query, if `written` (first seq, messages this process
         just appended) directly follows what the cache holds; else None."""
         entry = self._entries.get(session_id)
         if entry is None or written[0] != entry[0] + 1:
             return None
         last_seq = entry[0] + len(written[1])
-        messages = entry[1] + written[1]
+        transcript = entry[1]
+        transcript.extend(written[1])
         self._entries.pop(session_id)
-        self._entries[session_id] = (last_seq, messages)
-        return messages, last_seq + 1
+        self._entries[session_id] = (last_seq, transcript)
+        return transcript, last_seq + 1
 
     def forget(self, session_id: str) -> None:
         self._entries.pop(session_id, None)

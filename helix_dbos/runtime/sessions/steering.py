@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from helix_dbos.orchestration.types import Message
+from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.runtime.process.process_runtime import Runtime
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import queued_messages as store
@@ -27,11 +27,11 @@ class Steer:
 
 async def take_steered(
     rt: Runtime, session_id: str, run_id: str, agent_name: str, step: int, state: dict[str, Any]
-) -> tuple[list[Message], dict[str, Any]]:
+) -> tuple[Transcript, dict[str, Any]]:
     """Inside the LLM step, before its model call: take the waiting steer messages into
     the transcript (once: a retried step finds them taken) and read it again."""
 
-    async def body(conn: repo.Executor) -> tuple[list[Message], dict[str, Any]]:
+    async def body(conn: repo.Executor) -> tuple[Transcript, dict[str, Any]]:
         await store.take_steered(
             conn, session_id=session_id, run_id=run_id, agent_name=agent_name, step=step
         )

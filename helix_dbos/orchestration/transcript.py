@@ -1,0 +1,42 @@
+"""A session's transcript with what every model call derives from it, kept as it grows.
+
+Each LLM step needs the set of tool-call ids the session already holds (so a new
+call's id is unique, `call_ids.py`) and the messages the model is sent (the
+transcript without system messages, `messages.build_messages_for_llm`). Derived
+afresh, both walk the whole conversation in Python every step; kept here and
+topped up with the rows each step appends, a step costs the same at message 10 and
+message 1,000. Built from the same messages, they are the same on a replay or in a
+fresh process (which builds them once from its first read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from helix_dbos.orchestration.call_ids import transcript_call_ids
+from helix_dbos.orchestration.types import Message
+
+
+class Transcript:
+    """Append-only: `messages`, `call_ids` and `for_llm` grow together, never shrink.
+
+    Shared by a session's steps in one process (`HistoryCache`), which run one at a
+    time: readers use it within their step and must not change it.
+    """
+
+    __slots__ = ("call_ids", "for_llm", "messages")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self.messages: list[Message] = []
+        self.call_ids: set[str] = set()
+        self.for_llm: list[Message] = []  # without system messages
+        self.extend(messages)
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        new = list(messages)
+        self.messages.extend(new)
+        self.call_ids.update(transcript_call_ids(new))
+        self.for_llm.extend(m for m in new if m.role != "system")
+
+    def __len__(self) -> int:
+        return len(self.messages)

@@ -1,0 +1,105 @@
+"""DBOS's check of each step runs without a transaction (issue 48, cut f).
+
+The check's two SELECTs (is the workflow cancelled? is the step recorded?) ran in a
+READ COMMITTED transaction, where each statement sees its own snapshot anyway; helix
+runs the same statements in autocommit, two round trips and a commit fewer per DBOS
+step. These tests watch the real statements on DBOS's engine and check that the
+answers are the same: recorded steps are found, a cancelled workflow stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+from dbos import DBOS
+from helpers import calls
+from sqlalchemy import event
+
+from helix_dbos import tool
+from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.process.event_loop import on_target_loop
+
+
+def text(content: str) -> dict:
+    return {"type": "text", "content": content}
+
+
+@tool
+def echo(text: str) -> str:
+    """Say something back."""
+    return text
+
+
+async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, mock_llm):
+    agent = make_agent(tools=[echo])
+    mock_llm.add_responses(
+        calls(("a", "echo", {"text": "1"})),
+        calls(("b", "echo", {"text": "2"})),
+        text("done"),
+        agent=agent.name,
+    )
+    checks: list[tuple[str, bool]] = []  # (workflow id, a transaction was open)
+
+    def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
+        if (
+            not statement.lstrip().startswith("SELECT")
+            or "FROM dbos.operation_outputs" not in statement
+        ):
+            return
+        if "function_id" not in str(parameters):
+            return
+        status = cursor.connection.info.transaction_status
+        ids = [v for v in (parameters or {}).values() if isinstance(v, str)]
+        checks.extend((i, status != psycopg.pq.TransactionStatus.IDLE) for i in ids)
+
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    event.listen(sys_db.engine, "before_cursor_execute", on_statement)
+    try:
+        handle = await helix.execute(agent, "go")
+        result = await asyncio.wait_for(handle.result(), 60)
+        assert result.status == "completed"
+        mine = [in_tx for wf, in_tx in checks if wf == handle.workflow_id]
+        # three LLM steps and two tool steps at least, each checked once
+        assert len(mine) >= 5, checks
+        assert not any(mine), f"a step's check ran inside a transaction: {mine}"
+
+        # Outside helix's workflows (an application's own DBOS workflow), DBOS's own
+        # check, in its transaction, answers the same: recorded or not.
+        checks.clear()
+        assert sys_db.check_operation_execution(handle.workflow_id, 10_000, "x") is None
+        assert checks == [(handle.workflow_id, True)]
+    finally:
+        event.remove(sys_db.engine, "before_cursor_execute", on_statement)
+
+
+async def test_a_cancelled_workflow_still_stops_at_its_next_check(helix, make_agent, mock_llm):
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    @tool
+    async def slow(text: str) -> str:
+        """Wait for the test."""
+        ran.append(text)
+        await release.wait()
+        return text
+
+    agent = make_agent(tools=[slow])
+    mock_llm.add_responses(
+        calls(("s1", "slow", {"text": "1"})),
+        calls(("s2", "slow", {"text": "2"})),
+        text("done"),
+        agent=agent.name,
+    )
+    handle = await helix.execute(agent, "go")
+    for _ in range(400):
+        if ran:
+            break
+        await asyncio.sleep(0.05)
+    assert ran == ["1"]
+    await on_target_loop(lambda: DBOS.cancel_workflow_async(handle.workflow_id))
+    release.set()
+    await helix.reconcile_runs()
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert result.status == "aborted"
+    assert ran == ["1"], "no step ran after the cancellation"
