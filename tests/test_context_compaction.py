@@ -264,6 +264,15 @@ async def test_summaries_are_durable_steps_written_once_and_time_travel_shows_ev
         session_id,
     )
     assert len(rows) == len(summaries_asked) >= 2, "one row per summary call"
+    # Each summary call is priced and counted like any model call: one `llm` usage row.
+    usage = sql(
+        database_url,
+        "SELECT u.run_id, u.input_tokens > 0 FROM helix.usage u WHERE u.session_id = %s "
+        "AND u.kind = 'llm' AND u.usage_id LIKE %s ORDER BY u.usage_id",
+        session_id,
+        "%:summary:%",
+    )
+    assert sorted(usage) == sorted((r[3], True) for r in rows)
     assert [r[1] for r in rows] == sorted({r[1] for r in rows}), "each covers more"
     last_summary = rows[-1][2]
     assert f"## Summary of the earlier conversation\n\n{last_summary}" in (

@@ -108,6 +108,9 @@ def test_a_kill_between_the_summary_row_and_its_checkpoint_leaves_one_summary(
         (f"summary by {first_pid[0]}",)
     ], "one summary, the first one"
     assert lines(tmp_path, "summaries.log") == first_pid, "the model was not asked again"
+    assert sql(
+        database_url, "SELECT count(*) FROM helix.usage WHERE usage_id LIKE %s", "%:summary:%"
+    ) == [(1,)], "one usage row for the one summary call"
     assert summary_checkpoints(database_url, run_id) == [(1,)]
     prompt = json.loads(lines(tmp_path, "prompts.log")[-1])
     assert f"summary by {first_pid[0]}" in prompt, "the run went on on top of that summary"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dbos import StepOptions
 
 from helix_dbos.definitions.agent import LLMConfig
+from helix_dbos.llm.pricing import llm_cost_usd
 from helix_dbos.orchestration.history.summary_prompt import summary_messages
 from helix_dbos.orchestration.types import LLMRequest, Message, TextStepResult
 from helix_dbos.runtime.loop.llm_step import is_retryable_llm_error
@@ -98,6 +99,11 @@ async def summary_step(
         output_tokens=usage.output_tokens if usage is not None else 0,
         run_id=run_id,
         step=step,
+        agent_name=agent.name,
+        cache_read_tokens=usage.cache_read_tokens if usage is not None else 0,
+        cache_write_tokens=usage.cache_write_tokens if usage is not None else 0,
+        reasoning_tokens=usage.reasoning_tokens if usage is not None else 0,
+        cost_usd=llm_cost_usd(usage, agent.llm.provider) if usage is not None else None,
     )
     await rt.on_connection("the summary write", lambda conn: insert_summary(conn, new))
     return SummaryMade(covers_through, wrote=True)

@@ -8,6 +8,7 @@ LLM step) reads that one row."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from helix_dbos.store.repository import Executor, _sql
 
@@ -31,10 +32,18 @@ _LATEST = _sql(
     "WHERE m.session_id = s.session_id AND m.seq <= s.covers_through_seq) "
     "ORDER BY s.covers_through_seq DESC LIMIT 1"
 )
+# The summary and, only when this execution wrote it, the call's `llm` usage row (so
+# usage queries, costs and usage limits count summaries; docs/database.md), in one
+# statement: a crash leaves both or neither, and a step run again adds no second row.
 _INSERT = _sql(
-    "INSERT INTO helix.summaries (session_id, covers_through_seq, covers_messages, text, "
-    "model, input_tokens, output_tokens, run_id, step) VALUES (:sid, :seq, :n, :text, "
-    ":model, :inp, :out, :rid, :step) ON CONFLICT (session_id, covers_through_seq) DO NOTHING"
+    "WITH s AS (INSERT INTO helix.summaries (session_id, covers_through_seq, covers_messages, "
+    "text, model, input_tokens, output_tokens, run_id, step) VALUES (:sid, :seq, :n, :text, "
+    ":model, :inp, :out, :rid, :step) ON CONFLICT (session_id, covers_through_seq) DO NOTHING "
+    "RETURNING 1) INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, "
+    "kind, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+    "reasoning_tokens, success, cost_usd) SELECT :sid, :rid, :uid, :agent, :step, 'llm', "
+    ":model, :inp, :out, :cread, :cwrite, :reason, true, CAST(:cost AS numeric) FROM s "
+    "ON CONFLICT (usage_id) DO NOTHING"
 )
 
 
@@ -54,10 +63,16 @@ class NewSummary:
     output_tokens: int
     run_id: str
     step: int
+    agent_name: str = ""
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: Decimal | None = None
 
 
 async def insert_summary(conn: Executor, new: NewSummary) -> None:
-    """Write the summary unless one with the same key exists (then the first stays)."""
+    """Write the summary and its usage row unless one with the same key exists (then the
+    first stays)."""
     await conn.execute(
         _INSERT,
         {
@@ -70,5 +85,11 @@ async def insert_summary(conn: Executor, new: NewSummary) -> None:
             "out": new.output_tokens,
             "rid": new.run_id,
             "step": new.step,
+            "uid": f"{new.run_id}:{new.step}:summary:{new.row.covers_through_seq}",
+            "agent": new.agent_name,
+            "cread": new.cache_read_tokens,
+            "cwrite": new.cache_write_tokens,
+            "reason": new.reasoning_tokens,
+            "cost": str(new.cost_usd) if new.cost_usd is not None else None,
         },
     )
