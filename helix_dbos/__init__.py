@@ -102,7 +102,7 @@ if TYPE_CHECKING:
         recall_hooks,
     )
     from helix_dbos.memory.openai_embedder import OpenAIEmbedder
-    from helix_dbos.orchestration.guardrails import GuardrailResult
+    from helix_dbos.orchestration.guardrails import GuardrailResult, input_guardrail
     from helix_dbos.orchestration.history.policy import (
         CharEstimate,
         DropToolResults,
@@ -176,7 +176,7 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "helix_dbos.definitions.tool_context",
     "AgentHooks": "helix_dbos.definitions.hooks",
     "UsageLimits": "helix_dbos.orchestration.usage_limits",
-    "GuardrailResult": "helix_dbos.orchestration.guardrails",
+    **dict.fromkeys(["GuardrailResult", "input_guardrail"], "helix_dbos.orchestration.guardrails"),
     **dict.fromkeys(["RateLimit", "RunQueue"], "helix_dbos.definitions.queue"),
     **dict.fromkeys(["SubAgentTool", "sub_agent_tool"], "helix_dbos.definitions.subagent"),
     "Handoff": "helix_dbos.definitions.handoffs",
@@ -363,6 +363,7 @@ __all__ = [
     "UsageLimits",
     "GuardrailResult",
     "GuardrailTripped",
+    "input_guardrail",
     "TextDelta",
     "TextStepResult",
     "Tool",

@@ -55,3 +55,35 @@ class GuardrailCheck:
 
 def guardrail_name(guardrail: Callable[..., Any]) -> str:
     return str(getattr(guardrail, "__name__", None) or type(guardrail).__name__)
+
+
+class InputGuardrail:
+    """An input guardrail with options. `run_in_parallel` (the OpenAI Agents SDK's name)
+    starts its check alongside the run's first model call instead of before it; the
+    model's reply is acted on (tools, final write) only once every such check passed."""
+
+    __name__: str
+
+    def __init__(self, guardrail: Guardrail, *, run_in_parallel: bool = False) -> None:
+        if not callable(guardrail):
+            raise TypeError("input_guardrail() takes a callable")
+        self.guardrail = guardrail
+        self.run_in_parallel = run_in_parallel
+        self.__name__ = guardrail_name(guardrail)
+        self.__doc__ = getattr(guardrail, "__doc__", None)
+
+    def __call__(self, value: Any) -> GuardrailResult | Awaitable[GuardrailResult]:
+        return self.guardrail(value)
+
+
+def input_guardrail(guardrail: Guardrail | None = None, *, run_in_parallel: bool = False) -> Any:
+    """`input_guardrail(fn, run_in_parallel=True)`, or as a decorator
+    `@input_guardrail(run_in_parallel=True)`: the guardrail, with its options."""
+    if guardrail is None:
+        return lambda fn: InputGuardrail(fn, run_in_parallel=run_in_parallel)
+    return InputGuardrail(guardrail, run_in_parallel=run_in_parallel)
+
+
+def runs_in_parallel(guardrail: Guardrail) -> bool:
+    """Whether an input guardrail's check runs alongside the first model call."""
+    return isinstance(guardrail, InputGuardrail) and guardrail.run_in_parallel

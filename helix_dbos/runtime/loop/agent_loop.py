@@ -28,7 +28,7 @@ from helix_dbos.definitions.handoffs import InputFilter
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
 from helix_dbos.definitions.request_tools import with_client_tools
 from helix_dbos.log_events import LLM_FAILED, log_event
-from helix_dbos.orchestration.guardrails import GuardrailCheck
+from helix_dbos.orchestration.guardrails import GuardrailCheck, runs_in_parallel
 from helix_dbos.orchestration.next_step import (
     Complete,
     Continue,
@@ -56,6 +56,8 @@ from helix_dbos.runtime.loop.guardrail_steps import (
     first_tripped,
     guardrail_ending,
     guardrail_message,
+    parallel_tripped,
+    start_parallel,
     tool_tripped,
     tripped_tools,
 )
@@ -70,6 +72,7 @@ from helix_dbos.runtime.loop.llm_step import (
     failed_llm_usage,
     llm_step,
     llm_step_options,
+    llm_usage_record,
     run_terminating,
 )
 from helix_dbos.runtime.loop.reply_plan import PlannedReply, plan_reply, step_limits
@@ -137,6 +140,8 @@ class AgentLoop:
         self._last_write: WriteAhead | None = None  # the latest write-ahead; later ones follow it
         self._step_ahead: StepAhead | None = None  # the latest LLM step's share of its step
         self._summarized_at = 0  # the step whose summary was taken (one per step at most)
+        self._guards_due = False  # input guardrails to start alongside the first model call
+        self._guards: list[asyncio.Future[GuardrailCheck]] | None = None  # those started
 
     def _use_agent(self, agent: Agent) -> None:
         """The agent the next steps take: the run's, or a handoff's target."""
@@ -154,6 +159,7 @@ class AgentLoop:
             if tripped is not None:  # its rows are the run's first step's
                 commit = StepCommit(self.session_id, self.run_id, self.agent.name, 1)
                 return await self._tripped(commit, tripped)
+            self._guards_due = any(runs_in_parallel(g) for g in self.agent.input_guardrails)
         return await self._steps()
 
     async def _steps(self) -> AgentResult:
@@ -176,6 +182,7 @@ class AgentLoop:
                 self.limits,
                 self.counters,
             )
+            self._start_guards(ahead)  # the first step's parallel input guardrails
             # A model with fleet-wide limits: a call slot first (runtime/process/model_limits.py).
             slot = await self._take_slot(step) if self.agent.llm.limited else None
             try:
@@ -195,9 +202,12 @@ class AgentLoop:
             except Exception as exc:
                 if slot is not None:
                     await model_limits.free_slot(slot, step)
-                return await self._llm_failed(step, exc, logged=not ahead.ran)
+                guarded = await self._guarded(step, exc)  # a tripwire first (issue 50)
+                return guarded or await self._llm_failed(step, exc, logged=not ahead.ran)
             if slot is not None:
                 await model_limits.free_slot(slot, step)
+            if (guarded := await self._guarded(step, reply)) is not None:
+                return guarded  # the reply is acted on only after them (issue 50)
             if isinstance(reply, InterruptRequested):
                 return await self._interrupted(step - 1)
             if isinstance(reply, RunNotOpened):
@@ -229,6 +239,29 @@ class AgentLoop:
             if tripped is not None:
                 return await self._tripped(commit, tripped)
         return await self._end(commit)
+
+    def _start_guards(self, ahead: StepAhead) -> None:
+        """Parallel input guardrails (issue 50), once, before the first LLM step: their
+        steps are reserved first, and that step writes nothing before they pass."""
+        if self._guards_due:
+            self._guards_due = False
+            self._guards = start_parallel(self.agent, self.run_id)
+            ahead.writes_early = False
+
+    async def _guarded(self, step: int, reply: object) -> AgentResult | None:
+        """After the first LLM step, once its parallel input guardrails all ended: the
+        run's end if one tripped. The model's reply is then discarded (no tool runs, no
+        message is written) but its call is counted. An end someone else decided (an
+        interrupt, an abort) stays theirs."""
+        started, self._guards = self._guards, None
+        tripped = await parallel_tripped(started) if started else None
+        if tripped is None or isinstance(reply, (InterruptRequested, RunNotOpened, RunEnded)):
+            return None
+        commit = StepCommit(self.session_id, self.run_id, self.agent.name, step)
+        if isinstance(reply, ModelReply):
+            provider = self.agent.llm.provider
+            commit.usage.append(llm_usage_record(self.run_id, step, reply.result, provider))
+        return await self._tripped(commit, tripped)
 
     async def _tripped(self, commit: StepCommit, check: GuardrailCheck) -> AgentResult:
         """A guardrail's tripwire ends the run: failed, said in the transcript."""

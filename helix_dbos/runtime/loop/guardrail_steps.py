@@ -7,6 +7,7 @@ that tripped ends the run with the same outcome after a crash.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from helix_dbos.orchestration.guardrails import (
     GuardrailKind,
     GuardrailResult,
     guardrail_name,
+    runs_in_parallel,
 )
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.next_step import Fail, ToolsDone
@@ -36,9 +38,12 @@ from helix_dbos.store.tree import run_input
 async def first_tripped(
     agent: Agent, kind: GuardrailKind, run_id: str, output: Any = None
 ) -> GuardrailCheck | None:
-    """Run the agent's `kind` guardrails in order, each in its step; the first tripwire."""
+    """Run the agent's `kind` guardrails in order, each in its step; the first tripwire.
+    Input guardrails that run in parallel are not among them (`start_parallel`)."""
     guardrails = agent.input_guardrails if kind == "input" else agent.output_guardrails
     for index, guardrail in enumerate(guardrails):
+        if kind == "input" and runs_in_parallel(guardrail):
+            continue
         name = guardrail_name(guardrail)
         check: GuardrailCheck = await DBOS.run_step_async(
             {"name": f"helix.guardrail:{kind}:{name}"},
@@ -52,6 +57,34 @@ async def first_tripped(
         if check.tripwire:
             return check
     return None
+
+
+def start_parallel(agent: Agent, run_id: str) -> list[asyncio.Future[GuardrailCheck]]:
+    """The checks of the input guardrails that run in parallel, started now, before the
+    first LLM step: each at a step id reserved in declaration order, so a replay finds
+    the same ids whichever check ends first."""
+    started: list[asyncio.Future[GuardrailCheck]] = []
+    for index, guardrail in enumerate(agent.input_guardrails):
+        if not runs_in_parallel(guardrail):
+            continue
+        reserved = DBOS.reserve_step()
+        check = reserved.run_async(
+            {"name": f"helix.guardrail:input:{guardrail_name(guardrail)}"},
+            _check,
+            agent.name,
+            "input",
+            index,
+            run_id,
+            None,
+        )
+        started.append(asyncio.ensure_future(check))
+    return started
+
+
+async def parallel_tripped(started: list[asyncio.Future[GuardrailCheck]]) -> GuardrailCheck | None:
+    """Every started check's outcome (all are awaited); the first tripwire, in order."""
+    checks = await asyncio.gather(*started)
+    return next((c for c in checks if c.tripwire), None)
 
 
 async def tool_tripped(agent: Agent, calls: list[ToolCall]) -> GuardrailCheck | None:

@@ -96,6 +96,8 @@ class StepAhead:
         # checkpoint): what workflow code logs about the step is logged only then.
         self.ran = False
         self.final_write: asyncio.Future[EndedRun] | None = None  # of `_taken`'s commit
+        # False while parallel input guardrails decide whether the reply counts (issue 50).
+        self.writes_early = True
 
     def plan(self, result: StepResult) -> PlannedReply:
         """The reply's plan, made once per reply (a retried LLM step has a new reply)."""
@@ -121,6 +123,8 @@ class StepAhead:
         status = commit.status
         if status == "completed" and self.agent.output_guardrails:
             return  # its output is checked first, in a step of its own (issue 50)
+        if not self.writes_early:
+            return
         if status is not None and ends_quietly(self.agent, status, commit.unannounced):
             self.final_write = asyncio.ensure_future(write_final(commit, None, True))
 
