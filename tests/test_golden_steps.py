@@ -32,12 +32,14 @@ from helix_dbos import (
     Agent,
     AgentHooks,
     BinaryContent,
+    GuardrailResult,
     HelixDBOS,
     HistoryPolicy,
     LLMConfig,
     MockLLM,
     PersistentAgent,
     Summarize,
+    input_guardrail,
     remote_sub_agent_tool,
     sub_agent_tool,
     tool,
@@ -450,3 +452,28 @@ async def test_handoff(helix, make_agent, mock_llm, database_url):
     assert result.status == "completed" and result.output == "done"
     roots = {"run": workflow_of(database_url, result.run_id)}
     check("handoff", await record(database_url, roots, roles(agent, target)))
+
+
+def screened(text: str) -> GuardrailResult:
+    return GuardrailResult(tripwire=False)
+
+
+@input_guardrail(run_in_parallel=True)
+async def moderated(text: str) -> GuardrailResult:
+    return GuardrailResult(tripwire=False)
+
+
+async def test_parallel_guardrail(helix, make_agent, mock_llm, database_url):
+    """An input guardrail that runs in parallel (issue 50): a blocking one's step first,
+    then the parallel one's, reserved before the first `helix.llm` and run alongside it;
+    then `tool_run`'s sequence. Only agents with a parallel guardrail reserve it there."""
+    agent = make_agent(tools=[lookup], input_guardrails=[screened, moderated])
+    mock_llm.add_responses(
+        calls(("t1", "lookup", {"topic": "owls"}), ("t2", "lookup", {"topic": "bats"})),
+        text("done"),
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "look up")).result()
+    assert result.status == "completed" and result.output == "done"
+    roots = {"run": workflow_of(database_url, result.run_id)}
+    check("parallel_guardrail", await record(database_url, roots, roles(agent)))
