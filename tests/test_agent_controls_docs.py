@@ -46,3 +46,18 @@ def test_the_tool_guardrail_example_defines_a_guarded_tool():
     assert [g.__name__ for g in names["pay"].guardrails] == ["small_amounts"]
     tripped = names["small_amounts"]({"amount": 500})
     assert tripped.tripwire and tripped.reason == "amount 500 over 100"
+
+
+def test_the_parallel_guardrail_example_runs_as_pasted(database_url, tmp_path):
+    snippet = code_blocks(PAGE, "python")[3]
+    done = run_pasted(snippet, database_url, tmp_path, name="parallel_guardrail.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == [
+        "refund ran",
+        "completed Refunded.",
+        "failed guardrail 3",
+        "Guardrail 'on_topic' (input) tripped: off topic",
+    ]
+    for line in printed:
+        assert f"`{line}`" in PAGE
