@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import lines, sql, wait_for
 
-from helix_dbos import Agent, GuardrailResult, input_guardrail, tool
+from helix_dbos import Agent, AgentDefinitionError, GuardrailResult, input_guardrail, tool
 from helix_dbos.orchestration.guardrails import InputGuardrail, runs_in_parallel
 
 
@@ -72,6 +72,8 @@ def test_input_guardrail_declares_a_parallel_check():
     assert [g.__name__ for g in agent.input_guardrails] == ["screened", "decorated"]
     with pytest.raises(TypeError):
         input_guardrail("not callable", run_in_parallel=True)  # type: ignore[arg-type]
+    with pytest.raises(AgentDefinitionError, match="only input guardrails run in parallel"):
+        Agent("b", output_guardrails=[decorated])
 
 
 async def test_a_tripwire_during_the_parallel_first_call_discards_the_reply(

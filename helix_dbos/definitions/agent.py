@@ -26,7 +26,7 @@ from helix_dbos.orchestration.double_texting import (
     MultitaskStrategy,
     check_strategy,
 )
-from helix_dbos.orchestration.guardrails import Guardrail, guardrail_name
+from helix_dbos.orchestration.guardrails import Guardrail, guardrail_name, runs_in_parallel
 from helix_dbos.orchestration.history.policy import HistoryPolicy
 from helix_dbos.orchestration.types import FINISH_TOOL_NAME, OutputMode, StepResult
 from helix_dbos.orchestration.usage_limits import UsageLimits
@@ -408,5 +408,9 @@ def _guardrails(agent: str, kind: str, guardrails: list[Guardrail] | None) -> li
     if not all(callable(g) for g in checked) or len(set(names)) != len(names):
         raise AgentDefinitionError(
             f"Agent '{agent}': {kind}_guardrails must be callables with distinct names"
+        )
+    if kind == "output" and any(runs_in_parallel(g) for g in checked):
+        raise AgentDefinitionError(
+            f"Agent '{agent}': only input guardrails run in parallel (run_in_parallel=True)"
         )
     return checked
