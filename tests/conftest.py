@@ -313,9 +313,15 @@ async def browser_page() -> AsyncIterator[tuple[Any, list[str]]]:
     """A page of headless Chromium (Debian's, driven by Playwright) and the page errors it
     logged; skipped where either is missing, failed in CI."""
     try:
-        from playwright.async_api import async_playwright  # noqa: PLC0415 - optional: skip without it
+        from playwright.async_api import (  # noqa: PLC0415 - optional: skip without it
+            async_playwright,
+            expect,
+        )
     except ImportError:
         skip_or_fail_in_ci("playwright is not installed: pip install playwright")
+    # Expectations poll until true: 5 s (Playwright's default) is short for ReDoc or the
+    # inbox rendering on a loaded 2-core machine; a page that never renders still fails.
+    expect.set_options(timeout=30_000)
     if not os.path.exists(CHROMIUM):
         skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
     async with async_playwright() as p:
