@@ -197,6 +197,57 @@ def test_kill_the_parent_mid_delegation_reattaches(database_url, child_database_
     ) == [(1,)]
 
 
+def run_status(database_url: str, run_id: str) -> str:
+    [(status,)] = sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", run_id)
+    return str(status)
+
+
+def child_tokens(child_database_url: str, child_session: str) -> int:
+    [(total,)] = sql(
+        child_database_url,
+        "SELECT sum(input_tokens + output_tokens) FROM helix.usage "
+        "WHERE session_id = %s AND kind = 'llm'",
+        child_session,
+    )
+    return int(total)
+
+
+def test_a_remote_childs_tokens_count_toward_the_parents_usage_limit(
+    database_url, child_database_url, tmp_path
+):
+    """`lead_limited` may use 5 tokens and spends 2 itself: only its remote child's
+    tokens, read from its server when it ended, can stop it, at its next model call,
+    also when the parent was SIGKILLed while the child ran and recovered after it ended."""
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        fast = client.start("lead_limited", "fast-spend")
+        wait_for(lambda: run_status(database_url, fast.run_id) == "failed")
+        run = client.start("lead_limited", "spend")
+        wait_for(lambda: (tmp_path / "slow_spend.log").exists())
+        parent.kill()
+        release(tmp_path, "spend")  # the child spends while its parent is down
+        child_session = remote_session_id(run.session_id, "r1")
+        wait_for(lambda: child_runs(child_database_url, child_session)[0][1] == "completed")
+        parent.start()
+        wait_for(lambda: run_status(database_url, run.run_id) == "failed")
+    for each, session in ((fast, remote_session_id(fast.session_id, "r1")), (run, child_session)):
+        spent = child_tokens(child_database_url, session)
+        assert spent >= 10
+        [(status, stop, error)] = sql(
+            database_url,
+            "SELECT status, stop_reason, error FROM helix.runs WHERE run_id = %s",
+            each.run_id,
+        )
+        assert (status, stop) == ("failed", "usage_limit")
+        assert error == f"Usage limit exceeded: total_tokens limit 5, used {2 + spent}"
+        # The child completed and was counted once: its row, not its `subagent` row too.
+        assert remote_row(database_url, each.session_id)[4] == "completed"
+    # The parent never made its second model call: one call per run.
+    assert len(lines(tmp_path, "llm_lead_limited.log")) == 2
+
+
 def test_kill_the_remote_server_mid_run_its_recovery_finishes(
     database_url, child_database_url, tmp_path
 ):

@@ -87,22 +87,32 @@ async def live_runs(conn: SQLConnection, session_id: str) -> list[TreeRun]:
 
 
 # A run's LLM calls and those of every session below its session since it started (issue
-# 50's usage limits). `subagent` rows are left out: they repeat their children's tokens.
+# 50's usage limits). `subagent` usage rows are left out: a local child's repeat its llm
+# rows. A remote child's llm rows live on its own server: its tokens, as that server
+# reported them when it ended, are on its `remote_children` row (the run's own calls, and
+# those of the sessions below since the run started), counted as tokens, not requests.
 _TREE_USAGE = (
     "WITH RECURSIVE run AS (SELECT session_id, started_at FROM helix.runs WHERE run_id = :rid), "
     "tree AS (SELECT s.session_id FROM helix.sessions s JOIN run r "
     "ON s.parent_session_id = r.session_id UNION ALL SELECT s.session_id FROM "
-    "helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id) "
-    "SELECT count(*), COALESCE(sum(u.input_tokens), 0), COALESCE(sum(u.output_tokens), 0), "
-    "COALESCE(sum(u.cost_usd), 0) FROM helix.usage u WHERE u.kind = 'llm' AND "
+    "helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id), "
+    "llm AS (SELECT count(*) AS n, COALESCE(sum(u.input_tokens), 0) AS inp, "
+    "COALESCE(sum(u.output_tokens), 0) AS outp, COALESCE(sum(u.cost_usd), 0) AS cost "
+    "FROM helix.usage u WHERE u.kind = 'llm' AND "
     "(u.run_id = :rid OR (u.session_id IN (SELECT session_id FROM tree) "
-    "AND u.created_at >= (SELECT started_at FROM run)))"
+    "AND u.created_at >= (SELECT started_at FROM run)))), "
+    "remote AS (SELECT COALESCE(sum(c.input_tokens), 0) AS inp, "
+    "COALESCE(sum(c.output_tokens), 0) AS outp FROM helix.remote_children c "
+    "WHERE c.parent_run_id = :rid OR (c.parent_session_id IN (SELECT session_id FROM tree) "
+    "AND c.created_at >= (SELECT started_at FROM run))) "
+    "SELECT llm.n, llm.inp + remote.inp, llm.outp + remote.outp, llm.cost FROM llm, remote"
 )
 
 
 async def tree_usage(conn: SQLConnection, run_id: str) -> TreeUsage:
-    """What the run and its descendants have used so far, from `helix.usage`: the run's
-    own LLM calls, and those recorded below its session since it started."""
+    """What the run and its descendants have used so far: the run's own LLM calls, those
+    recorded below its session since it started, and the tokens its remote children
+    (and theirs below) reported once they ended."""
     row = (await conn.execute(_sql(_TREE_USAGE), {"rid": run_id})).one()
     return TreeUsage(int(row[0]), int(row[1]), int(row[2]), Decimal(row[3]))
 

@@ -7,7 +7,8 @@ usage: remote_app.py parent|child DATABASE_URL PORT EXECUTOR_ID MARKER_DIR [CHIL
 starts with "fast"), then answers "<topic>: <tool result>". "parent" serves `lead`, which
 delegates its message to `worker` at CHILD_URL and answers "lead got: <result>", and
 variants whose tool has a wrong token (`lead_badauth`), names an agent the child does not
-serve (`lead_ghost`), or points at a port where nothing listens (`lead_down`). Both
+serve (`lead_ghost`), or points at a port where nothing listens (`lead_down`), and
+`lead_limited`, whose 5-token limit only its remote child's spend can reach. Both
 authenticate with the bearer token "remote-secret". The LLM is a function of the
 transcript, so a relaunched process answers as the killed one would have; every tool
 execution and LLM call is appended to a file in MARKER_DIR.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, remote_sub_agent_tool, tool
+from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.server import bearer_token, create_app
 
@@ -73,12 +74,24 @@ def respond(request: LLMRequest) -> dict:
             for i in (1, 2)
         ]
         return {"type": "tool_calls", "tool_calls": calls}
+    if request.agent_name == "lead_limited" and not results:
+        return {**call("r1", "subagent__worker", {"message": topic}), "usage": PARENT_USAGE}
     if not results:
         return call("r1", "subagent__worker", {"message": topic})
     return {"type": "text", "content": "lead got: " + " | ".join(str(m.content) for m in results)}
 
 
-def lead(name: str, url: str, token: str, agent_name: str = "worker", attempts: int = 3) -> Agent:
+PARENT_USAGE = {"input_tokens": 1, "output_tokens": 1}
+
+
+def lead(
+    name: str,
+    url: str,
+    token: str,
+    agent_name: str = "worker",
+    attempts: int = 3,
+    limits: UsageLimits | None = None,
+) -> Agent:
     remote = remote_sub_agent_tool(
         url,
         agent_name,
@@ -87,7 +100,7 @@ def lead(name: str, url: str, token: str, agent_name: str = "worker", attempts: 
         max_attempts=attempts,
         retry_interval_seconds=0.2,
     )
-    return Agent(name, tools=[remote])
+    return Agent(name, tools=[remote], usage_limits=limits)
 
 
 if role == "child":
@@ -100,6 +113,7 @@ else:
         lead("lead_down", "http://127.0.0.1:9", TOKEN),
         lead("lead_patient", child_url, TOKEN, attempts=12),
         lead("lead_fanout", child_url, TOKEN),
+        lead("lead_limited", child_url, TOKEN, limits=UsageLimits(total_tokens=5)),
     ]
 helix = HelixDBOS(
     agents,
