@@ -2,8 +2,9 @@
 
 A run with `UsageLimits` is checked before each of its model calls against what its
 tree has used so far (the run's own LLM calls and those of every session below its
-session since the run started: sub-agents, companions). Kept apart from the per-model
-concurrency limits of `LLMConfig` (docs/limits.md), which queue calls rather than end runs.
+session since the run started: sub-agents, companions; and the tokens its ended remote
+children reported). Kept apart from the per-model concurrency limits of `LLMConfig`
+(docs/limits.md), which queue calls rather than end runs.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class UsageLimits:
 
 @dataclass(frozen=True)
 class TreeUsage:
-    """What a run's tree has used so far (its LLM calls' usage rows)."""
+    """What a run's tree has used so far (its LLM calls' usage rows, and its ended
+    remote children's reported tokens)."""
 
     requests: int = 0
     input_tokens: int = 0
