@@ -27,6 +27,7 @@ from helix_dbos import (
     sub_agent_tool,
     tool,
 )
+from helix_dbos.client import AsyncHelixClient
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.orchestration.usage_limits import TreeUsage, breach
 from helix_dbos.server import create_app
@@ -191,6 +192,25 @@ async def test_execute_refuses_limits_that_are_not_usage_limits(helix, make_agen
 
 
 # --- over HTTP and the CLI --------------------------------------------------------------
+
+
+async def test_the_python_client_starts_a_run_with_usage_limits(helix, make_agent, mock_llm):
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    agent = make_agent(tools=[ping])
+    mock_llm.add_response(call("c1", "ping", {}), agent=agent.name)
+    mock_llm.add_response(text("never asked"), agent=agent.name)
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        async with AsyncHelixClient(url) as client:
+            started = await client.start(agent.name, "ping", usage_limits=UsageLimits(requests=1))
+            result = await (await helix.get_handle(started.run_id)).result()
+            assert (result.status, result.stop_reason) == ("failed", "usage_limit")
+            last = (await client.status(result.session_id)).last_run
+            assert last is not None and last.stop_reason == "usage_limit"
+    assert asked(mock_llm, agent) == 1
 
 
 async def test_usage_limits_over_http_and_the_cli(helix, make_agent, mock_llm, database_url):

@@ -42,6 +42,7 @@ from helix_dbos.client.errors import APIConnectionError, InternalServerError, st
 from helix_dbos.client.sse import SSEDecoder
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.orchestration.parts import UserPart
+from helix_dbos.orchestration.usage_limits import UsageLimits
 from helix_dbos.streaming.chunks import StreamChunk
 
 T = TypeVar("T")
@@ -144,14 +145,17 @@ class AsyncHelixClient(AsyncScheduleCalls):
         multitask_strategy: MultitaskStrategy | None = None,
         tenant: str | None = None,
         parts: Sequence[UserPart] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunStarted:
         """Start a run (`POST /start`); with `idempotency_key`, at most once per key.
-        `parts`: images and documents sent with `input` (docs/content-parts.md)."""
+        `parts`: images and documents sent with `input` (docs/content-parts.md);
+        `usage_limits`: caps over the run and its descendants (docs/agent-controls.md)."""
         return await self._send(
             calls.start(
                 agent=agent,
                 input=input,
                 parts=[p.model_dump(mode="json") for p in parts] or None,
+                usage_limits=usage_limits.to_json() if usage_limits is not None else None,
                 session_id=session_id,
                 state=state,
                 priority=priority,
