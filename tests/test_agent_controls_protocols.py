@@ -1,5 +1,5 @@
-"""Issue 50's agent controls as each protocol's user sees them: a usage limit, an input
-and an output guardrail, a fallback model and a handoff, over AG-UI, A2A, the Vercel AI
+"""Issue 50's agent controls as each protocol's user sees them: a usage limit, an input,
+an output and a tool guardrail, a fallback model and a handoff, over AG-UI, A2A, the Vercel AI
 SDK UI stream and MCP, each posted to one real uvicorn serving create_app(helix).
 
 Each protocol is driven as its clients drive it and read into a `Seen` (the answer's
@@ -112,9 +112,9 @@ async def over_ai_sdk(url: str, agent: str, text: str) -> Seen:
     seen = Seen(chat)
     seen.text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
     seen.tools = [
-        (names[c["toolCallId"]], c["output"])
+        (names[c["toolCallId"]], c["output"] if "output" in c else {"error": c["errorText"]})
         for c in chunks
-        if c["type"] == "tool-output-available"
+        if c["type"] in ("tool-output-available", "tool-output-error")
     ]
     finish = chunks[-1]
     assert finish["type"] == "finish", chunks
@@ -272,6 +272,32 @@ async def test_an_output_guardrail_is_a_failure_naming_it(
     seen = await DRIVERS[protocol](base_url, agent.name, "say hello")
     message = "Guardrail 'no_shouting' (output) tripped: shouting"
     assert seen.error == message and seen.stop_reason == "guardrail"
+    assert seen.run_row(database_url) == ("failed", "guardrail", message)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_tool_guardrail_fails_the_call_and_the_run(
+    protocol, base_url, make_agent, mock_llm, database_url
+):
+    ran: list[int] = []
+
+    def small_amounts(arguments: dict) -> GuardrailResult:
+        return GuardrailResult(tripwire=arguments["amount"] > 100, reason="over 100")
+
+    @tool(guardrails=[small_amounts])
+    def pay(amount: int) -> str:
+        """Pay an invoice."""
+        ran.append(amount)
+        return "paid"
+
+    agent = make_agent(tools=[pay])
+    mock_llm.add_responses(calls(("p1", "pay", {"amount": 500})), agent=agent.name)
+    seen = await DRIVERS[protocol](base_url, agent.name, "pay it")
+    message = "Guardrail 'pay.small_amounts' (tool) tripped: over 100"
+    assert seen.error == message and seen.stop_reason == "guardrail" and ran == []
+    if protocol != "mcp":  # the call, answered with the guardrail's error
+        [(name, result)] = seen.tools
+        assert name == "pay" and message in json.dumps(result)
     assert seen.run_row(database_url) == ("failed", "guardrail", message)
 
 
