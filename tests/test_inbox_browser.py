@@ -11,7 +11,7 @@ import sys
 from helpers import calls, wait_until_waiting
 from live_server import serve
 
-from helix_dbos import sub_agent_tool, tool
+from helix_dbos import GuardrailResult, UsageLimits, sub_agent_tool, tool
 from helix_dbos.server import bearer_token, create_app
 from helix_dbos.store.database import libpq_url
 
@@ -369,6 +369,58 @@ async def test_a_sub_agents_card_names_its_root_and_depth_with_ids_one_click_awa
         await card.screenshot(path=tmp_path / "inbox-sub-agent-short.png")
         await helix.abort(handle.session_id)  # while served: the streams end with it
     assert (await handle.result()).status == "aborted"
+    assert errors == [], errors
+
+
+async def test_a_card_a_control_ended_shows_its_stop_reason_and_error(
+    browser_page, helix, make_agent, mock_llm
+):
+    """Issue 50: a run a usage limit or a guardrail ends after its approval resolves as
+    `failed (usage_limit)` / `failed (guardrail)`, with the error that names it."""
+    from playwright.async_api import expect  # noqa: PLC0415 - optional, as in browser_page
+
+    page, errors = browser_page
+
+    @tool(require_approval=True)
+    def deploy(env: str) -> str:
+        """Deploy."""
+        return f"deployed {env}"
+
+    def no_shouting(output: object) -> GuardrailResult:
+        return GuardrailResult(tripwire=str(output).isupper(), reason="shouting")
+
+    limited = make_agent(tools=[deploy], usage_limits=UsageLimits(requests=1))
+    guarded = make_agent(tools=[deploy], output_guardrails=[no_shouting])
+    mock_llm.add_responses(
+        calls(("l1", "deploy", {"env": "prod"})),
+        {"type": "text", "content": "never asked"},
+        agent=limited.name,
+    )
+    mock_llm.add_responses(
+        calls(("g1", "deploy", {"env": "dev"})),
+        {"type": "text", "content": "DEPLOYED"},
+        agent=guarded.name,
+    )
+    ended = [
+        (await helix.execute(limited, "deploy prod"), "l1", "usage_limit",
+         "Usage limit exceeded: requests limit 1, used 1"),
+        (await helix.execute(guarded, "deploy dev"), "g1", "guardrail",
+         "Guardrail 'no_shouting' (output) tripped: shouting"),
+    ]  # fmt: skip
+    for handle, *_ in ended:
+        await wait_until_waiting(helix, handle.session_id)
+
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        await page.goto(f"{url}/inbox")
+        for handle, call_id, stop_reason, error in ended:
+            card = page.locator(f'[data-run-id="{handle.run_id}"]')
+            await card.locator(f'[data-tool-call-id="{call_id}"] [data-action="approve"]').click()
+            status = card.locator(".run-status")
+            await expect(status).to_have_text(f"failed ({stop_reason})", timeout=20_000)
+            await expect(card.locator(".outcome")).to_have_text(error)
+            result = await handle.result()
+            assert (result.stop_reason, result.error) == (stop_reason, error)
+
     assert errors == [], errors
 
 

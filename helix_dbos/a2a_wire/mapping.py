@@ -113,10 +113,17 @@ def status_message(
         ]
         return agent_message(parts, f"{run.run_id}:input-required", run.run_id, run.session_id)
     if state in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED) and run.error:
-        return agent_message(
-            [new_text_part(run.error)], f"{run.run_id}:{run.status}", run.run_id, run.session_id
-        )
+        parts = failure_parts(run.error, run.stop_reason)
+        return agent_message(parts, f"{run.run_id}:{run.status}", run.run_id, run.session_id)
     return None
+
+
+def failure_parts(error: str, stop_reason: str | None) -> list[Part]:
+    """The error as text; a control's stop (`usage_limit`, `guardrail`) as a data part."""
+    parts = [new_text_part(error)]
+    if stop_reason:
+        parts.append(new_data_part({"stop_reason": stop_reason}))
+    return parts
 
 
 def response_artifact(parts: list[Part]) -> Artifact:
@@ -216,9 +223,10 @@ class ChunkEvents:
                     self.status(state),
                 ]
             error = chunk.payload.get("error") or chunk.payload.get("reason")
+            stop_reason = chunk.payload.get("stop_reason")
             said = (
                 agent_message(
-                    [new_text_part(str(error))],
+                    failure_parts(str(error), str(stop_reason) if stop_reason else None),
                     f"{self.run_id}:{chunk.type}",
                     self.run_id,
                     self.session_id,

@@ -127,10 +127,13 @@
 
   // --- cards ------------------------------------------------------------------
 
+  // A run a control ended (a usage limit, a guardrail) says which: "failed (usage_limit)".
+  function statusText(status, stopReason) {
+    return stopReason && status === "failed" ? status + " (" + stopReason + ")" : status;
+  }
+
   function renderCard(run) {
-    // A run a control ended (a usage limit) says which.
-    const shown = run.stop_reason && run.status === "failed" ? run.status + " (" + run.stop_reason + ")" : run.status;
-    const status = el("span", { class: "run-status " + run.status }, shown);
+    const status = el("span", { class: "run-status " + run.status }, statusText(run.status, run.stop_reason));
     // A sub-agent's wait shows which root it is under, and how deep (search by the root finds it).
     const below = run.depth > 0
       ? [el("span", { class: "label" }, "sub-agent of"), idChip(run.root_session_id, "root"),
@@ -276,11 +279,11 @@
     node.append(el("div", { class: "answered-note" }, "Answered; the run continues…"));
   }
 
-  function resolve(entry, status, detail) {
+  function resolve(entry, status, detail, stopReason) {
     if (entry.resolved) return;
     entry.resolved = true;
     const badge = entry.el.querySelector(".run-status");
-    badge.textContent = status;
+    badge.textContent = statusText(status, stopReason);
     badge.className = "run-status " + status;
     entry.el.querySelectorAll(".call .actions, .run-controls").forEach((c) => c.remove());
     entry.el.querySelectorAll(".call").forEach((c) => c.classList.add("answered"));
@@ -449,7 +452,8 @@
     entry.el.querySelector(".last-event").textContent = "last event: " + chunk.type + " (#" + chunk.seq + ") at " + time(chunk.timestamp);
     if (TERMINAL.includes(chunk.type)) {
       const status = chunk.type.replace("run_", "");
-      resolve(entry, status, chunk.payload.output !== undefined ? chunk.payload.output : chunk.payload.error || chunk.payload.reason);
+      const p = chunk.payload;
+      resolve(entry, status, p.output !== undefined ? p.output : p.error || p.reason, p.stop_reason);
     } else if (chunk.type.endsWith("_request")) {
       poll();
     } else if (chunk.type === "tool_end" || chunk.type === "output") {
@@ -491,8 +495,7 @@
     const status = await api("status?session_id=" + encodeURIComponent(entry.run.session_id)).catch(() => null);
     const last = status && status.last_run;
     if (last && last.run_id === entry.run.run_id && !["running", "waiting", "paused"].includes(last.status)) {
-      const why = last.stop_reason && last.error ? last.stop_reason + ": " + last.error : last.error;
-      resolve(entry, last.status, last.output !== null ? last.output : why);
+      resolve(entry, last.status, last.output !== null ? last.output : last.error, last.stop_reason);
     }
   }
 

@@ -7,9 +7,10 @@ Payloads by type:
 - tool_approval_request / client_tool_request / human_input_request
   {tool_call_id, tool_name, input, deadline}
 - state_patch {set: {...}, removed: [...]}; custom {event, data}
-- output {output}; error {error}
+- output {output}; error {error, stop_reason?}
 - run_started {turn}; run_resumed {tool_call_ids}; run_interrupted {reason};
-  run_completed {output}; run_failed {error}; run_aborted {error}
+  run_completed {output}; run_failed {error, stop_reason?}; run_aborted {error}
+  (`stop_reason`: "usage_limit" or "guardrail" when a control ended the run)
 - run_stopped {reason, step}: a custom stop condition ended the run (before run_completed)
 - double texting (a message sent while a run is live; docs/double-texting.md):
   message_queued {message_id, strategy, content}: stored, on the live run's stream;
@@ -106,6 +107,7 @@ class Output(_Payload):
 
 class Error(_Payload):
     error: str | None = None
+    stop_reason: str | None = None  # "usage_limit", "guardrail": the control that ended it
 
 
 class RunStarted(_Payload):

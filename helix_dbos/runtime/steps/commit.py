@@ -212,9 +212,13 @@ def terminal_chunks(commit: StepCommit) -> list[ChunkRecord]:
             ChunkRecord(f"{key}:completed", "run_completed", {"output": commit.output}),
         ]
     if commit.status == "failed":
+        # A run a control ended (a usage limit, a guardrail) says which, as its row does.
+        failure: dict[str, Any] = {"error": commit.error}
+        if commit.stop_reason is not None:
+            failure["stop_reason"] = commit.stop_reason
         return [
-            ChunkRecord(f"{key}:error", "error", {"error": commit.error}),
-            ChunkRecord(f"{key}:failed", "run_failed", {"error": commit.error}),
+            ChunkRecord(f"{key}:error", "error", failure),
+            ChunkRecord(f"{key}:failed", "run_failed", dict(failure)),
         ]
     return []
 

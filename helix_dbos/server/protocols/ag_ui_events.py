@@ -155,7 +155,9 @@ class Translator:
             outcome = RunFinishedSuccessOutcome()
             events.append(self._finished(outcome, result=p.get("output")))
         elif chunk.type == "run_failed":
-            events.append(RunErrorEvent(message=str(p.get("error") or "failed"), code="run_failed"))
+            # A control's stop (`usage_limit`, `guardrail`) is the code; else `run_failed`.
+            code = str(p.get("stop_reason") or "run_failed")
+            events.append(RunErrorEvent(message=str(p.get("error") or "failed"), code=code))
         else:  # aborted, or interrupted (helix's own stop): stopped, not failed
             events.append(self._finished(RunFinishedCancelledOutcome()))
         return _stamp(events, chunk.seq)

@@ -203,6 +203,9 @@ class UIPartMapper:
         self.finished = True
         out = self._close_step()
         if kind == "run_failed":
+            if p.get("stop_reason"):  # a control's stop; before `error`, where a client stops
+                metadata = {"helix": {"stop_reason": p["stop_reason"]}}
+                out.append({"type": "message-metadata", "messageMetadata": metadata})
             out.append({"type": "error", "errorText": str(p.get("error") or "The run failed")})
         elif kind == "run_aborted":
             out.append({"type": "abort", "reason": str(p.get("error") or "aborted")})

@@ -160,6 +160,8 @@ def tool_result(run: RunInfo) -> types.CallToolResult:
             _meta={RELATED_TASK_META: {"taskId": run.run_id}},
         )
     message = status_message(run, [], "") or f"the run ended {run.status}"
+    if run.stop_reason:  # a control ended it (`usage_limit`, `guardrail`)
+        structured["stop_reason"] = run.stop_reason
     return types.CallToolResult(
         content=[types.TextContent(text=message)],
         structured_content=structured | {"error": message},
