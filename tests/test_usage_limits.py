@@ -335,3 +335,14 @@ def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(databas
         session_id,
     )
     assert llm_rows == 2, "one lead call, one worker call: no model call was counted twice"
+    # One ending each in its own session's stream: a failure, never a completion.
+    endings = sql(
+        database_url,
+        "SELECT c.type, count(*) FROM helix.stream_chunks c JOIN helix.runs r "
+        "ON r.run_id = c.run_id AND r.session_id = c.session_id JOIN helix.sessions s "
+        "ON s.session_id = r.session_id WHERE (s.session_id = %s OR s.parent_session_id = %s) "
+        "AND c.type IN ('run_failed', 'run_completed', 'run_aborted') GROUP BY c.type",
+        session_id,
+        session_id,
+    )
+    assert endings == [("run_failed", 2)]

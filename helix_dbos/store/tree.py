@@ -130,11 +130,6 @@ async def trees_usage(conn: SQLConnection, run_ids: Sequence[str]) -> dict[str, 
     return {r[0]: TreeUsage(int(r[1]), int(r[2]), int(r[3]), Decimal(r[4])) for r in rows}
 
 
-async def tree_usage(conn: SQLConnection, run_id: str) -> TreeUsage:
-    """What the run and its descendants have used so far (`trees_usage` of one run)."""
-    return (await trees_usage(conn, [run_id])).get(run_id, TreeUsage())
-
-
 async def run_input(conn: SQLConnection, run_id: str) -> str:
     """The user messages the run started with, joined: what its input guardrails check."""
     row = (
