@@ -109,6 +109,27 @@ async def test_a_sub_agent_stops_at_its_parents_request_limit(
     assert answer.is_error and "ancestor run" in (answer.content or "")
 
 
+async def test_a_sub_agent_stops_at_the_token_limit_its_parent_was_executed_with(
+    helix, make_agent, mock_llm, database_url
+):
+    ran, count = counter()
+    child = make_agent(tools=[count])
+    parent = make_agent(tools=[sub_agent_tool(child)])
+    mock_llm.add_response(
+        call("s1", f"subagent__{child.name}", {"message": "go"}), agent=parent.name
+    )
+    spends(mock_llm, child)
+    limits = UsageLimits(total_tokens=350)  # 110 tokens a call: the fourth call is refused
+    result = await (await helix.execute(parent, "delegate", usage_limits=limits)).result()
+    assert (result.status, result.stop_reason) == ("failed", "usage_limit"), result.error
+    assert result.error == "Usage limit exceeded: total_tokens limit 350, used 440"
+    assert (asked(mock_llm, parent), asked(mock_llm, child)) == (1, 3)
+    assert ran == [0, 1, 2]
+    [(_, status, stop, error)] = child_runs(database_url, result.session_id)
+    assert (status, stop) == ("failed", "usage_limit")
+    assert error == ancestor_error("total_tokens limit 350, used 440", result.run_id, parent)
+
+
 async def test_a_grandchild_stops_at_its_grandparents_limit(
     helix, make_agent, mock_llm, database_url
 ):
