@@ -130,6 +130,28 @@ async def test_a_sub_agent_stops_at_the_token_limit_its_parent_was_executed_with
     assert error == ancestor_error("total_tokens limit 350, used 440", result.run_id, parent)
 
 
+async def test_a_child_started_by_the_call_that_spent_the_budget_asks_nothing(
+    helix, make_agent, mock_llm, database_url
+):
+    """The parent's model call that asked for the child is recorded before the child
+    starts (its step's head), so the child's first check counts it."""
+    ran, count = counter()
+    child = make_agent(tools=[count])
+    parent = make_agent(tools=[sub_agent_tool(child)], usage_limits=UsageLimits(input_tokens=100))
+    mock_llm.add_response(
+        call("s1", f"subagent__{child.name}", {"message": "go"}), agent=parent.name
+    )
+    spends(mock_llm, child)
+    result = await (await helix.execute(parent, "delegate")).result()
+    assert result.error == "Usage limit exceeded: input_tokens limit 100, used 100"
+    assert (asked(mock_llm, parent), asked(mock_llm, child)) == (1, 0)
+    assert ran == []
+    [(child_session, status, stop, error)] = child_runs(database_url, result.session_id)
+    assert (status, stop) == ("failed", "usage_limit")
+    assert error == ancestor_error("input_tokens limit 100, used 100", result.run_id, parent)
+    assert tool_messages(database_url, child_session) == (0, 0)
+
+
 async def test_a_grandchild_stops_at_its_grandparents_limit(
     helix, make_agent, mock_llm, database_url
 ):
