@@ -72,7 +72,8 @@ class AncestorLimits:
 
     def message(self, reached: LimitBreach) -> str:
         """The child's error: the limit, the amounts, and whose limit it is."""
-        return f"{reached.message} (the limit of ancestor run {self.run_id}, agent {self.agent_name!r})"
+        whose = f"the limit of ancestor run {self.run_id}, agent {self.agent_name!r}"
+        return f"{reached.message} ({whose})"
 
 
 @dataclass(frozen=True)

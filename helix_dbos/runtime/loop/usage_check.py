@@ -36,8 +36,8 @@ def run_limits(agent: Agent, options: RunOptions) -> list[UsageLimits]:
 def limits_for_children(
     agent: Agent, options: RunOptions, run_id: str
 ) -> tuple[AncestorLimits, ...]:
-    """What every run this one starts inherits: this run's own limits (its current
-    agent's and its execute options'), then those it inherited itself."""
+    """What this run checks, and every run it starts inherits: its own limits (its
+    current agent's and its execute options'), then those it inherited, nearest first."""
     own = tuple(AncestorLimits(run_id, agent.name, limits) for limits in run_limits(agent, options))
     return own + options.ancestor_limits
 
@@ -47,9 +47,7 @@ async def limit_reached(
 ) -> UsageLimitReached | None:
     """The first limit reached, if any (one query): the run's own over its tree first,
     then each ancestor's over that ancestor's tree, nearest first."""
-    own = run_limits(agent, options)
-    checks = [AncestorLimits(run_id, agent.name, limits) for limits in own]
-    checks += options.ancestor_limits
+    checks = limits_for_children(agent, options, run_id)  # its own, then those above it
     if not checks:
         return None
     usage = await rt.read(trees_usage, [c.run_id for c in checks])
