@@ -1,4 +1,4 @@
-"""docs/agent-controls.md as pasted: its usage-limit example runs and prints what the
+"""docs/agent-controls.md as pasted: its usage-limit examples run and print what the
 page says."""
 
 from __future__ import annotations
@@ -23,8 +23,24 @@ def test_the_usage_limits_example_runs_as_pasted(database_url, tmp_path):
         assert f"`{line}`" in PAGE
 
 
-def test_the_guardrails_example_runs_as_pasted(database_url, tmp_path):
+def test_the_ancestor_limits_example_runs_as_pasted(database_url, tmp_path):
     snippet = code_blocks(PAGE, "python")[1]
+    done = run_pasted(snippet, database_url, tmp_path, name="ancestor_limits.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == [
+        "failed usage_limit",
+        "Usage limit exceeded: requests limit 4, used 4",
+        "researcher usage_limit 3",
+        "Usage limit exceeded: requests limit 4, used 4 (the limit of ancestor run "
+        "<lead's run>, agent 'lead')",
+    ]
+    for line in printed:
+        assert f"`{line}`" in PAGE
+
+
+def test_the_guardrails_example_runs_as_pasted(database_url, tmp_path):
+    snippet = code_blocks(PAGE, "python")[2]
     done = run_pasted(snippet, database_url, tmp_path, name="guardrails.py")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
@@ -40,7 +56,7 @@ def test_the_guardrails_example_runs_as_pasted(database_url, tmp_path):
 
 
 def test_the_tool_guardrail_example_defines_a_guarded_tool():
-    snippet = code_blocks(PAGE, "python")[2]
+    snippet = code_blocks(PAGE, "python")[3]
     names: dict = {}
     exec("from helix_dbos import GuardrailResult, tool\n" + snippet, names)
     assert [g.__name__ for g in names["pay"].guardrails] == ["small_amounts"]
@@ -49,7 +65,7 @@ def test_the_tool_guardrail_example_defines_a_guarded_tool():
 
 
 def test_the_parallel_guardrail_example_runs_as_pasted(database_url, tmp_path):
-    snippet = code_blocks(PAGE, "python")[3]
+    snippet = code_blocks(PAGE, "python")[4]
     done = run_pasted(snippet, database_url, tmp_path, name="parallel_guardrail.py")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()

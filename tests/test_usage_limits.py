@@ -269,9 +269,9 @@ def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: st
 @pytest.mark.crash
 def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(database_url, tmp_path):
     """The limit is reached while the child runs; SIGKILL then; after the relaunch the
-    child finishes its call (no tool cut), and the parent ends `usage_limit` before its
-    next model call, exactly once. The parent's input guardrail, which passed before the
-    kill, is not run again."""
+    child finishes its tool call (no tool cut), stops at its parent's limit before its
+    next model call, and the parent ends `usage_limit` before its own, each exactly
+    once. The parent's input guardrail, which passed before the kill, is not run again."""
     executor = f"usage-crash-{uuid.uuid4().hex[:8]}"
     proc = spawn("start", database_url, executor, tmp_path)
     assert proc.stdout is not None
@@ -287,24 +287,62 @@ def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(databas
     outcome = json.loads(out.strip().splitlines()[-1])
     assert outcome == {
         "status": "failed",
-        "error": "Usage limit exceeded: total_tokens limit 3000, used 5200",
+        "error": "Usage limit exceeded: total_tokens limit 3000, used 5100",
         "stop_reason": "usage_limit",
     }
     assert lines(tmp_path, "guardrail.log") == ["delegate"], "a passed check is not re-run"
     assert lines(tmp_path, "llm_lead.log") == ["1"], "the lead was asked once, before the kill"
-    assert len(lines(tmp_path, "llm_worker.log")) == 2, "the child's two calls, none twice"
+    assert len(lines(tmp_path, "llm_worker.log")) == 1, "the child stopped at the lead's limit"
     assert len(lines(tmp_path, "slow.log")) == 2, "the call in flight ran again, whole"
-    [(child_status,)] = sql(
+    # Exactly one ending each: the child's one run failed at its ancestor's limit.
+    children = sql(
         database_url,
-        "SELECT r.status FROM helix.runs r JOIN helix.sessions s USING (session_id) "
-        "WHERE s.parent_session_id = %s",
+        "SELECT r.status, r.stop_reason, r.error FROM helix.runs r JOIN helix.sessions s "
+        "USING (session_id) WHERE s.parent_session_id = %s",
         session_id,
     )
-    assert child_status == "completed"
-    # The parent's sub-agent call has its one result: nothing left unanswered.
+    assert children == [
+        (
+            "failed",
+            "usage_limit",
+            f"Usage limit exceeded: total_tokens limit 3000, used 5100 (the limit of "
+            f"ancestor run {run_id}, agent 'lead')",
+        )
+    ]
+    [(runs,)] = sql(
+        database_url, "SELECT count(*) FROM helix.runs WHERE session_id = %s", session_id
+    )
+    assert runs == 1
+    # The child's slow call and the parent's sub-agent call have one result each.
     [(results,)] = sql(
         database_url,
         "SELECT count(*) FROM helix.messages WHERE session_id = %s AND role = 'tool'",
         session_id,
     )
     assert results == 1
+    [(child_results,)] = sql(
+        database_url,
+        "SELECT count(*) FROM helix.messages m JOIN helix.sessions s USING (session_id) "
+        "WHERE s.parent_session_id = %s AND m.role = 'tool'",
+        session_id,
+    )
+    assert child_results == 1
+    [(llm_rows,)] = sql(
+        database_url,
+        "SELECT count(*) FROM helix.usage u JOIN helix.sessions s USING (session_id) "
+        "WHERE (s.session_id = %s OR s.parent_session_id = %s) AND u.kind = 'llm'",
+        session_id,
+        session_id,
+    )
+    assert llm_rows == 2, "one lead call, one worker call: no model call was counted twice"
+    # One ending each in its own session's stream: a failure, never a completion.
+    endings = sql(
+        database_url,
+        "SELECT c.type, count(*) FROM helix.stream_chunks c JOIN helix.runs r "
+        "ON r.run_id = c.run_id AND r.session_id = c.session_id JOIN helix.sessions s "
+        "ON s.session_id = r.session_id WHERE (s.session_id = %s OR s.parent_session_id = %s) "
+        "AND c.type IN ('run_failed', 'run_completed', 'run_aborted') GROUP BY c.type",
+        session_id,
+        session_id,
+    )
+    assert endings == [("run_failed", 2)]

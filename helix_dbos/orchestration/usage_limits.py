@@ -3,7 +3,10 @@
 A run with `UsageLimits` is checked before each of its model calls against what its
 tree has used so far (the run's own LLM calls and those of every session below its
 session since the run started: sub-agents, companions; and the tokens its ended remote
-children reported). Kept apart from the per-model concurrency limits of `LLMConfig`
+children reported). A run's descendants (its sub-agents, the companions' turns it
+starts, theirs) check its limits too, before each of their own model calls: they are
+handed down as `AncestorLimits`, so a child stops at its ancestor's limit instead of
+spending until it ends. Kept apart from the per-model concurrency limits of `LLMConfig`
 (docs/limits.md), which queue calls rather than end runs.
 """
 
@@ -56,6 +59,21 @@ class UsageLimits:
         if unknown:
             raise ValueError(f"UsageLimits: unknown limit(s) {sorted(unknown)}")
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class AncestorLimits:
+    """An ancestor run's limits, handed down to every run below it (part of a child's
+    workflow input): the child checks them against the ancestor's tree usage."""
+
+    run_id: str
+    agent_name: str
+    limits: UsageLimits
+
+    def message(self, reached: LimitBreach) -> str:
+        """The child's error: the limit, the amounts, and whose limit it is."""
+        whose = f"the limit of ancestor run {self.run_id}, agent {self.agent_name!r}"
+        return f"{reached.message} ({whose})"
 
 
 @dataclass(frozen=True)

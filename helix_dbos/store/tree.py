@@ -8,6 +8,7 @@ indexed), with each session's depth below the one asked about.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -86,35 +87,47 @@ async def live_runs(conn: SQLConnection, session_id: str) -> list[TreeRun]:
     return [TreeRun(*r) for r in rows]
 
 
-# A run's LLM calls and those of every session below its session since it started (issue
-# 50's usage limits). `subagent` usage rows are left out: a local child's repeat its llm
-# rows. A remote child's llm rows live on its own server: its tokens, as that server
-# reported them when it ended, are on its `remote_children` row (the run's own calls, and
-# those of the sessions below since the run started), counted as tokens, not requests.
-_TREE_USAGE = (
-    "WITH RECURSIVE run AS (SELECT session_id, started_at FROM helix.runs WHERE run_id = :rid), "
-    "tree AS (SELECT s.session_id FROM helix.sessions s JOIN run r "
-    "ON s.parent_session_id = r.session_id UNION ALL SELECT s.session_id FROM "
+# Each run's LLM calls and those of every session below its session since it started
+# (issue 50's usage limits), for one run or several at once (a child checks each of its
+# limited ancestors' trees). `subagent` usage rows are left out: a local child's repeat
+# its llm rows. A remote child's llm rows live on its own server: its tokens, as that
+# server reported them when it ended, are on its `remote_children` row (the run's own
+# calls, and those of the sessions below since the run started), counted as tokens, not
+# requests. A run's own rows are in its session, never in a session below it: the two
+# parts of each sum never overlap.
+_TREES_USAGE = (
+    "WITH RECURSIVE run AS (SELECT run_id, session_id, started_at FROM helix.runs "
+    "WHERE run_id = ANY(CAST(:rids AS text[]))), "
+    "tree AS (SELECT r.run_id, s.session_id FROM helix.sessions s JOIN run r "
+    "ON s.parent_session_id = r.session_id UNION ALL SELECT t.run_id, s.session_id FROM "
     "helix.sessions s JOIN tree t ON s.parent_session_id = t.session_id), "
-    "llm AS (SELECT count(*) AS n, COALESCE(sum(u.input_tokens), 0) AS inp, "
-    "COALESCE(sum(u.output_tokens), 0) AS outp, COALESCE(sum(u.cost_usd), 0) AS cost "
-    "FROM helix.usage u WHERE u.kind = 'llm' AND "
-    "(u.run_id = :rid OR (u.session_id IN (SELECT session_id FROM tree) "
-    "AND u.created_at >= (SELECT started_at FROM run)))), "
-    "remote AS (SELECT COALESCE(sum(c.input_tokens), 0) AS inp, "
-    "COALESCE(sum(c.output_tokens), 0) AS outp FROM helix.remote_children c "
-    "WHERE c.parent_run_id = :rid OR (c.parent_session_id IN (SELECT session_id FROM tree) "
-    "AND c.created_at >= (SELECT started_at FROM run))) "
-    "SELECT llm.n, llm.inp + remote.inp, llm.outp + remote.outp, llm.cost FROM llm, remote"
+    "llm AS (SELECT u.run_id, u.input_tokens, u.output_tokens, u.cost_usd FROM helix.usage u "
+    "JOIN run r USING (run_id) WHERE u.kind = 'llm' UNION ALL SELECT t.run_id, "
+    "u.input_tokens, u.output_tokens, u.cost_usd FROM tree t JOIN run r USING (run_id) "
+    "JOIN helix.usage u ON u.session_id = t.session_id AND u.kind = 'llm' "
+    "AND u.created_at >= r.started_at), "
+    "remote AS (SELECT c.parent_run_id AS run_id, c.input_tokens, c.output_tokens "
+    "FROM helix.remote_children c JOIN run r ON c.parent_run_id = r.run_id UNION ALL "
+    "SELECT t.run_id, c.input_tokens, c.output_tokens FROM tree t JOIN run r USING (run_id) "
+    "JOIN helix.remote_children c ON c.parent_session_id = t.session_id "
+    "AND c.created_at >= r.started_at) "
+    "SELECT r.run_id, COALESCE(l.n, 0), COALESCE(l.inp, 0) + COALESCE(m.inp, 0), "
+    "COALESCE(l.outp, 0) + COALESCE(m.outp, 0), COALESCE(l.cost, 0) FROM run r "
+    "LEFT JOIN (SELECT run_id, count(*) AS n, COALESCE(sum(input_tokens), 0) AS inp, "
+    "COALESCE(sum(output_tokens), 0) AS outp, COALESCE(sum(cost_usd), 0) AS cost "
+    "FROM llm GROUP BY run_id) l USING (run_id) "
+    "LEFT JOIN (SELECT run_id, COALESCE(sum(input_tokens), 0) AS inp, "
+    "COALESCE(sum(output_tokens), 0) AS outp FROM remote GROUP BY run_id) m USING (run_id)"
 )
 
 
-async def tree_usage(conn: SQLConnection, run_id: str) -> TreeUsage:
-    """What the run and its descendants have used so far: the run's own LLM calls, those
-    recorded below its session since it started, and the tokens its remote children
-    (and theirs below) reported once they ended."""
-    row = (await conn.execute(_sql(_TREE_USAGE), {"rid": run_id})).one()
-    return TreeUsage(int(row[0]), int(row[1]), int(row[2]), Decimal(row[3]))
+async def trees_usage(conn: SQLConnection, run_ids: Sequence[str]) -> dict[str, TreeUsage]:
+    """What each run and its descendants have used so far, in one statement: the run's
+    own LLM calls, those recorded below its session since it started, and the tokens its
+    remote children (and theirs below) reported once they ended. A run without a row
+    (not opened) is missing from the answer."""
+    rows = await conn.execute(_sql(_TREES_USAGE), {"rids": list(dict.fromkeys(run_ids))})
+    return {r[0]: TreeUsage(int(r[1]), int(r[2]), int(r[3]), Decimal(r[4])) for r in rows}
 
 
 async def run_input(conn: SQLConnection, run_id: str) -> str:

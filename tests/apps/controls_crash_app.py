@@ -5,7 +5,8 @@ usage: controls_crash_app.py start|recover DATABASE_URL EXECUTOR_ID MARKER_DIR [
 
 The lead (total_tokens limit 3000) delegates to a worker sub-agent whose first model
 call uses 5000 tokens, then waits in a slow tool: the limit is reached while the child
-runs. "start" starts the lead's run and sleeps until the test SIGKILLs it in that tool;
+runs, and the child, which checks its ancestors' limits, stops before its second model
+call. "start" starts the lead's run and sleeps until the test SIGKILLs it in that tool;
 "recover" relaunches under the same executor id, waits for the lead's run to end and
 prints it. Every LLM call, tool execution and guardrail check is appended to a file in
 MARKER_DIR: the guardrail passed before the kill, so its step must not run again.

@@ -47,10 +47,10 @@ from helix_dbos.runtime.children.subagents import (
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.sessions.run_opening import AlreadyRunning, OpenRunRequest, open_run
 from helix_dbos.runtime.steps.closing import close_run
-from helix_dbos.runtime.steps.commit import StepCommit
+from helix_dbos.runtime.steps.commit import StepCommit, write_head
 from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
-from helix_dbos.runtime.steps.step_types import RunOptions, ToolOutcome
+from helix_dbos.runtime.steps.step_types import ToolOutcome
 from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.store import repository as repo
@@ -138,7 +138,7 @@ class CompanionCalls(StepChildren):
             child.run_id,
             child.session_id,
             child.agent_name,
-            RunOptions(tenant=self.tenant),
+            self.child_options(),
         )
         if failed is not None:  # its turn is closed, so nothing waits on it
             fail = failed.reason
@@ -170,6 +170,7 @@ class CompanionCalls(StepChildren):
             spawn,
             fresh,
             self.tenant,
+            self.hands_down_limits,
         )
 
     async def _interrupt(self, busy: Busy, reason: str) -> None:
@@ -262,12 +263,17 @@ async def open_companion_turn(
     spawn: bool,
     fresh: Fresh | None = None,
     tenant: str | None = None,
+    head_first: bool = False,
 ) -> Opened:
     """The body of `helix.companion_open`: find or create the named child, refuse or
     report a busy one, else open a turn with `message` in its session. The parent's
-    stream shows the call's start first (the keyed `tool_start` its step writes later)."""
+    stream shows the call's start first (the keyed `tool_start` its step writes later).
+    `head_first`: the turn checks usage limits handed down from the parent's tree, so
+    the parent's model call that asked for it is recorded first (`write_head`, keyed)."""
     if fresh is not None:
         fresh.ran = True
+    if head_first:  # the parent's run row first, as every writer locks it
+        await write_head(session, parent)
     call_id = call.id
     await repo.insert_chunks(
         session,

@@ -51,10 +51,10 @@ from helix_dbos.runtime.process.process_runtime import (
     is_transient_db_error,
 )
 from helix_dbos.runtime.sessions.run_opening import OpenRunRequest, child_ids, open_run, workflow_id
-from helix_dbos.runtime.steps.commit import StepCommit
+from helix_dbos.runtime.steps.commit import StepCommit, write_head
 from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
-from helix_dbos.runtime.steps.step_types import ChunkRecord, RunOptions, ToolOutcome
+from helix_dbos.runtime.steps.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.steps.tool_step import outside_result_hooks
 from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
 from helix_dbos.runtime.waits.hitl import (
@@ -200,6 +200,7 @@ class SubAgentDispatch(StepChildren):
                 workflow_id,
                 opening,
                 self.tenant,
+                self.hands_down_limits,
             )
         except Exception as exc:
             failures = {c.call_id: f"its session could not be opened: {exc}" for c in children}
@@ -219,7 +220,7 @@ class SubAgentDispatch(StepChildren):
                 child.run_id,
                 child.session_id,
                 child.agent_name,
-                RunOptions(tenant=self.tenant),
+                self.child_options(),
             )
             if failed is not None:
                 outcomes[child.call_id] = self._dispatch_failed(
@@ -330,6 +331,7 @@ async def open_children(
     workflow_id: str,
     fresh: Fresh | None = None,
     tenant: str | None = None,
+    head_first: bool = False,
 ) -> dict[str, str] | None:
     """The body of `helix.open_children`; returns why each undispatchable child was not
     opened, by call id, or None, opening nothing, when an interrupt for the parent's
@@ -338,7 +340,9 @@ async def open_children(
 
     Locks are taken in the order every other writer takes them (the parent's run row,
     its session row, then a child's session row and its root's): the parent's live head
-    write runs at the same time and locks its run, then its session."""
+    write runs at the same time and locks its run, then its session. `head_first`: the
+    children check usage limits handed down from this run's tree, so the parent's model
+    call that asked for them is recorded before they can start (`write_head`, keyed)."""
     if fresh is not None:
         fresh.ran = True
     if await repo.interrupt_pending(session, workflow_id):
@@ -353,6 +357,8 @@ async def open_children(
         if c.agent_name not in agents
     }
     opening = [c for c in children if c.call_id not in failures]
+    if opening and head_first:
+        await write_head(session, parent)
     if opening:
         await children_waiting(session, parent)
     await repo.insert_chunks(

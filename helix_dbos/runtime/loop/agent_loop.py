@@ -82,7 +82,7 @@ from helix_dbos.runtime.loop.step_ahead import StepAhead, TakenStep, finish_step
 from helix_dbos.runtime.loop.step_rows import conclude, log_invalid_outputs, reply_rows, tool_rows
 from helix_dbos.runtime.loop.summary_step import summary_step, summary_step_options
 from helix_dbos.runtime.loop.tool_batch import ToolBatch
-from helix_dbos.runtime.loop.usage_check import usage_limit_ending
+from helix_dbos.runtime.loop.usage_check import limits_for_children, usage_limit_ending
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.patches import AGENT_RUN, NONE_APPLIED, AppliedPatches
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime, logger
@@ -331,7 +331,14 @@ class AgentLoop:
             tripped = await tool_tripped(self.agent, calls)
             if tripped is not None:
                 return tripped_tools(commit, self.agent, calls, state, tripped)
-        batch = ToolBatch(self.rt, self.agent, commit, agent_run_workflow, self.options.tenant)
+        batch = ToolBatch(
+            self.rt,
+            self.agent,
+            commit,
+            agent_run_workflow,
+            self.options.tenant,
+            limits_for_children(self.agent, self.options, self.run_id),
+        )
         head = SlowHead(self.rt, commit)
         handoff = self._handoff  # its calls are answered in workflow code, not run
         try:

@@ -23,6 +23,7 @@ from dbos import DBOS
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.types import ToolCall
+from helix_dbos.orchestration.usage_limits import AncestorLimits
 from helix_dbos.runtime.children.companions import CompanionCalls
 from helix_dbos.runtime.children.remote_children import run_remote_children
 from helix_dbos.runtime.children.subagents import (
@@ -81,6 +82,7 @@ class ToolBatch:
         commit: StepCommit,
         workflow: AgentWorkflow,
         tenant: str | None = None,
+        ancestor_limits: tuple[AncestorLimits, ...] = (),
     ) -> None:
         self.rt = rt
         self.agent = agent
@@ -91,8 +93,9 @@ class ToolBatch:
         self.outcomes: dict[str, ToolOutcome] = {}
         self.interrupt: InterruptNotice | None = None  # a wait for a human was interrupted
         self.tenant = tenant  # the run's, which every run it starts inherits
-        self.children = SubAgentDispatch(rt, agent, commit, workflow, tenant)
-        self.companions = CompanionCalls(rt, agent, commit, workflow, tenant)
+        # The limits every run it starts checks too (this run's own, and its ancestors').
+        self.children = SubAgentDispatch(rt, agent, commit, workflow, tenant, ancestor_limits)
+        self.companions = CompanionCalls(rt, agent, commit, workflow, tenant, ancestor_limits)
 
     async def run(
         self, calls: list[ToolCall], state: dict[str, Any], *, in_order: bool, run_failed: bool

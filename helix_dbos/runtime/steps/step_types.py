@@ -16,7 +16,7 @@ from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.parts import DocumentUrl, ImageUrl, StoredBlob, attachment_names
 from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
-from helix_dbos.orchestration.usage_limits import UsageLimits
+from helix_dbos.orchestration.usage_limits import AncestorLimits, UsageLimits
 from helix_dbos.store.repository import ToolCallKind
 
 GateKind = ToolCallKind
@@ -37,6 +37,10 @@ class RunOptions:
     # `execute(usage_limits=...)`: checked before each model call, over the run's tree
     # (orchestration/usage_limits.py); the agent's own limits are checked too.
     usage_limits: UsageLimits | None = None
+    # A child's: its ancestors' limits, nearest first, checked before each of its model
+    # calls against each ancestor's tree. The workflow input is pickled: one pickled
+    # before this field existed reads the class default, `()`, "no inherited limits".
+    ancestor_limits: tuple[AncestorLimits, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in `helix.runs.options` (`tenant` is also a column of its own)."""
