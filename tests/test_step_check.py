@@ -1,9 +1,9 @@
-"""DBOS's check of each step runs without a transaction (issue 48, cut f).
+"""DBOS's check of each step runs in one statement without a transaction (issue 48).
 
 The check's two SELECTs (is the workflow cancelled? is the step recorded?) ran in a
 READ COMMITTED transaction, where each statement sees its own snapshot anyway; helix
-runs the same statements in autocommit, two round trips and a commit fewer per DBOS
-step. These tests watch the real statements on DBOS's engine and check that the
+runs them as one joined statement in autocommit, three round trips and a commit fewer
+per DBOS step. These tests watch the real statements on DBOS's engine and check that the
 answers are the same: recorded steps are found, a cancelled workflow stops.
 """
 
@@ -40,18 +40,17 @@ async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, moc
         agent=agent.name,
     )
     checks: list[tuple[str, bool]] = []  # (workflow id, a transaction was open)
+    statuses: list[str] = []  # workflow ids whose check read the status in that statement
 
     def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
-        if (
-            not statement.lstrip().startswith("SELECT")
-            or "FROM dbos.operation_outputs" not in statement
-        ):
+        if not statement.lstrip().startswith("SELECT") or "dbos.operation_outputs" not in statement:
             return
         if "function_id" not in str(parameters):
             return
         status = cursor.connection.info.transaction_status
         ids = [v for v in (parameters or {}).values() if isinstance(v, str)]
         checks.extend((i, status != psycopg.pq.TransactionStatus.IDLE) for i in ids)
+        statuses.extend(i for i in ids if "dbos.workflow_status" in statement)
 
     sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
     event.listen(sys_db.engine, "before_cursor_execute", on_statement)
@@ -63,6 +62,8 @@ async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, moc
         # three LLM steps and two tool steps at least, each checked once
         assert len(mine) >= 5, checks
         assert not any(mine), f"a step's check ran inside a transaction: {mine}"
+        # one statement a check: the record and the workflow's status (cancelled?) together
+        assert statuses.count(handle.workflow_id) == len(mine)
 
         # Outside helix's workflows (an application's own DBOS workflow), DBOS's own
         # check, in its transaction, answers the same: recorded or not.

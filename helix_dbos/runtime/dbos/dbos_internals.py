@@ -24,10 +24,14 @@ from dbos._datasource_postgres import PostgresAsyncDatasource
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
-from dbos._error import DBOSWorkflowConflictIDError
+from dbos._error import (
+    DBOSUnexpectedStepError,
+    DBOSWorkflowCancelledError,
+    DBOSWorkflowConflictIDError,
+)
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
-from dbos._sys_db import RecordedResult, WorkflowStatusInternal, db_retry
+from dbos._sys_db import RecordedResult, WorkflowStatusInternal, WorkflowStatusString, db_retry
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._tracer import dbos_tracer
 from dbos._utils import GlobalParams, generate_uuid
@@ -512,16 +516,74 @@ def install_step_checks() -> None:
         _ReplayedSteps.install(instance._sys_db)
 
 
+def _one_statement_check(sys_db: Any) -> sa.Select[Any]:
+    """DBOS's two reads of a step's check as one statement: the workflow's status, and
+    the step's record if any (a LEFT JOIN on the status row, which always exists). Built
+    once per system database from DBOS's own table objects (its schema name included)."""
+    cached: sa.Select[Any] | None = getattr(sys_db, "_helix_check_statement", None)
+    if cached is not None:
+        return cached
+    status, outputs = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
+    step = sa.and_(
+        outputs.c.workflow_uuid == status.c.workflow_uuid,
+        outputs.c.function_id == sa.bindparam("function_id"),
+    )
+    statement: sa.Select[Any] = (
+        sa.select(
+            status.c.status,
+            outputs.c.function_id,
+            outputs.c.output,
+            outputs.c.error,
+            outputs.c.function_name,
+            outputs.c.child_workflow_id,
+            outputs.c.serialization,
+        )
+        .select_from(status.outerjoin(outputs, step))
+        .where(status.c.workflow_uuid == sa.bindparam("workflow_id"))
+    )
+    sys_db._helix_check_statement = statement
+    return statement
+
+
+def _recorded_step(
+    row: Any, workflow_id: str, function_id: int, function_name: str
+) -> RecordedResult | None:
+    """What DBOS's `_check_operation_execution_txn` answers from its two reads, from the
+    one row of `_one_statement_check`: the same errors, the same record."""
+    assert row is not None, f"Error: Workflow {workflow_id} does not exist"
+    workflow_status, recorded_id, output, error, recorded_name, child_id, serialization = row
+    if workflow_status == WorkflowStatusString.CANCELLED.value:
+        raise DBOSWorkflowCancelledError(f"Workflow {workflow_id} is cancelled. Aborting function.")
+    if recorded_id is None:
+        return None
+    if function_name != recorded_name:
+        raise DBOSUnexpectedStepError(
+            workflow_id=workflow_id,
+            step_id=function_id,
+            expected_name=function_name,
+            recorded_name=recorded_name,
+        )
+    return {
+        "output": output,
+        "error": error,
+        "serialization": serialization,
+        "child_workflow_id": child_id,
+        "child_shard_key": None,  # an unsharded system database has none
+    }
+
+
 def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | None]:
-    """DBOS's check of a step (is the workflow cancelled? is the step recorded?) on an
-    autocommit connection. Its two SELECTs ran in a READ COMMITTED transaction, where
-    each statement takes its own snapshot and a SELECT holds no lock: together they
-    see nothing they would not apart, and the BEGIN and COMMIT cost two round trips and
-    a commit per step. Same statements, same answers, same retries on a lost
-    connection (DBOS's `db_retry`). Only in helix's workflows (`checks_in_autocommit`):
+    """DBOS's check of a step (is the workflow cancelled? is the step recorded?) in one
+    autocommit statement. DBOS runs two SELECTs in a READ COMMITTED transaction, where
+    each statement takes its own snapshot and a SELECT holds no lock: one statement
+    joining the two sees nothing they would not apart, and saves the BEGIN, the COMMIT
+    and the second SELECT (three round trips and a commit per step). Same answers, same
+    errors, same retries on a lost connection (DBOS's `db_retry`). Only in helix's
+    workflows (`checks_in_autocommit`), on an unsharded PostgreSQL system database:
     any other workflow of the process gets DBOS's own check (`stock`)."""
 
     stock = sys_db.check_operation_execution
+    statement = _one_statement_check(sys_db)
 
     @db_retry(sys_db=sys_db)
     def autocommit_check(
@@ -529,9 +591,10 @@ def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | No
     ) -> RecordedResult | None:
         with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
-            return sys_db._check_operation_execution_txn(  # type: ignore[no-any-return]
-                workflow_id, function_id, function_name, conn
-            )
+            row = conn.execute(
+                statement, {"workflow_id": workflow_id, "function_id": function_id}
+            ).first()
+            return _recorded_step(row, workflow_id, function_id, function_name)
 
     def check_operation_execution(
         workflow_id: str, function_id: int, function_name: str, **kwargs: Any
