@@ -10,14 +10,16 @@ answers are the same: recorded steps are found, a cancelled workflow stops.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import psycopg
+import pytest
 from dbos import DBOS
 from helpers import calls
 from sqlalchemy import event
 
 from helix_dbos import tool
-from helix_dbos.runtime.dbos import dbos_internals
+from helix_dbos.runtime.dbos import dbos_internals, step_bookkeeping
 from helix_dbos.runtime.process.event_loop import on_target_loop
 
 
@@ -104,3 +106,80 @@ async def test_a_cancelled_workflow_still_stops_at_its_next_check(helix, make_ag
     result = await asyncio.wait_for(handle.result(), timeout=30)
     assert result.status == "aborted"
     assert ran == ["1"], "no step ran after the cancellation"
+
+
+async def test_each_step_record_is_one_statement_outside_a_transaction(helix, make_agent, mock_llm):
+    agent = make_agent(tools=[echo])
+    mock_llm.add_responses(calls(("a", "echo", {"text": "1"})), text("done"), agent=agent.name)
+    records: list[tuple[str, bool]] = []  # (statement, a transaction was open)
+
+    def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "dbos.operation_outputs" in statement and "INSERT" in statement:
+            status = cursor.connection.info.transaction_status
+            records.append((statement, status != psycopg.pq.TransactionStatus.IDLE))
+
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    event.listen(sys_db.engine, "before_cursor_execute", on_statement)
+    try:
+        handle = await helix.execute(agent, "go")
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    finally:
+        event.remove(sys_db.engine, "before_cursor_execute", on_statement)
+    mine = [in_tx for statement, in_tx in records if "FOR NO KEY UPDATE" in statement]
+    assert len(mine) >= 3, records  # two LLM steps and a tool step, each recorded once
+    assert not any(mine), "a step's record ran inside a transaction"
+
+
+def _record_in_a_helix_workflow(sys_db, result, **kwargs) -> None:
+    """`record_operation_result` as a helix workflow's step calls it."""
+
+    def record() -> None:
+        dbos_internals.checks_in_autocommit()
+        sys_db.record_operation_result(result, **kwargs)
+
+    contextvars.copy_context().run(record)
+
+
+async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
+    helix, make_agent, mock_llm, database_url
+):
+    agent = make_agent()
+    mock_llm.add_responses(text("done"), agent=agent.name)
+    handle = await helix.execute(agent, "go")
+    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    wid = handle.workflow_id
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    owner = "the-owner"  # an ended workflow has none: as if an execution held it
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE dbos.workflow_status SET owner_xid = %s WHERE workflow_uuid = %s",
+            (owner, wid),
+        )
+
+    def result(function_id: int) -> dict:
+        return {
+            "workflow_uuid": wid,
+            "function_id": function_id,
+            "function_name": "probe",
+            "output": '"x"',
+            "error": None,
+            "serialization": None,
+            "started_at_epoch_ms": 1,
+            "child_workflow_id": None,
+        }
+
+    # Another execution's token: refused, nothing written (DBOS's fence).
+    with pytest.raises(step_bookkeeping.DBOSWorkflowConflictIDError):
+        _record_in_a_helix_workflow(sys_db, result(9_001), owner_xid="not-the-owner")
+    # The owner's write, then its retry with the same time: one row; another time: refused.
+    _record_in_a_helix_workflow(sys_db, result(9_002), owner_xid=owner, completed_at_epoch_ms=5)
+    _record_in_a_helix_workflow(sys_db, result(9_002), owner_xid=owner, completed_at_epoch_ms=5)
+    with pytest.raises(step_bookkeeping.DBOSStepNondeterminismError):
+        _record_in_a_helix_workflow(sys_db, result(9_002), owner_xid=owner, completed_at_epoch_ms=6)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT function_id, output, completed_at_epoch_ms, retention_timestamp > 0 "
+            "FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_id > 9000",
+            (wid,),
+        ).fetchall()
+    assert rows == [(9_002, '"x"', 5, True)]

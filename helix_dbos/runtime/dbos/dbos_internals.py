@@ -1,8 +1,9 @@
-"""The one module that reads DBOS's private state.
+"""The module that reads DBOS's private state.
 
 DBOS 3.4 has no public API for these few facts; each function says what it
 needs and why. Ruff's banned-API rule (TID251) forbids `dbos._*` imports
-everywhere else, so an upgrade of DBOS has one file to check.
+everywhere else but in `step_bookkeeping.py` beside it (DBOS's per-step check and
+record, one statement each), so an upgrade of DBOS has two files to check.
 """
 
 from __future__ import annotations
@@ -24,18 +25,19 @@ from dbos._datasource_postgres import PostgresAsyncDatasource
 from dbos._error import (  # raised by DBOS.send to a workflow that does not exist (yet)
     DBOSNonExistentWorkflowError as DBOSNonExistentWorkflowError,
 )
-from dbos._error import (
-    DBOSUnexpectedStepError,
-    DBOSWorkflowCancelledError,
-    DBOSWorkflowConflictIDError,
-)
+from dbos._error import DBOSWorkflowConflictIDError
 from dbos._queue import QueueRateLimit as QueueRateLimit  # a TypedDict DBOS does not export
 from dbos._serialization import DBOSDefaultSerializer, serialize_value
-from dbos._sys_db import RecordedResult, WorkflowStatusInternal, WorkflowStatusString, db_retry
+from dbos._sys_db import RecordedResult, WorkflowStatusInternal
 from dbos._sys_db_postgres import PostgresSystemDatabase
 from dbos._tracer import dbos_tracer
 from dbos._utils import GlobalParams, generate_uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from helix_dbos.runtime.dbos.step_bookkeeping import (
+    check_in_one_statement,
+    install_one_statement_records,
+)
 
 # A BaseException, so no `except Exception` in helix catches it: raised where an
 # execution finds its workflow owned by another, DBOS parks the execution.
@@ -509,100 +511,13 @@ def checks_in_autocommit() -> None:
 
 
 def install_step_checks() -> None:
-    """From launch on, DBOS's check of each step of a helix workflow runs without a
-    transaction (and replayed steps are answered from memory, `_ReplayedSteps`)."""
+    """From launch on, DBOS's check and record of each step of a helix workflow are one
+    autocommit statement each (`step_bookkeeping.py`), and replayed steps are answered
+    from memory (`_ReplayedSteps`)."""
     instance = _dbos_module._dbos_global_instance
     if instance is not None and _unsharded_postgres(instance._sys_db):
         _ReplayedSteps.install(instance._sys_db)
-
-
-def _one_statement_check(sys_db: Any) -> sa.Select[Any]:
-    """DBOS's two reads of a step's check as one statement: the workflow's status, and
-    the step's record if any (a LEFT JOIN on the status row, which always exists). Built
-    once per system database from DBOS's own table objects (its schema name included)."""
-    cached: sa.Select[Any] | None = getattr(sys_db, "_helix_check_statement", None)
-    if cached is not None:
-        return cached
-    status, outputs = sys_db.tables.workflow_status, sys_db.tables.operation_outputs
-    step = sa.and_(
-        outputs.c.workflow_uuid == status.c.workflow_uuid,
-        outputs.c.function_id == sa.bindparam("function_id"),
-    )
-    statement: sa.Select[Any] = (
-        sa.select(
-            status.c.status,
-            outputs.c.function_id,
-            outputs.c.output,
-            outputs.c.error,
-            outputs.c.function_name,
-            outputs.c.child_workflow_id,
-            outputs.c.serialization,
-        )
-        .select_from(status.outerjoin(outputs, step))
-        .where(status.c.workflow_uuid == sa.bindparam("workflow_id"))
-    )
-    sys_db._helix_check_statement = statement
-    return statement
-
-
-def _recorded_step(
-    row: Any, workflow_id: str, function_id: int, function_name: str
-) -> RecordedResult | None:
-    """What DBOS's `_check_operation_execution_txn` answers from its two reads, from the
-    one row of `_one_statement_check`: the same errors, the same record."""
-    assert row is not None, f"Error: Workflow {workflow_id} does not exist"
-    workflow_status, recorded_id, output, error, recorded_name, child_id, serialization = row
-    if workflow_status == WorkflowStatusString.CANCELLED.value:
-        raise DBOSWorkflowCancelledError(f"Workflow {workflow_id} is cancelled. Aborting function.")
-    if recorded_id is None:
-        return None
-    if function_name != recorded_name:
-        raise DBOSUnexpectedStepError(
-            workflow_id=workflow_id,
-            step_id=function_id,
-            expected_name=function_name,
-            recorded_name=recorded_name,
-        )
-    return {
-        "output": output,
-        "error": error,
-        "serialization": serialization,
-        "child_workflow_id": child_id,
-        "child_shard_key": None,  # an unsharded system database has none
-    }
-
-
-def _check_without_transaction(sys_db: Any) -> Callable[..., RecordedResult | None]:
-    """DBOS's check of a step (is the workflow cancelled? is the step recorded?) in one
-    autocommit statement. DBOS runs two SELECTs in a READ COMMITTED transaction, where
-    each statement takes its own snapshot and a SELECT holds no lock: one statement
-    joining the two sees nothing they would not apart, and saves the BEGIN, the COMMIT
-    and the second SELECT (three round trips and a commit per step). Same answers, same
-    errors, same retries on a lost connection (DBOS's `db_retry`). Only in helix's
-    workflows (`checks_in_autocommit`), on an unsharded PostgreSQL system database:
-    any other workflow of the process gets DBOS's own check (`stock`)."""
-
-    stock = sys_db.check_operation_execution
-    statement = _one_statement_check(sys_db)
-
-    @db_retry(sys_db=sys_db)
-    def autocommit_check(
-        workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
-    ) -> RecordedResult | None:
-        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            row = conn.execute(
-                statement, {"workflow_id": workflow_id, "function_id": function_id}
-            ).first()
-            return _recorded_step(row, workflow_id, function_id, function_name)
-
-    def check_operation_execution(
-        workflow_id: str, function_id: int, function_name: str, **kwargs: Any
-    ) -> RecordedResult | None:
-        check = autocommit_check if _checks_in_autocommit.get() else stock
-        return check(workflow_id, function_id, function_name, **kwargs)
-
-    return check_operation_execution
+        install_one_statement_records(instance._sys_db, _checks_in_autocommit)
 
 
 class _ReplayedSteps:
@@ -632,7 +547,7 @@ class _ReplayedSteps:
             return existing
         replayed = cls()
         check = (
-            _check_without_transaction(sys_db)
+            check_in_one_statement(sys_db, _checks_in_autocommit)
             if _unsharded_postgres(sys_db)
             else sys_db.check_operation_execution
         )
