@@ -17,11 +17,11 @@ execution and LLM call is appended to a file in MARKER_DIR.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import uvicorn
+from app_marks import marker
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -33,11 +33,7 @@ child_url = sys.argv[6] if len(sys.argv) > 6 else "http://127.0.0.1:9"
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
