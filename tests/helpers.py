@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from helix_dbos import tool
+from helix_dbos.orchestration.types import ToolCall, ToolCallsStepResult
 from helix_dbos.store.database import libpq_url
 
 if TYPE_CHECKING:
@@ -96,16 +97,29 @@ def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def calls(*items: tuple[str, str, dict[str, Any]], content: str | None = None) -> dict[str, Any]:
+def calls(
+    *items: tuple[str, str, dict[str, Any]],
+    content: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A scripted LLM response (`MockLLM.add_responses`) that calls tools: (id, name, arguments)
-    each, with assistant text beside them when `content` is given."""
+    each, with assistant text beside them when `content` is given, and its `usage`."""
     response: dict[str, Any] = {
         "type": "tool_calls",
         "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
     }
     if content:
         response["content"] = content
+    if usage is not None:
+        response["usage"] = usage
     return response
+
+
+def step_calls(*items: tuple[str, str, Any], **extra: Any) -> ToolCallsStepResult:
+    """The same as a parsed `StepResult`: (id, name, arguments) each, `extra` its fields."""
+    return ToolCallsStepResult(
+        tool_calls=[ToolCall(id=i, name=n, arguments=a) for i, n, a in items], **extra
+    )
 
 
 async def wait_until_waiting(
