@@ -22,6 +22,7 @@ from pathlib import Path
 
 import uvicorn
 from app_marks import marker
+from scripted import call
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -43,13 +44,6 @@ async def slow(topic: str) -> str:
     while not topic.startswith("fast") and not (markers / f"release_{topic}").exists():
         await asyncio.sleep(0.05)
     return f"read about {topic}"
-
-
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
 
 
 def respond(request: LLMRequest) -> dict:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app_marks import marker
 from crash_main import LIVE_OR_PAUSED, crash_main
+from scripted import call
 
 from helix_dbos import (
     Agent,
@@ -70,13 +71,6 @@ async def wait_for_critic(session_id: str) -> str:
     while (await helix.get_session(session_id)).status != "completed":
         await asyncio.sleep(0.05)
     return "critic done"
-
-
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
 
 
 def companion_lead(request: LLMRequest, results: list) -> dict:
