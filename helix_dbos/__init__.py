@@ -8,10 +8,9 @@ them (a read command answers in a fraction of a second).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from helix_dbos import moved_modules, named_tools
+from helix_dbos import lazy_names, moved_modules, named_tools
 
 # Runs checkpointed before issue 47's layout name moved modules in their pickles.
 moved_modules.install()
@@ -417,14 +416,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module that defines `name` on first use, and keep the name here."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'helix_dbos' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names.lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

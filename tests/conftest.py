@@ -331,3 +331,33 @@ async def browser_page() -> AsyncIterator[tuple[Any, list[str]]]:
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         yield page, errors
         await browser.close()
+
+
+@pytest.fixture
+def wire_provider() -> Iterator[dict[str, Any]]:
+    """`openai-wire:` and `anthropic-wire:` providers over recording transports (the
+    provider tests in tests/llm/): a test puts a `wire.Recorder` under "openai" or
+    "anthropic" before its run calls the model. Here, not in a tests/llm/conftest.py: a
+    second `conftest` module would shadow this one for `from conftest import ...`."""
+    import httpx  # noqa: PLC0415 - the SDKs load only for the tests that use them
+    import httpx2  # noqa: PLC0415
+
+    from helix_dbos.llm.anthropic import AnthropicAdapter  # noqa: PLC0415
+    from helix_dbos.llm.openai import OpenAIAdapter  # noqa: PLC0415
+    from helix_dbos.llm.providers import register_provider, unregister_provider  # noqa: PLC0415
+
+    state: dict[str, Any] = {}
+
+    def openai_factory(model: str, **_: Any) -> OpenAIAdapter:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(state["openai"].handle))
+        return OpenAIAdapter(model, api_key="sk-test", http_client=client)
+
+    def anthropic_factory(model: str, **_: Any) -> AnthropicAdapter:
+        client = httpx2.AsyncClient(transport=httpx2.MockTransport(state["anthropic"].handle))
+        return AnthropicAdapter(model, api_key="sk-ant-test", http_client=client)
+
+    register_provider("openai-wire", openai_factory)
+    register_provider("anthropic-wire", anthropic_factory)
+    yield state
+    unregister_provider("openai-wire")
+    unregister_provider("anthropic-wire")

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 import pytest
+from scripted import calls, text  # noqa: F401 - the tests take them from here
 
 from helix_dbos import tool
+from helix_dbos.orchestration.types import ToolCall, ToolCallsStepResult
 from helix_dbos.store.database import libpq_url
 
 if TYPE_CHECKING:
@@ -66,8 +68,8 @@ def in_terminal(
         chunks.append(data)
     os.close(master)
     code = proc.wait(timeout=120)
-    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
-    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
+    shown = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", shown)
 
 
 def has_pgvector(database_url: str) -> bool:
@@ -96,16 +98,11 @@ def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def calls(*items: tuple[str, str, dict[str, Any]], content: str | None = None) -> dict[str, Any]:
-    """A scripted LLM response (`MockLLM.add_responses`) that calls tools: (id, name, arguments)
-    each, with assistant text beside them when `content` is given."""
-    response: dict[str, Any] = {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-    if content:
-        response["content"] = content
-    return response
+def step_calls(*items: tuple[str, str, Any], **extra: Any) -> ToolCallsStepResult:
+    """The same as a parsed `StepResult`: (id, name, arguments) each, `extra` its fields."""
+    return ToolCallsStepResult(
+        tool_calls=[ToolCall(id=i, name=n, arguments=a) for i, n, a in items], **extra
+    )
 
 
 async def wait_until_waiting(
@@ -188,11 +185,6 @@ def messages_to(database_url: str, run_id: str) -> int:
         "(SELECT workflow_id FROM helix.runs WHERE run_id = %s)",
         run_id,
     )[0][0]
-
-
-def text(content: str) -> dict[str, Any]:
-    """A scripted model reply that ends with text."""
-    return {"type": "text", "content": content}
 
 
 async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

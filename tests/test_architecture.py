@@ -29,7 +29,7 @@ IMPURE = ("dbos", "sqlalchemy", "psycopg", "anthropic", "openai", "fastapi", "st
 # `__init__` is the top. docs/internals.md ("Code layout") says what each one holds.
 RANKS: dict[str, int] = {
     **dict.fromkeys(("errors", "log_events", "orchestration", "moved_modules", "named_tools",
-                     "api"), 0),
+                     "lazy_names", "api"), 0),
     **dict.fromkeys(("definitions", "llm", "streaming", "client"), 1),
     "store": 2,
     "runtime": 3,

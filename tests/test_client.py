@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from docs_text import code_blocks, section
-from helpers import sql
+from helpers import calls as llm_calls
+from helpers import sql, text
 from live_server import serve
 from tcp_proxy import CuttableProxy
 
@@ -43,17 +44,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
-
-
-def text(content: str) -> dict:
-    return {"type": "text", "content": content}
-
-
 @pytest.fixture(scope="module")
 def base_url(helix):
     with serve(create_app(helix, allow_unauthenticated=True, keepalive_seconds=0.3)) as url:
@@ -75,7 +65,7 @@ def approval_agent(make_agent, mock_llm, ran: list[str]):
 
     agent = make_agent(tools=[delete_file])
     mock_llm.add_responses(
-        call("d1", "delete_file", {"path": "/tmp/x"}), text("Deleted."), agent=agent.name
+        llm_calls(("d1", "delete_file", {"path": "/tmp/x"})), text("Deleted."), agent=agent.name
     )
     return agent
 
@@ -209,7 +199,7 @@ def test_stream_resumes_after_a_dropped_connection(base_url, make_agent, mock_ll
         return "open"
 
     agent = make_agent(tools=[gate])
-    mock_llm.add_responses(call("g", "gate", {}), text("after the gate"), agent=agent.name)
+    mock_llm.add_responses(llm_calls(("g", "gate", {})), text("after the gate"), agent=agent.name)
     port = int(base_url.rsplit(":", 1)[1])
     proxy = CuttableProxy(f"postgresql://u@127.0.0.1:{port}/unused")
     try:

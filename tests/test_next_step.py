@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from helpers import step_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -31,7 +32,6 @@ from helix_dbos.orchestration.types import (
     ErrorStepResult,
     StepResult,
     TextStepResult,
-    ToolCall,
     ToolCallsStepResult,
 )
 
@@ -64,11 +64,7 @@ def text(content: str = "hi", stop_reason: str = "end_turn") -> TextStepResult:
 
 
 def calls(*names_and_args: tuple[str, dict[str, Any]]) -> ToolCallsStepResult:
-    return ToolCallsStepResult(
-        tool_calls=[
-            ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(names_and_args)
-        ]
-    )
+    return step_calls(*((f"c{i}", n, a) for i, (n, a) in enumerate(names_and_args)))
 
 
 TOOL_STEP = plan_of(calls(("search", {})))

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from helpers import step_calls
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from helix_dbos.orchestration.completion import (
@@ -74,12 +75,6 @@ def validator(model: type[BaseModel]):
         return model.model_validate(value).model_dump(mode="json")
 
     return validate
-
-
-def calls(*items: tuple[str, str, Any], **extra: Any) -> ToolCallsStepResult:
-    return ToolCallsStepResult(
-        tool_calls=[ToolCall(id=i, name=n, arguments=a) for i, n, a in items], **extra
-    )
 
 
 # --- types --------------------------------------------------------------------
@@ -166,7 +161,7 @@ def test_text_plan_keeps_thinking() -> None:
 
 
 def test_tool_calls_plan_lists_every_call_as_pending() -> None:
-    step = calls(
+    step = step_calls(
         ("tc1", "search", {"query": "test"}),
         ("tc2", "fetch", {"url": "https://example.com"}),
         content="Let me look.",
@@ -197,7 +192,7 @@ def test_tool_calls_plan_carries_sub_agent_calls() -> None:
 
 
 def test_finish_plan_is_terminal_with_output_and_nothing_to_run() -> None:
-    step = calls(("tc1", FINISH_TOOL_NAME, {"result": "done"}))
+    step = step_calls(("tc1", FINISH_TOOL_NAME, {"result": "done"}))
     plan = plan_step_processing(step, mode=FINISH_MODE, validate_output=validator(Result))
     assert plan.pending_tool_calls == []
     assert plan.pending_sub_agent_calls == []
@@ -215,7 +210,7 @@ def test_finish_plan_is_terminal_with_output_and_nothing_to_run() -> None:
 
 def test_finish_is_detected_without_options() -> None:
     """Seed 001 test 'detects __finish__ tool'."""
-    plan = plan_step_processing(calls(("t1", FINISH_TOOL_NAME, {"done": True})))
+    plan = plan_step_processing(step_calls(("t1", FINISH_TOOL_NAME, {"done": True})))
     assert plan.is_terminal is True
     assert plan.pending_tool_calls == []
     assert plan.output == {"done": True}
@@ -224,7 +219,7 @@ def test_finish_is_detected_without_options() -> None:
 def test_finish_is_excluded_from_pending_tools() -> None:
     """Seed 001 test 'excludes __finish__ from pending tools'."""
     plan = plan_step_processing(
-        calls(("t1", "search", {}), ("t2", FINISH_TOOL_NAME, {})),
+        step_calls(("t1", "search", {}), ("t2", FINISH_TOOL_NAME, {})),
     )
     assert plan.pending_tool_calls == []
     assert plan.is_terminal is True
@@ -259,7 +254,7 @@ def test_valid_finish_drops_other_calls_from_the_assistant_plan() -> None:
 
 
 def test_finish_output_is_the_validated_value() -> None:
-    step = calls(("f", FINISH_TOOL_NAME, {"sentiment": "positive", "confidence": "0.95"}))
+    step = step_calls(("f", FINISH_TOOL_NAME, {"sentiment": "positive", "confidence": "0.95"}))
     plan = plan_step_processing(step, mode=FINISH_MODE, validate_output=validator(Sentiment))
     assert plan.output == {"sentiment": "positive", "confidence": 0.95}
     assert plan.status_update is not None
@@ -267,7 +262,7 @@ def test_finish_output_is_the_validated_value() -> None:
 
 
 def test_invalid_finish_returns_an_error_and_keeps_other_calls_pending() -> None:
-    step = calls(
+    step = step_calls(
         ("t1", "search", {"query": "x"}),
         ("f1", FINISH_TOOL_NAME, {"sentiment": "positive", "confidence": "very"}),
     )
@@ -286,7 +281,7 @@ def test_invalid_finish_returns_an_error_and_keeps_other_calls_pending() -> None
 
 
 def test_invalid_finish_with_missing_field_names_it_and_lists_every_finish_call() -> None:
-    step = calls(("f1", FINISH_TOOL_NAME, {"sentiment": "ok"}), ("f2", FINISH_TOOL_NAME, {}))
+    step = step_calls(("f1", FINISH_TOOL_NAME, {"sentiment": "ok"}), ("f2", FINISH_TOOL_NAME, {}))
     plan = plan_step_processing(step, mode=FINISH_MODE, validate_output=validator(Sentiment))
     assert plan.finish_error is not None
     assert "confidence" in plan.finish_error
@@ -460,7 +455,9 @@ def test_text_without_completion_tool_completes_on_normal_stop_reasons(
 )
 def test_determine_final_status_for_every_stop_reason(stop_reason: str | None, status: str) -> None:
     assert determine_final_status(TextStepResult(content="x", stop_reason=stop_reason)) == status  # type: ignore[arg-type]
-    assert determine_final_status(calls(("t", "search", {}), stop_reason=stop_reason)) == status
+    assert (
+        determine_final_status(step_calls(("t", "search", {}), stop_reason=stop_reason)) == status
+    )
     assert (
         determine_final_status(StructuredOutputStepResult(output=1, stop_reason=stop_reason))  # type: ignore[arg-type]
         == status
@@ -503,8 +500,8 @@ def test_should_stop_execution_priority_order() -> None:
 def test_should_stop_execution_continues_when_nothing_applies() -> None:
     assert not should_stop_execution(ErrorStepResult(error="e", should_stop=False), 0)
     assert not should_stop_execution(TextStepResult(content="x", should_stop=False), 3)
-    assert not should_stop_execution(calls(("t", "search", {})), 9, max_steps=10)
-    assert should_stop_execution(calls(("t", "search", {})), 11, max_steps=10)
+    assert not should_stop_execution(step_calls(("t", "search", {})), 9, max_steps=10)
+    assert should_stop_execution(step_calls(("t", "search", {})), 11, max_steps=10)
 
 
 def test_should_stop_execution_custom_stop_when_gets_the_result() -> None:
@@ -655,7 +652,7 @@ def test_synthesize_finish_tool_result_is_the_fixed_sentinel() -> None:
 
 
 def test_finish_step_produces_the_seed_001_committed_history() -> None:
-    step = calls(("tc1", FINISH_TOOL_NAME, {"result": "done"}))
+    step = step_calls(("tc1", FINISH_TOOL_NAME, {"result": "done"}))
     plan = plan_step_processing(step, mode=FINISH_MODE, validate_output=validator(Result))
     assert plan.assistant_message_plan is not None
     history = [create_assistant_message(plan.assistant_message_plan)] + [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers import calls
 
 pytest.importorskip("opentelemetry.sdk")
 
@@ -50,11 +51,8 @@ def add(a: int, b: int) -> int:
 
 
 def tool_call(call_id: str, a: int, b: int) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": "add", "arguments": {"a": a, "b": b}}],
-        "usage": {"model": "gpt-4o-2024-08-06", "input_tokens": 120, "output_tokens": 7},
-    }
+    usage = {"model": "gpt-4o-2024-08-06", "input_tokens": 120, "output_tokens": 7}
+    return calls((call_id, "add", {"a": a, "b": b}), usage=usage)
 
 
 async def test_a_run_is_an_invoke_agent_span_over_its_chat_and_tool_spans(

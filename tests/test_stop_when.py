@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import sql
+from helpers import calls, sql
 from pydantic import BaseModel
 
 from helix_dbos import MockLLM, ToolContext, tool
@@ -28,11 +28,7 @@ def hit(ctx: ToolContext) -> int:
 
 
 def hit_call(call_id: str, content: str | None = None) -> dict:
-    return {
-        "type": "tool_calls",
-        "content": content,
-        "tool_calls": [{"id": call_id, "name": "hit", "arguments": {}}],
-    }
+    return calls((call_id, "hit", {}), content=content)
 
 
 async def test_stop_when_sees_the_state_after_the_step_and_ends_the_run(

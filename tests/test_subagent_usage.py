@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from helpers import sql
+from helpers import calls, sql
 
 from helix_dbos import sub_agent_tool, tool
 from tests.docs_text import TEXT
@@ -29,14 +29,6 @@ def usage(input_tokens: int, output_tokens: int, cache_read_tokens: int = 0) -> 
 
 def text(content: str, tokens: dict) -> dict:
     return {"type": "text", "content": content, "usage": tokens}
-
-
-def calls(tokens: dict, *items: tuple[str, str, dict]) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-        "usage": tokens,
-    }
 
 
 def spent(database_url: str, session_id: str) -> tuple[int, ...]:
@@ -83,12 +75,12 @@ async def test_a_subagent_row_rolls_up_the_grandchildrens_tokens(
     child = make_agent(tools=[sub_agent_tool(grandchild, name="deep")])
     root = make_agent(tools=[sub_agent_tool(child, name="mid")])
     mock_llm.add_responses(
-        calls(usage(1, 2), ("m", "subagent__mid", {"message": "go deeper"})),
+        calls(("m", "subagent__mid", {"message": "go deeper"}), usage=usage(1, 2)),
         text("top", usage(3, 4)),
         agent=root.name,
     )
     mock_llm.add_responses(
-        calls(usage(100, 20, 10), ("d", "subagent__deep", {"message": "deepest"})),
+        calls(("d", "subagent__deep", {"message": "deepest"}), usage=usage(100, 20, 10)),
         text("mid", usage(300, 40)),
         agent=child.name,
     )
@@ -135,20 +127,20 @@ async def test_failed_and_interrupted_children_roll_up_the_tokens_they_spent(
     root = make_agent(tools=[sub_agent_tool(flaky, name="flaky"), sub_agent_tool(writer)])
     mock_llm.add_responses(
         calls(
-            usage(1, 2),
             ("f", "subagent__flaky", {"message": "try"}),
             ("w", f"subagent__{writer.name}", {"message": "post it"}),
+            usage=usage(1, 2),
         ),
         text("both helpers stopped", usage(3, 4)),
         agent=root.name,
     )
     mock_llm.add_responses(
-        calls(usage(700, 80, 9), ("n", "note", {"value": "first"})),
+        calls(("n", "note", {"value": "first"}), usage=usage(700, 80, 9)),
         {"type": "error", "error": "provider exploded", "usage": usage(20, 1)},
         agent=flaky.name,
     )
     mock_llm.add_response(
-        calls(usage(6_000, 500, 40), ("p", "publish", {"post": "hello"})), agent=writer.name
+        calls(("p", "publish", {"post": "hello"}), usage=usage(6_000, 500, 40)), agent=writer.name
     )
 
     handle = await helix.execute(root, "delegate")

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from helpers import sql
+from helpers import calls, sql
 
 from helix_dbos import ToolContext, tool
 
@@ -57,11 +57,9 @@ def refused(database_url: str) -> Iterator[str]:
     sql(database_url, f"DROP FUNCTION {fn}()")
 
 
-def calls(*names: str) -> dict[str, object]:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": f"c{i}", "name": n, "arguments": {}} for i, n in enumerate(names)],
-    }
+def calls_to(*names: str) -> dict[str, object]:
+    """Calls of `names` without arguments, ids c0, c1..."""
+    return calls(*((f"c{i}", n, {}) for i, n in enumerate(names)))
 
 
 def slow_tools(word: str = "fine"):  # type: ignore[no-untyped-def]
@@ -82,7 +80,7 @@ def slow_tools(word: str = "fine"):  # type: ignore[no-untyped-def]
 async def test_the_model_fails_after_a_steps_rows(helix, make_agent, mock_llm, database_url):
     """The model's next call fails for good: the rows went ahead of it, paired."""
     agent = make_agent(tools=list(slow_tools()))
-    mock_llm.add_responses(calls("slow", "quick"), agent=agent.name)  # then nothing: it fails
+    mock_llm.add_responses(calls_to("slow", "quick"), agent=agent.name)  # then nothing: it fails
     handle = await helix.execute(agent, "go")
     result = await asyncio.wait_for(handle.result(), timeout=60)
     assert result.status == "failed" and "LLM call failed" in (result.error or "")
@@ -104,7 +102,7 @@ async def test_an_interrupt_while_a_steps_rows_are_in_memory(
         return "slow"
 
     agent = make_agent(tools=[slow])
-    mock_llm.add_responses(calls("slow", "slow"), agent=agent.name)
+    mock_llm.add_responses(calls_to("slow", "slow"), agent=agent.name)
     handle = await helix.execute(agent, "go")
     assert await asyncio.to_thread(started.wait, 30)
     await helix.interrupt(handle.session_id, reason="stop")
@@ -120,7 +118,7 @@ async def test_a_write_ahead_the_database_refuses(
     and its end pairs both calls with an error. Before: two calls without a result."""
     agent = make_agent(tools=list(slow_tools(refused)))
     mock_llm.add_responses(
-        calls("slow", "quick"), {"type": "text", "content": "x"}, agent=agent.name
+        calls_to("slow", "quick"), {"type": "text", "content": "x"}, agent=agent.name
     )
     handle = await helix.execute(agent, "go")
     result = await asyncio.wait_for(handle.result(), timeout=60)
@@ -152,7 +150,7 @@ async def test_a_final_write_the_database_refuses(
         return "submitted"
 
     agent = make_agent(tools=[slow, submit])
-    mock_llm.add_responses(calls("slow", "submit"), agent=agent.name)
+    mock_llm.add_responses(calls_to("slow", "submit"), agent=agent.name)
     handle = await helix.execute(agent, "go")
     result = await asyncio.wait_for(handle.result(), timeout=60)
     assert result.status == "failed"

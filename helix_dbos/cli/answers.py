@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import json
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from helix_dbos.api.answers import ClientResult, verdict
-from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Reason, Session, resolve_url
+from helix_dbos.cli.common import (
+    CLIError,
+    DatabaseUrl,
+    Json,
+    Reason,
+    Session,
+    json_option,
+    resolve_url,
+)
 from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import print_json
 from helix_dbos.cli.visible import escape_invisible
@@ -116,12 +123,7 @@ def submit(
     """Hand in a client tool's result (--result JSON) or its error (--error TEXT)."""
     if (result is None) == (error is None):
         raise CLIError("pass exactly one of --result JSON or --error TEXT")
-    value: Any = None
-    if result is not None:
-        try:
-            value = json.loads(result)
-        except json.JSONDecodeError as exc:
-            raise CLIError(f"--result is not valid JSON: {exc}") from exc
+    value = json_option(result, "--result")
     with remote(database_url, session) as (control, full):
         target = control.answer(full, call, ClientResult(value, error))
     what = "an error" if error is not None else "the result"

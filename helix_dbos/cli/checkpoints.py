@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import psycopg
 import typer
 
-from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Session, resolve_url
+from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, Session, json_option, resolve_url
 from helix_dbos.cli.ids import resolve
 from helix_dbos.cli.output import Column, print_json, print_table
 from helix_dbos.store.database import connect, libpq_url
@@ -139,14 +139,9 @@ def fork(
 ) -> int:
     """Create a new session from a checkpoint (the source is untouched); continue it with
     `helix-dbos resume NEW_SESSION --app ...`."""
-    value: Any = None
-    if state is not None:
-        try:
-            value = json.loads(state)
-        except json.JSONDecodeError as exc:
-            raise CLIError(f"--state is not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise CLIError("--state must be a JSON object")
+    value = json_option(state, "--state")
+    if state is not None and not isinstance(value, dict):
+        raise CLIError("--state must be a JSON object")
     url = resolve_url(database_url)
     session = _session(url, session)
     new = _run(url, lambda tt: tt.fork(session, at, state=value, new_session_id=new_session))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -37,6 +38,16 @@ TOKEN_ENV = "HELIX_SERVER_TOKEN"
 
 class CLIError(Exception):
     """A usage problem main() reports as one line on stderr (exit 2)."""
+
+
+def json_option(text: str | None, option: str) -> Any:
+    """An option's JSON value (None when not given); bad JSON is a usage error."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{option} is not valid JSON: {exc}") from exc
 
 
 DatabaseUrl = Annotated[

@@ -178,6 +178,20 @@ def print_table(
     print_renderable(build_table(rows, columns, width=width, terminal=terminal))
 
 
+def print_rows(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], *, json_output: bool, empty: str
+) -> int:
+    """A listing as JSON (`--json`), as a table, or `empty` when there is nothing; the
+    command's exit code."""
+    if json_output:
+        print_json(rows)
+    elif not rows:
+        print(empty)
+    else:
+        print_table(rows, columns)
+    return 0
+
+
 def print_renderable(renderable: RenderableType) -> None:
     """On a terminal, fitted to its width; piped, unwrapped and without trailing spaces."""
     if sys.stdout.isatty():

@@ -18,7 +18,7 @@ from helix_dbos.cli.common import (
     read_connection,
     require_session,
 )
-from helix_dbos.cli.output import Column, print_json, print_table
+from helix_dbos.cli.output import Column, print_rows
 from helix_dbos.orchestration.double_texting import Waiting, positions
 from helix_dbos.server import queries
 from helix_dbos.server.queries import Query
@@ -79,13 +79,8 @@ def queue(
     if cancel is not None and not json_output:
         print(f"Cancelled message {cancel} of session {session}.")
         return 0
-    if json_output:
-        print_json(rows)
-    elif not rows:
-        print(f"No messages were queued on session {session}.")
-    else:
-        print_table(rows, QUEUE_COLUMNS)
-    return 0
+    empty = f"No messages were queued on session {session}."
+    return print_rows(rows, QUEUE_COLUMNS, json_output=json_output, empty=empty)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,7 +14,7 @@ import typer
 
 from helix_dbos.api.schedules import ScheduleInfo
 from helix_dbos.cli.common import CLIError, DatabaseUrl, Json, read_connection, resolve_url
-from helix_dbos.cli.output import Column, plural, print_json, print_table
+from helix_dbos.cli.output import Column, plural, print_json, print_rows, print_table
 from helix_dbos.definitions.schedule import ScheduleSpec, check_schedule
 from helix_dbos.errors import InvalidInputError
 from helix_dbos.store.database import libpq_url
@@ -251,13 +251,8 @@ def firings(
         cursor = conn.execute(FIRINGS_SQL_PSYCOPG, {"name": name, "limit": limit})
         names = [d[0] for d in cursor.description]
         rows: list[dict[str, Any]] = [dict(zip(names, r, strict=True)) for r in cursor]
-    if json_output:
-        print_json(rows)
-    elif not rows:
-        print(f"Schedule {name} has no firings.")
-    else:
-        print_table(rows, FIRING_COLUMNS)
-    return 0
+    empty = f"Schedule {name} has no firings."
+    return print_rows(rows, FIRING_COLUMNS, json_output=json_output, empty=empty)
 
 
 def register(app: typer.Typer) -> None:

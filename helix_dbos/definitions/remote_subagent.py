@@ -14,8 +14,9 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel
 
+from helix_dbos.definitions.subagent import message_model
 from helix_dbos.definitions.tool import Tool
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.orchestration.types import SUBAGENT_PREFIX
@@ -51,7 +52,7 @@ class RemoteSubAgentTool(Tool):
             f"{SUBAGENT_PREFIX}{name}",
             _runs_remotely,
             description=description,
-            input_model=_message_model(name),
+            input_model=message_model(name),
             runs_in_workflow=True,
         )
         self.url = url.rstrip("/")
@@ -116,14 +117,6 @@ def remote_sub_agent_tool(
         max_attempts=max_attempts,
         retry_interval_seconds=retry_interval_seconds,
         protocol=protocol,
-    )
-
-
-def _message_model(name: str) -> type[BaseModel]:
-    return create_model(
-        f"{SUBAGENT_PREFIX}{name}_input",
-        __config__=ConfigDict(extra="forbid"),
-        message=(str, Field(description="The task for the sub-agent, in plain words")),
     )
 
 

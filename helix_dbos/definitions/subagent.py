@@ -56,7 +56,7 @@ def sub_agent_tool(
         raise ToolDefinitionError(
             f"sub_agent_tool: name {tool_name!r} must be letters, digits, '_' or '-'"
         )
-    model = agent.input_schema or _message_model(tool_name)
+    model = agent.input_schema or message_model(tool_name)
     text = description or (
         f"Delegate a task to the '{agent.name}' agent. It works on its own, in its own "
         "session, and its final answer comes back as this tool's result."
@@ -64,7 +64,8 @@ def sub_agent_tool(
     return SubAgentTool(agent, name=tool_name, description=text, input_model=model)
 
 
-def _message_model(name: str) -> type[BaseModel]:
+def message_model(name: str) -> type[BaseModel]:
+    """A sub-agent tool's input when its agent has no `input_schema`: one message."""
     return create_model(
         f"{SUBAGENT_PREFIX}{name}_input",
         __config__=ConfigDict(extra="forbid"),

@@ -15,7 +15,6 @@ Conventions worth knowing:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -39,16 +38,21 @@ from anthropic.types import (
     ToolUseBlockParam,
 )
 
+from helix_dbos.llm import sdk_adapter
 from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
 from helix_dbos.llm.capabilities import (
     ModelCapabilities,
     StrictSchemas,
     anthropic_capabilities,
-    describe_strict_rejection,
     error_status,
     is_retryable_status,
     is_retryable_stream_error,
     make_anthropic_strict_schema,
+)
+from helix_dbos.llm.sdk_adapter import (
+    SDKAdapter,
+    safe_forward,
+    strict_rejection,
 )
 from helix_dbos.orchestration.parts import (
     Attachment,
@@ -61,7 +65,6 @@ from helix_dbos.orchestration.parts import (
     unresolved,
 )
 from helix_dbos.orchestration.types import (
-    FINISH_TOOL_NAME,
     ErrorStepResult,
     LLMRequest,
     LLMUsage,
@@ -110,47 +113,21 @@ class MessagesParams(_RequiredMessagesParams, total=False):
     extra_body: dict[str, Any]
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(SDKAdapter[anthropic.AsyncAnthropic]):
     """`LLMAdapter` for Claude models through `anthropic.AsyncAnthropic`.
 
-    Cheap to build: the SDK client is created on first use (per event loop)
-    and never pickled. `http_client` must be an `httpx2.AsyncClient`, the HTTP
+    Cheap to build (see `SDKAdapter`). `http_client` must be an `httpx2.AsyncClient`, the HTTP
     library of anthropic>=2 (tests pass one with `httpx2.MockTransport`).
     """
 
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        http_client: httpx2.AsyncClient | None = None,
-        max_retries: int = 0,
-        timeout: float | None = None,
-        default_headers: dict[str, str] | None = None,
-        capabilities: ModelCapabilities | None = None,
-    ) -> None:
+    provider_prefix = PROVIDER_PREFIX
+
+    def _check_http_client(self, http_client: Any) -> None:
         if http_client is not None and not isinstance(http_client, httpx2.AsyncClient):
             raise TypeError(
                 "AnthropicAdapter(http_client=...) needs an httpx2.AsyncClient "
                 f"(anthropic>=2 uses httpx2), got {type(http_client).__name__}"
             )
-        self.model = model.removeprefix(PROVIDER_PREFIX) if model else None
-        self.api_key = api_key
-        self.base_url = base_url
-        self.http_client = http_client
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self.default_headers = default_headers
-        self.capabilities = capabilities
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Never serialize the live client (it holds sockets and a loop)."""
-        state = dict(self.__dict__)
-        state.update(_client=None, _client_loop=None)
-        return state
 
     def __repr__(self) -> str:
         return f"AnthropicAdapter(model={self.model!r})"
@@ -163,24 +140,16 @@ class AnthropicAdapter:
             return None
         return "ANTHROPIC_API_KEY is not set: export it, or pass AnthropicAdapter(api_key=...)"
 
-    def _get_client(self) -> anthropic.AsyncAnthropic:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self.api_key or os.environ.get("ANTHROPIC_API_KEY"),
-                base_url=self.base_url,  # None -> ANTHROPIC_BASE_URL or the default
-                max_retries=self.max_retries,
-                http_client=self.http_client,
-                default_headers=self.default_headers,
-                # `None` would mean "no timeout"; unset keeps the SDK's default.
-                timeout=anthropic.not_given if self.timeout is None else self.timeout,
-            )
-            self._client_loop = loop
-        return self._client
-
-    def model_name(self, request: LLMRequest) -> str:
-        """The adapter's own model wins; else the request's, without `anthropic:`."""
-        return self.model or request.model.removeprefix(PROVIDER_PREFIX)
+    def _new_client(self) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
+            api_key=self.api_key or os.environ.get("ANTHROPIC_API_KEY"),
+            base_url=self.base_url,  # None -> ANTHROPIC_BASE_URL or the default
+            max_retries=self.max_retries,
+            http_client=self.http_client,
+            default_headers=self.default_headers,
+            # `None` would mean "no timeout"; unset keeps the SDK's default.
+            timeout=anthropic.not_given if self.timeout is None else self.timeout,
+        )
 
     async def generate_step(
         self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
@@ -223,7 +192,9 @@ def build_params(
         params["system"] = system
     strict_tools: StrictSchemas = {}
     if request.tools:
-        params["tools"] = convert_tools(request, caps, strict_tools)
+        params["tools"] = sdk_adapter.convert_tools(
+            request, caps, strict_tools, convert_tool, _sent_schema
+        )
         if _may_force_tool(request, caps):
             params["tool_choice"] = {"type": "any"}
     if native and request.output_format is not None:
@@ -294,24 +265,6 @@ def _may_force_tool(request: LLMRequest, caps: ModelCapabilities) -> bool:
         return False
     thinking = request.provider_options.get("thinking")
     return not (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"))
-
-
-def convert_tools(
-    request: LLMRequest, caps: ModelCapabilities, strict_tools: StrictSchemas
-) -> list[ToolParam]:
-    """The request's tools; each strict one's schema is also put in `strict_tools`."""
-    tools: list[ToolParam] = []
-    for spec in request.tools:
-        strict = caps.strict_tools and _wants_strict(spec, request)
-        tool = convert_tool(spec, strict=strict)
-        if strict:
-            strict_tools[spec.name] = _sent_schema(tool)
-        tools.append(tool)
-    return tools
-
-
-def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
-    return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
 
 
 def convert_tool(spec: ToolSpec, *, strict: bool) -> ToolParam:
@@ -472,18 +425,8 @@ async def _stream_message(
                 and event.type == "content_block_delta"
                 and event.delta.type == "text_delta"
             ):
-                forward = await _safe_forward(forward, event.delta.text)
+                forward = await safe_forward(forward, event.delta.text)
         return await stream.get_final_message()
-
-
-async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
-    """Deliver a delta; a failing listener is dropped, never the LLM step."""
-    try:
-        await callback(delta)
-    except Exception:
-        logger.warning("on_text_delta failed; no more deltas for this step", exc_info=True)
-        return None
-    return callback
 
 
 def parse_message(message: anthropic.types.Message) -> StepResult:
@@ -562,11 +505,7 @@ def _status_error(
         raise LLMProviderError(
             text, retryable=True, status_code=stream_status if in_stream else status
         ) from exc
-    if strict_tools and status in (400, 422):
-        diagnosis = describe_strict_rejection(strict_tools, "anthropic")
-        text += (
-            f"; {diagnosis}" if diagnosis else f"; strict mode was on for {sorted(strict_tools)}"
-        )
+    text = strict_rejection(text, strict_tools, status, "anthropic")
     usage = LLMUsage(model=model) if model else None
     return ErrorStepResult(error=text, should_stop=True, stop_reason="error", usage=usage)
 

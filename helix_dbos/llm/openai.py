@@ -17,7 +17,6 @@ Conventions worth knowing:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -44,19 +43,24 @@ from openai.types.shared_params.response_format_json_schema import (
     ResponseFormatJSONSchema,
 )
 
+from helix_dbos.llm import sdk_adapter
 from helix_dbos.llm.base import LLMProviderError, TextDeltaCallback
 from helix_dbos.llm.capabilities import (
     MAX_TOKENS_FIELDS,
     MaxTokensField,
     ModelCapabilities,
     StrictSchemas,
-    describe_strict_rejection,
     drop_strict_nulls,
     error_status,
     is_retryable_status,
     is_retryable_stream_error,
     make_openai_strict_schema,
     openai_capabilities,
+)
+from helix_dbos.llm.sdk_adapter import (
+    SDKAdapter,
+    safe_forward,
+    strict_rejection,
 )
 from helix_dbos.orchestration.parts import (
     Attachment,
@@ -69,7 +73,6 @@ from helix_dbos.orchestration.parts import (
     unresolved,
 )
 from helix_dbos.orchestration.types import (
-    FINISH_TOOL_NAME,
     ErrorStepResult,
     LLMRequest,
     LLMUsage,
@@ -130,16 +133,17 @@ class AssistantMessageParam(ChatCompletionAssistantMessageParam, total=False):
     reasoning_content: str
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(SDKAdapter[openai.AsyncOpenAI]):
     """`LLMAdapter` for the Chat Completions API through `openai.AsyncOpenAI`.
 
-    Cheap to build: the SDK client is created on first use (per event loop)
-    and never pickled. With a `base_url` other than api.openai.com (kwarg or
+    Cheap to build (see `SDKAdapter`). With a `base_url` other than api.openai.com (kwarg or
     OPENAI_BASE_URL) the server is treated as OpenAI-compatible: no `strict`
     and `max_tokens` instead of `max_completion_tokens`, and no forced
     `tool_choice`, unless `strict_tools` / `max_tokens_field` /
     `forced_tool_choice` say otherwise.
     """
+
+    provider_prefix = PROVIDER_PREFIX
 
     def __init__(
         self,
@@ -162,26 +166,20 @@ class OpenAIAdapter:
                 f"OpenAIAdapter(max_tokens_field={max_tokens_field!r}): "
                 f"expected one of {', '.join(MAX_TOKENS_FIELDS)}"
             )
-        self.model = model.removeprefix(PROVIDER_PREFIX) if model else None
-        self.api_key = api_key
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        self.http_client = http_client
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self.default_headers = default_headers
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            http_client=http_client,
+            max_retries=max_retries,
+            timeout=timeout,
+            default_headers=default_headers,
+            capabilities=capabilities,
+        )
         self.strict_tools = strict_tools
         self.max_tokens_field = max_tokens_field
         self.send_reasoning = send_reasoning
-        self.capabilities = capabilities
         self.forced_tool_choice = forced_tool_choice
-        self._client: openai.AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Never serialize the live client (it holds sockets and a loop)."""
-        state = dict(self.__dict__)
-        state.update(_client=None, _client_loop=None)
-        return state
 
     def __repr__(self) -> str:
         return f"OpenAIAdapter(model={self.model!r}, base_url={self.base_url!r})"
@@ -201,10 +199,6 @@ class OpenAIAdapter:
         """True when talking to something other than api.openai.com."""
         return self.base_url is not None and _OPENAI_HOST not in self.base_url
 
-    def model_name(self, request: LLMRequest) -> str:
-        """The adapter's own model wins; else the request's, without `openai:`."""
-        return self.model or request.model.removeprefix(PROVIDER_PREFIX)
-
     def model_capabilities(self, model: str) -> ModelCapabilities:
         caps = self.capabilities or openai_capabilities(
             model, compatible_server=self.compatible_server
@@ -220,25 +214,21 @@ class OpenAIAdapter:
             ),
         )
 
-    def _get_client(self) -> openai.AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            api_key = self.api_key or os.environ.get("OPENAI_API_KEY")
-            if api_key is None and self.compatible_server:
-                api_key = _PLACEHOLDER_API_KEY
-            self._client = openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=self.base_url,
-                max_retries=self.max_retries,
-                # The signature names httpx2 only, but the SDK also takes a legacy
-                # httpx.AsyncClient (openai._httpx2.is_legacy_httpx_async_client).
-                http_client=cast("httpx2.AsyncClient | None", self.http_client),
-                default_headers=self.default_headers,
-                # `None` would mean "no timeout"; unset keeps the SDK's default.
-                timeout=openai.not_given if self.timeout is None else self.timeout,
-            )
-            self._client_loop = loop
-        return self._client
+    def _new_client(self) -> openai.AsyncOpenAI:
+        api_key = self.api_key or os.environ.get("OPENAI_API_KEY")
+        if api_key is None and self.compatible_server:
+            api_key = _PLACEHOLDER_API_KEY
+        return openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=self.base_url,
+            max_retries=self.max_retries,
+            # The signature names httpx2 only, but the SDK also takes a legacy
+            # httpx.AsyncClient (openai._httpx2.is_legacy_httpx_async_client).
+            http_client=cast("httpx2.AsyncClient | None", self.http_client),
+            default_headers=self.default_headers,
+            # `None` would mean "no timeout"; unset keeps the SDK's default.
+            timeout=openai.not_given if self.timeout is None else self.timeout,
+        )
 
     async def generate_step(
         self, request: LLMRequest, on_text_delta: TextDeltaCallback | None = None
@@ -268,7 +258,7 @@ class OpenAIAdapter:
         originals = {s.name: s.parameters for s in request.tools if s.name in strict_tools}
         result = draft.to_step_result(strict_schemas=originals)
         if request.output_format is not None and "response_format" in params and caps.strict_tools:
-            return _undo_strict_nulls(result, request.output_format.json_schema)
+            return undo_strict_nulls(result, request.output_format.json_schema)
         return result
 
 
@@ -292,17 +282,26 @@ def build_params(
         params["temperature"] = request.temperature
     strict_tools: StrictSchemas = {}
     if request.tools:
-        params["tools"] = convert_tools(request, caps, strict_tools)
+        params["tools"] = sdk_adapter.convert_tools(
+            request, caps, strict_tools, convert_tool, _sent_schema
+        )
         if request.tool_choice == "required" and caps.forced_tool_choice:
             params["tool_choice"] = "required"
     if request.output_format is not None and caps.native_output:
         params["response_format"] = response_format(request.output_format, caps)
-    options = dict(request.provider_options)
-    if "extra_headers" in options:
-        params["extra_headers"] = options.pop("extra_headers")
-    if options:
-        params["extra_body"] = options
+    headers, body = extra_options(request)
+    if headers is not None:
+        params["extra_headers"] = headers
+    if body:
+        params["extra_body"] = body
     return params, strict_tools
+
+
+def extra_options(request: LLMRequest) -> tuple[Any, dict[str, Any]]:
+    """The request's provider options as the SDK's `extra_headers` (None: not given)
+    and `extra_body`."""
+    options = dict(request.provider_options)
+    return options.pop("extra_headers", None), options
 
 
 def response_format(output: OutputFormat, caps: ModelCapabilities) -> ResponseFormatJSONSchema:
@@ -331,7 +330,7 @@ def _with_output_prompt(
     return [added, *messages]
 
 
-def _undo_strict_nulls(result: StepResult, schema: dict[str, Any]) -> StepResult:
+def undo_strict_nulls(result: StepResult, schema: dict[str, Any]) -> StepResult:
     """A strict `json_schema` made optional properties nullable: drop the nulls the model
     sent for "not given", so defaults apply when the output is validated."""
     if not isinstance(result, TextStepResult):
@@ -344,24 +343,6 @@ def _undo_strict_nulls(result: StepResult, schema: dict[str, Any]) -> StepResult
     return result.model_copy(update={"content": content})
 
 
-def convert_tools(
-    request: LLMRequest, caps: ModelCapabilities, strict_tools: StrictSchemas
-) -> list[ChatCompletionToolParam]:
-    """The request's tools; each strict one's schema is also put in `strict_tools`."""
-    tools: list[ChatCompletionToolParam] = []
-    for spec in request.tools:
-        strict = caps.strict_tools and _wants_strict(spec, request)
-        tool = convert_tool(spec, strict=strict)
-        if strict:
-            strict_tools[spec.name] = dict(tool["function"].get("parameters", {}))
-        tools.append(tool)
-    return tools
-
-
-def _wants_strict(spec: ToolSpec, request: LLMRequest) -> bool:
-    return spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
-
-
 def convert_tool(spec: ToolSpec, *, strict: bool) -> ChatCompletionToolParam:
     """A `ToolSpec` as an OpenAI function tool; strict ones get a strict schema."""
     parameters = make_openai_strict_schema(spec.parameters) if strict else spec.parameters
@@ -371,6 +352,11 @@ def convert_tool(spec: ToolSpec, *, strict: bool) -> ChatCompletionToolParam:
     if strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+def _sent_schema(tool: ChatCompletionToolParam) -> dict[str, Any]:
+    """The function's `parameters` as the plain dict `convert_tool` put there."""
+    return dict(tool["function"].get("parameters", {}))
 
 
 def convert_messages(
@@ -589,7 +575,7 @@ async def _stream_draft(
                 if delta.content:
                     draft.text += delta.content
                     if forward is not None:
-                        forward = await _safe_forward(forward, delta.content)
+                        forward = await safe_forward(forward, delta.content)
                 draft.reasoning += _reasoning_of(delta) or ""
                 draft.refusal += delta.refusal or ""
                 for part in delta.tool_calls or []:
@@ -600,16 +586,6 @@ async def _stream_draft(
                         call.arguments += part.function.arguments or ""
                 if choice.finish_reason:
                     draft.finish_reason = choice.finish_reason
-
-
-async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
-    """Deliver a delta; a failing listener is dropped, never the LLM step."""
-    try:
-        await callback(delta)
-    except Exception:
-        logger.warning("on_text_delta failed; no more deltas for this step", exc_info=True)
-        return None
-    return callback
 
 
 def parse_usage(usage: CompletionUsage | None, model: str | None) -> LLMUsage:
@@ -637,11 +613,7 @@ def status_error(exc: openai.APIStatusError, strict_tools: StrictSchemas) -> Err
     text = f"OpenAI API error {status}: {error_message(exc)}"
     if is_retryable_status(status):
         raise LLMProviderError(text, retryable=True, status_code=status) from exc
-    if strict_tools and status in (400, 422):
-        diagnosis = describe_strict_rejection(strict_tools, "openai")
-        text += (
-            f"; {diagnosis}" if diagnosis else f"; strict mode was on for {sorted(strict_tools)}"
-        )
+    text = strict_rejection(text, strict_tools, status, "openai")
     return ErrorStepResult(error=text, should_stop=True, stop_reason="error")
 
 

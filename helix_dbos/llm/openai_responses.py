@@ -18,7 +18,6 @@ schema made compliant and its nulls undone.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -52,9 +51,12 @@ from helix_dbos.llm.openai import (
     RAW_ARGUMENTS_KEY,
     OpenAIAdapter,
     arguments_json,
+    extra_options,
     parse_arguments,
     status_error,
+    undo_strict_nulls,
 )
+from helix_dbos.llm.sdk_adapter import safe_forward, wants_strict
 from helix_dbos.orchestration.parts import (
     Attachment,
     DocumentUrl,
@@ -66,7 +68,6 @@ from helix_dbos.orchestration.parts import (
     unresolved,
 )
 from helix_dbos.orchestration.types import (
-    FINISH_TOOL_NAME,
     ErrorStepResult,
     LLMRequest,
     LLMUsage,
@@ -147,7 +148,7 @@ class OpenAIResponsesAdapter(OpenAIAdapter):
         result = parse_response(response, strict_schemas=originals)
         output = request.output_format
         if output is not None and "text" in params and caps.strict_tools:
-            return _undo_strict_nulls(result, output.json_schema)
+            return undo_strict_nulls(result, output.json_schema)
         return result
 
 
@@ -190,11 +191,11 @@ def build_params(
     if is_openai_reasoning_model(model):
         # Stateless requests: reasoning comes back encrypted so the next turn can carry it.
         params["include"] = ["reasoning.encrypted_content"]
-    options = dict(request.provider_options)
-    if "extra_headers" in options:
-        params["extra_headers"] = options.pop("extra_headers")
-    if options:
-        params["extra_body"] = options
+    headers, body = extra_options(request)
+    if headers is not None:
+        params["extra_headers"] = headers
+    if body:
+        params["extra_body"] = body
     return params, strict_tools
 
 
@@ -202,8 +203,7 @@ def _tool(
     spec: Any, request: LLMRequest, caps: ModelCapabilities, strict_tools: StrictSchemas
 ) -> FunctionToolParam:
     """A function tool; `strict` is always sent, since this API defaults it to true."""
-    wants = spec.strict or (request.strict_output and spec.name == FINISH_TOOL_NAME)
-    strict = caps.strict_tools and wants
+    strict = caps.strict_tools and wants_strict(spec, request)
     parameters = make_openai_strict_schema(spec.parameters) if strict else spec.parameters
     if strict:
         strict_tools[spec.name] = parameters
@@ -393,16 +393,6 @@ def parse_usage(usage: ResponseUsage | None, model: str | None) -> LLMUsage:
     )
 
 
-def _undo_strict_nulls(result: StepResult, schema: dict[str, Any]) -> StepResult:
-    if not isinstance(result, TextStepResult):
-        return result
-    try:
-        value = json.loads(result.content)
-    except json.JSONDecodeError:
-        return result  # the runtime's validation reports it to the model
-    return result.model_copy(update={"content": json.dumps(drop_strict_nulls(value, schema))})
-
-
 # --- Streaming ---------------------------------------------------------------
 
 
@@ -437,7 +427,7 @@ async def _stream_response(
             if kind == "response.created":
                 seen.model = event.response.model
             elif kind == "response.output_text.delta" and forward is not None:
-                forward = await _safe_forward(forward, event.delta)
+                forward = await safe_forward(forward, event.delta)
             elif kind in ("response.completed", "response.incomplete", "response.failed"):
                 final = event.response
             elif kind == "error":
@@ -445,16 +435,6 @@ async def _stream_response(
     if final is None:
         raise LLMProviderError("OpenAI stream ended without a response", retryable=True)
     return final
-
-
-async def _safe_forward(callback: TextDeltaCallback, delta: str) -> TextDeltaCallback | None:
-    """Deliver a delta; a failing listener is dropped, never the LLM step."""
-    try:
-        await callback(delta)
-    except Exception:
-        logger.warning("on_text_delta failed; no more deltas for this step", exc_info=True)
-        return None
-    return callback
 
 
 def _stream_error(exc: _StreamError, model: str | None) -> ErrorStepResult:

@@ -8,8 +8,9 @@ built-ins."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from helix_dbos.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from helix_dbos.memory.embedders import Embedder, HashingEmbedder
@@ -91,10 +92,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'helix_dbos.memory' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, Response
 
 # name -> (package, path inside it, media type)
 ASSETS: dict[str, tuple[str, str, str]] = {
+    "page_kit.js": ("helix_dbos.server", "page_kit.js", "text/javascript"),
     "inbox.js": ("helix_dbos.server", "inbox.js", "text/javascript"),
     "inbox.css": ("helix_dbos.server", "inbox.css", "text/css"),
     "timeline.js": ("helix_dbos.server", "timeline.js", "text/javascript"),

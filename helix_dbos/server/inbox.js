@@ -1,6 +1,8 @@
 // The approvals inbox (a file: the page's CSP allows no inline script).
 "use strict";
 (() => {
+  const { el, apiCaller, partLinks } = window.helixPage;
+  const api = apiCaller("reload the page");
   const POLL_MS = 3000;
   const MAX_STREAMS = 4;  // browsers allow ~6 HTTP/1.1 connections per host
   const TERMINAL = ["run_completed", "run_failed", "run_aborted", "run_interrupted"];
@@ -12,21 +14,6 @@
   let loaded = false;
   const cards = new Map();    // run_id -> {el, run, resolved}
   const streams = new Map();  // run_id -> EventSource
-
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(attrs || {})) {
-      if (value === undefined || value === null) continue;
-      if (key === "class") node.className = value;
-      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, value);
-    }
-    for (const child of children.flat()) {
-      if (child === null || child === undefined) continue;
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
   const json = (value) => JSON.stringify(value, null, 2);
   // A short input on one line ({ "path": "/tmp/x" }), a long one indented. JSON escapes
   // newlines inside strings, so every newline of the indented form is structure.
@@ -102,20 +89,6 @@
     node.addEventListener("click", toggle);
     node.addEventListener("keydown", (event) => { if (event.key === "Enter") toggle(); });
     return node;
-  }
-
-  async function api(path, body) {
-    const options = { headers: {}, credentials: "same-origin" };  // the HttpOnly cookie
-    if (body !== undefined) {
-      options.method = "POST";
-      options.headers["Content-Type"] = "application/json";
-      options.body = JSON.stringify(body);
-    }
-    const response = await fetch(path, options);
-    if (response.status === 401) throw new Error("not signed in: reload the page to sign in");
-    const data = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(data.detail || response.status + " " + response.statusText);
-    return data;
   }
 
   function setConnection() {
@@ -397,21 +370,6 @@
     } catch (error) {
       entry.el.querySelector(".last-event").textContent = "transcript: " + error.message;
     }
-  }
-
-  // A message's images and documents as named links, never shown inline: a stored part
-  // downloads from its session (served as an attachment), a URL opens as a plain link.
-  function partLinks(sessionId, m, label) {
-    return (m.parts || []).map((p) => {
-      const size = p.kind === "blob" ? ", " + p.size + " bytes" : "";
-      const name = label((p.identifier || (p.kind === "blob" ? p.sha256.slice(0, 12) : p.url)) + " (" + (p.media_type || p.kind) + size + ")");
-      if (p.kind === "blob") {
-        const href = "sessions/" + encodeURIComponent(sessionId) + "/parts/" + encodeURIComponent(p.sha256);
-        return el("a", { class: "part", href: href, download: p.identifier || p.sha256.slice(0, 12), rel: "noopener" }, name);
-      }
-      const safe = /^https?:\/\//i.test(p.url || "");
-      return safe ? el("a", { class: "part", href: p.url, rel: "noopener noreferrer", target: "_blank" }, name) : el("span", { class: "part" }, name);
-    });
   }
 
   function renderMessage(m, sessionId) {

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import uvicorn
 from app_marks import marker
+from scripted import call
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -48,13 +49,6 @@ async def delete_file(path: str) -> str:
     """Delete a file (a human approves first)."""
     mark("delete.log", path)
     return f"deleted {path}"
-
-
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
 
 
 def respond(request: LLMRequest) -> dict:

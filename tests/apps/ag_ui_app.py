@@ -17,6 +17,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+import scripted
 import uvicorn
 from app_marks import marker
 
@@ -55,10 +56,7 @@ async def gate() -> str:
 
 
 def call(name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": f"call_{name}", "name": name, "arguments": arguments}],
-    }
+    return scripted.call(f"call_{name}", name, arguments)
 
 
 async def respond(request: LLMRequest) -> dict:

@@ -19,9 +19,11 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from app_marks import marker
+from crash_main import wait_for_end
 
 from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, Summarize, is_summary_request
 from helix_dbos.orchestration.types import LLMRequest
@@ -30,11 +32,7 @@ mode, database_url, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str) -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def respond(request: LLMRequest) -> dict[str, Any]:
@@ -76,15 +74,11 @@ async def main() -> None:
         print(json.dumps({"status": "no summary"}), flush=True)
         await asyncio.sleep(3600)
     else:
-        run_id = sys.argv[5]
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            run = await helix.get_run(run_id)
-            if run.status not in ("running", "waiting"):
-                print(json.dumps({"status": run.status, "session_id": run.session_id}), flush=True)
-                return
-            await asyncio.sleep(0.1)
-        print(json.dumps({"status": "timeout"}), flush=True)
+        await wait_for_end(
+            helix,
+            sys.argv[5],
+            show=lambda run: {"status": run.status, "session_id": run.session_id},
+        )
 
 
 asyncio.run(main())

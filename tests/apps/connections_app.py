@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
+
+from app_marks import marker
 
 from helix_dbos import Agent, DatabaseUnavailableError, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -24,11 +25,7 @@ database_url, marker_dir = sys.argv[1:3]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str) -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def say(payload: dict) -> None:

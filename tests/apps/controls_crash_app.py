@@ -15,17 +15,19 @@ MARKER_DIR: the guardrail passed before the kill, so its step must not run again
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
-import time
 from pathlib import Path
+from typing import Any
+
+from app_marks import marker
+from crash_main import LIVE_OR_PAUSED, crash_main
 
 from helix_dbos import (
     Agent,
     GuardrailResult,
     HelixDBOS,
     MockLLM,
+    RunInfo,
     UsageLimits,
     sub_agent_tool,
     tool,
@@ -36,11 +38,7 @@ mode, database_url, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
@@ -102,23 +100,8 @@ helix = HelixDBOS(
 helix.launch()
 
 
-async def main() -> None:
-    if mode == "start":
-        handle = await helix.execute(lead, "delegate")
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        await asyncio.sleep(3600)  # killed by the test before this ends
-        return
-    run_id = sys.argv[5]
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        run = await helix.get_run(run_id)
-        if run.status not in ("running", "waiting", "paused"):
-            shown = {"status": run.status, "error": run.error, "stop_reason": run.stop_reason}
-            print(json.dumps(shown), flush=True)
-            return
-        await asyncio.sleep(0.1)
-    print(json.dumps({"status": "timeout"}), flush=True)
+def stopped(run: RunInfo) -> dict[str, Any]:
+    return {"status": run.status, "error": run.error, "stop_reason": run.stop_reason}
 
 
-asyncio.run(main())
-helix.shutdown()
+crash_main(helix, lead, "delegate", mode=mode, run_id_arg=5, show=stopped, live=LIVE_OR_PAUSED)

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from app_marks import marker
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -47,11 +48,7 @@ if os.environ.get("CRASH_APP_PARK_AFTER"):  # the test waits for `run.parked` on
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def first_life() -> bool:

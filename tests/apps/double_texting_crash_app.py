@@ -27,6 +27,8 @@ import signal
 import sys
 from pathlib import Path
 
+from app_marks import marker
+
 from helix_dbos import Agent, HelixDBOS, MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.sessions.session_queue import QueuedRunHandle
@@ -36,11 +38,7 @@ markers = Path(marker_dir)
 first_life = mode == "start"
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def die(why: str) -> None:

@@ -12,16 +12,16 @@ the fallback has answered, its LLM step is checkpointed, the next step has not r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import httpx2
+from app_marks import marker
+from crash_main import crash_main
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "llm"))  # the wire formats
 from wire import openai_sse, openai_stream_text_and_tool
@@ -35,11 +35,7 @@ mode, database_url, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def overloaded(request: httpx2.Request) -> httpx2.Response:
@@ -109,22 +105,4 @@ helix = HelixDBOS(
 helix.launch()
 
 
-async def main() -> None:
-    if mode == "start":
-        handle = await helix.execute(agent, "Weather in Paris?")
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        await asyncio.sleep(3600)  # killed by its tool before this ends
-        return
-    run_id = sys.argv[5]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        run = await helix.get_run(run_id)
-        if run.status not in ("running", "waiting"):
-            print(json.dumps({"status": run.status, "output": run.output, "error": run.error}))
-            return
-        await asyncio.sleep(0.1)
-    print(json.dumps({"status": "timeout"}), flush=True)
-
-
-asyncio.run(main())
-helix.shutdown()
+crash_main(helix, agent, "Weather in Paris?", mode=mode, run_id_arg=5, seconds=60)

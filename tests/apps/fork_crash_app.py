@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
+
+from app_marks import marker
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -26,11 +27,7 @@ mode, database_url, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool

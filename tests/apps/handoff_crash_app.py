@@ -12,26 +12,23 @@ call (the handoff row is written, the target's first step is not checkpointed).
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from app_marks import marker
+from crash_main import crash_main, outcome
+
+from helix_dbos import Agent, HelixDBOS, MockLLM, RunInfo, tool
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, marker_dir, kill_at = sys.argv[1:6]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str) -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 def reply(request: LLMRequest) -> dict:
@@ -71,24 +68,9 @@ helix = HelixDBOS(
 helix.launch()
 
 
-async def main() -> None:
-    if mode == "start":
-        handle = await helix.execute(triage, "What do I owe?")
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        await asyncio.sleep(3600)  # killed before this ends
-        return
-    run_id = sys.argv[6]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        run = await helix.get_run(run_id)
-        if run.status not in ("running", "waiting"):
-            session = await helix.get_session(run.session_id)
-            outcome = {"status": run.status, "output": run.output, "error": run.error}
-            print(json.dumps({**outcome, "current_agent": session.current_agent}))
-            return
-        await asyncio.sleep(0.1)
-    print(json.dumps({"status": "timeout"}), flush=True)
+async def with_agent(run: RunInfo) -> dict[str, Any]:
+    session = await helix.get_session(run.session_id)
+    return {**outcome(run), "current_agent": session.current_agent}
 
 
-asyncio.run(main())
-helix.shutdown()
+crash_main(helix, triage, "What do I owe?", mode=mode, run_id_arg=6, show=with_agent, seconds=60)

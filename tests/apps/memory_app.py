@@ -22,10 +22,12 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from app_marks import marker
+from crash_main import wait_for_end
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
 from helix_dbos.memory import BackgroundEmbeddingExecutor, HashingEmbedder, recall_hooks
@@ -36,11 +38,7 @@ markers = Path(marker_dir)
 RESOURCE = "crash-user"
 
 
-def mark(name: str, line: str) -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 class BlockingEmbedder(HashingEmbedder):
@@ -125,15 +123,9 @@ async def main() -> None:
         print(json.dumps({"run_id": handle.run_id}), flush=True)
         await asyncio.sleep(3600)
     else:
-        run_id = sys.argv[5]
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            run = await helix.get_run(run_id)
-            if run.status not in ("running", "waiting"):
-                print(json.dumps({"status": run.status, "output": run.output}), flush=True)
-                return
-            await asyncio.sleep(0.1)
-        print(json.dumps({"status": "timeout"}), flush=True)
+        await wait_for_end(
+            helix, sys.argv[5], show=lambda run: {"status": run.status, "output": run.output}
+        )
 
 
 asyncio.run(main())

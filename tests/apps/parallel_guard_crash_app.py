@@ -12,24 +12,21 @@ execution and check is appended to a file in MARKER_DIR.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
-from helix_dbos import Agent, GuardrailResult, HelixDBOS, MockLLM, input_guardrail, tool
+from app_marks import marker
+from crash_main import LIVE_OR_PAUSED, crash_main
+
+from helix_dbos import Agent, GuardrailResult, HelixDBOS, MockLLM, RunInfo, input_guardrail, tool
 from helix_dbos.orchestration.types import LLMRequest
 
 mode, database_url, executor_id, marker_dir = sys.argv[1:5]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
@@ -65,23 +62,8 @@ helix = HelixDBOS(
 helix.launch()
 
 
-async def main() -> None:
-    if mode == "start":
-        handle = await helix.execute(agent, "act")
-        print(json.dumps({"run_id": handle.run_id}), flush=True)
-        await asyncio.sleep(3600)  # killed by the test before this ends
-        return
-    run_id = sys.argv[5]
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        run = await helix.get_run(run_id)
-        if run.status not in ("running", "waiting", "paused"):
-            shown = {"status": run.status, "error": run.error, "stop_reason": run.stop_reason}
-            print(json.dumps(shown), flush=True)
-            return
-        await asyncio.sleep(0.1)
-    print(json.dumps({"status": "timeout"}), flush=True)
+def stopped(run: RunInfo) -> dict[str, Any]:
+    return {"status": run.status, "error": run.error, "stop_reason": run.stop_reason}
 
 
-asyncio.run(main())
-helix.shutdown()
+crash_main(helix, agent, "act", mode=mode, run_id_arg=5, show=stopped, live=LIVE_OR_PAUSED)

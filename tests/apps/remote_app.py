@@ -17,11 +17,12 @@ execution and LLM call is appended to a file in MARKER_DIR.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import uvicorn
+from app_marks import marker
+from scripted import call
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, remote_sub_agent_tool, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -33,11 +34,7 @@ child_url = sys.argv[6] if len(sys.argv) > 6 else "http://127.0.0.1:9"
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
@@ -47,13 +44,6 @@ async def slow(topic: str) -> str:
     while not topic.startswith("fast") and not (markers / f"release_{topic}").exists():
         await asyncio.sleep(0.05)
     return f"read about {topic}"
-
-
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
 
 
 def respond(request: LLMRequest) -> dict:

@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
-import time
 from pathlib import Path
+
+from app_marks import marker
+from crash_main import LIVE_OR_PAUSED, crash_main
+from scripted import call
 
 from helix_dbos import (
     Agent,
@@ -39,11 +41,7 @@ mode, database_url, executor_id, marker_dir, scenario = sys.argv[1:6]
 markers = Path(marker_dir)
 
 
-def mark(name: str, line: str = "x") -> None:
-    with open(markers / name, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+mark = marker(markers)
 
 
 @tool
@@ -73,13 +71,6 @@ async def wait_for_critic(session_id: str) -> str:
     while (await helix.get_session(session_id)).status != "completed":
         await asyncio.sleep(0.05)
     return "critic done"
-
-
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {
-        "type": "tool_calls",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
 
 
 def companion_lead(request: LLMRequest, results: list) -> dict:
@@ -188,22 +179,4 @@ helix = HelixDBOS(
 helix.launch()
 
 
-async def main() -> None:
-    if mode == "start":
-        handle = await helix.execute(lead, "research owls and bats")
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        await asyncio.sleep(3600)  # killed by the test before this ends
-        return
-    run_id = sys.argv[6]
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        run = await helix.get_run(run_id)
-        if run.status not in ("running", "waiting", "paused"):
-            print(json.dumps({"status": run.status, "output": run.output, "error": run.error}))
-            return
-        await asyncio.sleep(0.1)
-    print(json.dumps({"status": "timeout"}), flush=True)
-
-
-asyncio.run(main())
-helix.shutdown()
+crash_main(helix, lead, "research owls and bats", mode=mode, run_id_arg=6, live=LIVE_OR_PAUSED)

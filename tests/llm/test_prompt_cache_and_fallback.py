@@ -29,7 +29,6 @@ from helix_dbos import Agent, LLMConfig
 from helix_dbos.errors import AgentDefinitionError, LLMConfigurationError
 from helix_dbos.llm.anthropic import MAX_BREAKPOINTS, AnthropicAdapter, build_params
 from helix_dbos.llm.capabilities import anthropic_capabilities
-from helix_dbos.llm.openai import OpenAIAdapter
 from helix_dbos.llm.pricing import llm_cost_usd
 from helix_dbos.llm.providers import register_provider, unregister_provider
 from helix_dbos.orchestration.types import (
@@ -139,26 +138,6 @@ def test_cached_reads_cost_less_than_the_same_tokens_uncached(model: str, provid
 
 
 # --- The runtime ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def wire_provider() -> Iterator[dict[str, Any]]:
-    """`openai-wire:` and `anthropic-wire:` providers over recording transports."""
-    state: dict[str, Any] = {}
-
-    def openai_factory(model: str, **_: Any) -> OpenAIAdapter:
-        client = httpx.AsyncClient(transport=httpx.MockTransport(state["openai"].handle))
-        return OpenAIAdapter(model, api_key="sk-test", http_client=client)
-
-    def anthropic_factory(model: str, **_: Any) -> AnthropicAdapter:
-        client = httpx2.AsyncClient(transport=httpx2.MockTransport(state["anthropic"].handle))
-        return AnthropicAdapter(model, api_key="sk-ant-test", http_client=client)
-
-    register_provider("openai-wire", openai_factory)
-    register_provider("anthropic-wire", anthropic_factory)
-    yield state
-    unregister_provider("openai-wire")
-    unregister_provider("anthropic-wire")
 
 
 def cached_text_stream(text: str, *, uncached: int, read: int, write: int) -> bytes:

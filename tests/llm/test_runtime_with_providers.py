@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import httpx2
-import pytest
 import wire
 from helpers import sql
 from pydantic import BaseModel
@@ -31,8 +29,6 @@ from wire import (
 )
 
 from helix_dbos import LLMConfig, tool
-from helix_dbos.llm.anthropic import AnthropicAdapter
-from helix_dbos.llm.openai import OpenAIAdapter
 from helix_dbos.llm.openai_responses import OpenAIResponsesAdapter
 from helix_dbos.llm.providers import register_provider, unregister_provider
 
@@ -107,26 +103,6 @@ def anthropic_text_stream(text: str) -> bytes:
             {"type": "message_stop"},
         ]
     )
-
-
-@pytest.fixture
-def wire_provider() -> Iterator[dict[str, Any]]:
-    """Registers `openai-wire:` and `anthropic-wire:` providers backed by mock transports."""
-    state: dict[str, Any] = {}
-
-    def openai_factory(model: str, **_: Any) -> OpenAIAdapter:
-        client = httpx.AsyncClient(transport=httpx.MockTransport(state["openai"].handle))
-        return OpenAIAdapter(model, api_key="sk-test", http_client=client)
-
-    def anthropic_factory(model: str, **_: Any) -> AnthropicAdapter:
-        client = httpx2.AsyncClient(transport=httpx2.MockTransport(state["anthropic"].handle))
-        return AnthropicAdapter(model, api_key="sk-ant-test", http_client=client)
-
-    register_provider("openai-wire", openai_factory)
-    register_provider("anthropic-wire", anthropic_factory)
-    yield state
-    unregister_provider("openai-wire")
-    unregister_provider("anthropic-wire")
 
 
 async def test_openai_streamed_tool_call_runs_durably(

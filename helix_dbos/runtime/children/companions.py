@@ -33,7 +33,7 @@ from helix_dbos.definitions.companions import CompanionTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import Message, ToolCall
-from helix_dbos.runtime.children.step_children import StepChildren
+from helix_dbos.runtime.children.step_children import StepChildren, show_calls_started
 from helix_dbos.runtime.children.subagents import (
     ChildRun,
     child_result,
@@ -48,10 +48,9 @@ from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.sessions.run_opening import AlreadyRunning, OpenRunRequest, open_run
 from helix_dbos.runtime.steps.closing import close_run
 from helix_dbos.runtime.steps.commit import StepCommit, write_head
-from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import ToolOutcome
-from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
+from helix_dbos.runtime.steps.workflow_start import Fresh
 from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import companion_rows as sql
@@ -131,15 +130,7 @@ class CompanionCalls(StepChildren):
         if opened.error is not None or opened.child is None:
             return _error(opened.error or "the child is still running")
         child = opened.child
-        failed = await start_child(
-            self.rt,
-            self.workflow,
-            child.workflow_id,
-            child.run_id,
-            child.session_id,
-            child.agent_name,
-            self.child_options(),
-        )
+        failed = await self.start(child)
         if failed is not None:  # its turn is closed, so nothing waits on it
             fail = failed.reason
             return dispatch_failed(
@@ -275,14 +266,7 @@ async def open_companion_turn(
     if head_first:  # the parent's run row first, as every writer locks it
         await write_head(session, parent)
     call_id = call.id
-    await repo.insert_chunks(
-        session,
-        parent.session_id,
-        parent.run_id,
-        parent.agent_name,
-        parent.step,
-        [tool_start_chunk(parent.run_id, parent.step, call)],
-    )
+    await show_calls_started(session, parent, [call])
     rt = current_runtime()
     persistent = rt.agent(parent.agent_name).persistent_agent(agent_type or "")
     agent = rt.agents.get(agent_type or "")

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from helix_dbos.definitions.agent import Agent
+from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.orchestration.usage_limits import AncestorLimits
 from helix_dbos.runtime.process.process_runtime import Runtime
 from helix_dbos.runtime.steps.commit import StepCommit
+from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.step_types import RunOptions
-from helix_dbos.runtime.steps.workflow_start import AgentWorkflow
+from helix_dbos.runtime.steps.workflow_start import AgentWorkflow, StartFailed, start_child
+from helix_dbos.store import repository as repo
+
+
+class ChildToStart(Protocol):
+    """A child run whose session and run are open (`subagents.ChildRun`)."""
+
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
 
 
 class StepChildren:
@@ -40,3 +59,30 @@ class StepChildren:
     def child_options(self) -> RunOptions:
         """A child's workflow input: what it inherits from this run."""
         return RunOptions(tenant=self.tenant, ancestor_limits=self.ancestor_limits)
+
+    async def start(self, child: ChildToStart) -> StartFailed | None:
+        """Start the child's workflow with what it inherits, or close its run."""
+        return await start_child(
+            self.rt,
+            self.workflow,
+            child.workflow_id,
+            child.run_id,
+            child.session_id,
+            child.agent_name,
+            self.child_options(),
+        )
+
+
+async def show_calls_started(
+    session: repo.SQLConnection, parent: StepCommit, calls: Sequence[ToolCall]
+) -> None:
+    """The calls' `tool_start` in the parent's stream, first (keyed: the parent step's
+    own write of them later is a no-op)."""
+    await repo.insert_chunks(
+        session,
+        parent.session_id,
+        parent.run_id,
+        parent.agent_name,
+        parent.step,
+        [tool_start_chunk(parent.run_id, parent.step, call) for call in calls],
+    )

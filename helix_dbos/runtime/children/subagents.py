@@ -44,7 +44,7 @@ from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.log_events import SUBAGENT_DISPATCH_FAILED, log_event
 from helix_dbos.orchestration.messages import create_tool_result_message, to_json_text
 from helix_dbos.orchestration.types import ToolCall
-from helix_dbos.runtime.children.step_children import StepChildren
+from helix_dbos.runtime.children.step_children import StepChildren, show_calls_started
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
     current_runtime,
@@ -52,11 +52,10 @@ from helix_dbos.runtime.process.process_runtime import (
 )
 from helix_dbos.runtime.sessions.run_opening import OpenRunRequest, child_ids, open_run, workflow_id
 from helix_dbos.runtime.steps.commit import StepCommit, write_head
-from helix_dbos.runtime.steps.live_chunks import tool_start_chunk
 from helix_dbos.runtime.steps.results import TERMINAL_STATUSES
 from helix_dbos.runtime.steps.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.steps.tool_step import outside_result_hooks
-from helix_dbos.runtime.steps.workflow_start import Fresh, start_child
+from helix_dbos.runtime.steps.workflow_start import Fresh
 from helix_dbos.runtime.waits.hitl import (
     INTERRUPT_TOPIC,
     TOPICS,
@@ -213,15 +212,7 @@ class SubAgentDispatch(StepChildren):
                 reason = failures[child.call_id]
                 outcomes[child.call_id] = self._dispatch_failed(child, reason, log=opening.ran)
                 continue
-            failed = await start_child(
-                self.rt,
-                self.workflow,
-                child.workflow_id,
-                child.run_id,
-                child.session_id,
-                child.agent_name,
-                self.child_options(),
-            )
+            failed = await self.start(child)
             if failed is not None:
                 outcomes[child.call_id] = self._dispatch_failed(
                     child, failed.reason, log=failed.closed_now
@@ -361,14 +352,7 @@ async def open_children(
         await write_head(session, parent)
     if opening:
         await children_waiting(session, parent)
-    await repo.insert_chunks(
-        session,
-        parent.session_id,
-        parent.run_id,
-        parent.agent_name,
-        parent.step,
-        [tool_start_chunk(parent.run_id, parent.step, call) for call in calls],
-    )
+    await show_calls_started(session, parent, calls)
     root = await repo.session_root(session, parent.session_id)
     for child in opening:
         await _open_child(session, parent, child, agents[child.agent_name], root, tenant)

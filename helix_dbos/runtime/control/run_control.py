@@ -38,7 +38,7 @@ from helix_dbos.runtime.waits.answer_send import (
     message_table,
     send_with_claim,
 )
-from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS
+from helix_dbos.runtime.waits.hitl import INTERRUPT_TOPIC, TOPICS, checked_client_result
 from helix_dbos.runtime.waits.run_versions import refuse_unserved
 from helix_dbos.store import repository as repo
 from helix_dbos.store import tree
@@ -175,17 +175,10 @@ class RunControl:
         if tool is None:  # not defined in this process: the run checks it
             return
         try:
-            tool.check_client_result(payload.get("result"))
-        except ToolOutputError as exc:
-            log_event(
-                gate_event("client", "validation_failed"),
-                logging.WARNING,
-                session_id=row.session_id,
-                run_id=row.run_id,
-                tool_call_id=row.tool_call_id,
-                tool_name=row.tool_name,
-                error=str(exc),
+            checked_client_result(
+                tool, payload.get("result"), row.session_id, row.run_id, row.tool_call_id
             )
+        except ToolOutputError as exc:
             raise InvalidAnswerError(str(exc)) from exc
 
     async def interrupt(self, session_id: str, reason: str | None) -> list[str]:

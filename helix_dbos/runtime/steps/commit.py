@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.exc import DBAPIError
 
@@ -27,6 +27,33 @@ from helix_dbos.runtime.steps.step_types import ChunkRecord, FinalStatus, ToolOu
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
 from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run
+
+
+class StepKey(TypedDict):
+    """Which run's which step a write is about, as the store's functions take it."""
+
+    session_id: str
+    run_id: str
+    agent_name: str
+    step: int
+
+
+class StepRows(TypedDict):
+    """A step's rows but its chunks, as the store's step writes take them."""
+
+    messages: list[Message]
+    state: dict[str, Any] | None
+    usage: list[UsageRecord]
+    head_messages: int
+
+
+class RunEnding(TypedDict):
+    """How the run ends, as the store's final writes take it."""
+
+    status: FinalStatus
+    output: Any
+    error: str | None
+    stop_reason: str | None
 
 
 @dataclass
@@ -60,6 +87,28 @@ class StepCommit:
         """Add a message made in workflow code (its on_message fires when it is written)."""
         self.messages.append(message)
         self.unannounced.append(message)
+
+    def key(self) -> StepKey:
+        return StepKey(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            agent_name=self.agent_name,
+            step=self.step,
+        )
+
+    def rows(self) -> StepRows:
+        return StepRows(
+            messages=self.messages,
+            state=self.state,
+            usage=self.usage,
+            head_messages=self.head_messages,
+        )
+
+    def ending(self) -> RunEnding:
+        assert self.status is not None
+        return RunEnding(
+            status=self.status, output=self.output, error=self.error, stop_reason=self.stop_reason
+        )
 
     def end(self, status: FinalStatus, *, output: Any = None, error: str | None = None) -> None:
         """This step ends the run; its rows are written with the final status."""
@@ -130,15 +179,9 @@ async def write_step_rows(
     """
     return await repo.commit_step_rows(
         conn,
-        session_id=commit.session_id,
-        run_id=commit.run_id,
-        agent_name=commit.agent_name,
-        step=commit.step,
-        messages=commit.messages,
-        state=commit.state,
-        usage=commit.usage,
+        **commit.key(),
+        **commit.rows(),
         chunks=commit.events,
-        head_messages=commit.head_messages,
         workflow_id=workflow_id,
         owner=execution_owner(),  # a fenced worker's late write cannot land
     )
@@ -150,10 +193,7 @@ async def write_head(conn: repo.SQLConnection, commit: StepCommit) -> bool:
     Durable like every write that others can see (see `write_step_rows`)."""
     return await repo.commit_step_head(
         conn,
-        session_id=commit.session_id,
-        run_id=commit.run_id,
-        agent_name=commit.agent_name,
-        step=commit.step,
+        **commit.key(),
         messages=commit.messages[: commit.head_messages],
         usage=[u for u in commit.usage if u.kind == "llm"],
         owner=execution_owner(),
@@ -263,24 +303,14 @@ async def commit_final(
 async def _commit_final(
     session: repo.SQLConnection, commit: StepCommit, pending: StepCommit | None, *, notify: bool
 ) -> EndedRun:
-    assert commit.status is not None
     chunks = terminal_chunks(commit)
     if pending is None and commit.has_rows:  # the usual end: one statement
         return await end_step_and_run(
             session,
-            session_id=commit.session_id,
-            run_id=commit.run_id,
-            agent_name=commit.agent_name,
-            step=commit.step,
-            messages=commit.messages,
-            state=commit.state,
-            usage=commit.usage,
+            **commit.key(),
+            **commit.rows(),
             step_chunks=commit.events,
-            head_messages=commit.head_messages,
-            status=commit.status,
-            output=commit.output,
-            error=commit.error,
-            stop_reason=commit.stop_reason,
+            **commit.ending(),
             end_chunks=chunks,
             notify=notify,
             owner=execution_owner(),
@@ -294,14 +324,8 @@ async def _commit_final(
         chunks = commit.events + chunks
     return await end_run(
         session,
-        session_id=commit.session_id,
-        run_id=commit.run_id,
-        agent_name=commit.agent_name,
-        step=commit.step,
-        status=commit.status,
-        output=commit.output,
-        error=commit.error,
-        stop_reason=commit.stop_reason,
+        **commit.key(),
+        **commit.ending(),
         chunks=chunks,
         notify=notify,
         owner=execution_owner(),

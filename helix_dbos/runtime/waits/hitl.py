@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from helix_dbos.api.answers import HUMAN_REQUEST_KINDS
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.definitions.hooks import HookContext, RunEvent, fire_safely
+from helix_dbos.definitions.tool import Tool
 from helix_dbos.errors import ToolArgumentsError, ToolOutputError
 from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_event
 from helix_dbos.orchestration.messages import to_json_text
@@ -412,17 +413,10 @@ class HumanWait:
         if answer.error is not None or tool is None:
             return answer
         try:
-            result = tool.check_client_result(answer.result)
-        except ToolOutputError as exc:
-            log_event(
-                gate_event("client", "validation_failed"),
-                logging.WARNING,
-                run_id=self.run_id,
-                session_id=self.session_id,
-                tool_call_id=answer.tool_call_id,
-                tool_name=tool.name,
-                error=str(exc),
+            result = checked_client_result(
+                tool, answer.result, self.session_id, self.run_id, answer.tool_call_id
             )
+        except ToolOutputError as exc:
             return ToolResultAnswer(tool_call_id=answer.tool_call_id, error=str(exc))
         return ToolResultAnswer(tool_call_id=answer.tool_call_id, result=result)
 
@@ -530,3 +524,23 @@ def answer_outcome(
     elif isinstance(p, ToolResultAnswer):
         content = to_json_text(p.result)
     return ToolOutcome.answered(kind, content, error, answer.wait_ms)
+
+
+def checked_client_result(
+    tool: Tool, result: Any, session_id: str, run_id: str, tool_call_id: str
+) -> Any:
+    """A client tool's `result` checked against its `output_schema`; a mismatch is logged
+    as the client gate's failed validation and raised (`ToolOutputError`)."""
+    try:
+        return tool.check_client_result(result)
+    except ToolOutputError as exc:
+        log_event(
+            gate_event("client", "validation_failed"),
+            logging.WARNING,
+            session_id=session_id,
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool.name,
+            error=str(exc),
+        )
+        raise

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import TextClause, text
-
 from helix_dbos.store import repository as repo
-from helix_dbos.store.repository import RunRow, SQLConnection
+from helix_dbos.store.repository import RunRow, SQLConnection, _sql
 from helix_dbos.store.storable import dumps
 
 _ENDED = "('completed', 'failed', 'interrupted', 'aborted')"
-
-
-@functools.lru_cache(maxsize=64)
-def _sql(statement: str) -> TextClause:
-    return text(statement)
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import TextClause, text
-
-from helix_dbos.store.repository import SQLConnection
-
-
-@functools.lru_cache(maxsize=8)
-def _sql(statement: str) -> TextClause:
-    return text(statement)
+from helix_dbos.store.repository import SQLConnection, _sql
 
 
 @dataclass(frozen=True)
