@@ -83,6 +83,11 @@ class Fleet:
         # park_every_wait: each wait for a human lets go of its coroutine at once, so
         # the answers reach parked runs, across the restarts (`wait_parking.py`)
         env = {**os.environ, "HELIX_OUTAGE_IN_MEMORY": "0"} if park_every_wait else None
+        # and a quarter of the answers come after the parking sweep: some wait is parked
+        # whatever the timing (a young wait is parked only once it is a second old)
+        self.answerer_env = (
+            {**os.environ, "HELIX_SOAK_LATE_ANSWERS": "0.25"} if park_every_wait else None
+        )
         self.worker = subprocess.Popen(
             [sys.executable, str(APP), "serve", url, self.executor, str(markers)]
             + [str(RUNS), str(LEADS)],
@@ -124,6 +129,7 @@ class Fleet:
             + [str(self.markers), str(26 + self.answerers)],
             stdout=subprocess.DEVNULL,
             stderr=open(self.markers / "answerer.err", "a"),  # noqa: SIM115
+            env=self.answerer_env,
         )
 
     @property

@@ -348,6 +348,9 @@ class Answerer:
             marker_dir / "answers.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
         )
         self.due: dict[tuple[str, str], float] = {}
+        # HELIX_SOAK_LATE_ANSWERS: the share of answers held back 5.5-7 s, past the
+        # parking sweep (5 s), so that such a wait is parked for sure (test_db_outage)
+        self.late = float(os.environ.get("HELIX_SOAK_LATE_ANSWERS", "0"))
         self.sent: set[tuple[str, str]] = set()
         self.conn: psycopg.Connection[Any] | None = None
 
@@ -381,7 +384,7 @@ class Answerer:
         for run_id, call_id, workflow_id, kind, arguments, first_message in rows:
             if (run_id, call_id) in self.sent:
                 continue
-            if now < self.due.setdefault((run_id, call_id), now + self.rng.uniform(0, 1.2)):
+            if now < self.due.setdefault((run_id, call_id), now + self.delay()):
                 continue
             if interrupted(int(first_message.split()[-1])):
                 # One interrupt answers every pending call of the run; it goes on each
@@ -399,6 +402,12 @@ class Answerer:
             message = (reply(kind, call_id, arguments), topic)
             if self.send(workflow_id, [message] * copies):
                 self.record(run_id, call_id, topic, copies)
+
+    def delay(self) -> float:
+        """Seconds before a new wait is answered."""
+        if self.late and self.rng.random() < self.late:
+            return self.rng.uniform(5.5, 7.0)
+        return self.rng.uniform(0, 1.2)
 
     def run(self, stop: Path) -> None:
         while not stop.exists():
