@@ -94,7 +94,10 @@ PY310_MODULES = frozenset(
 # out of this list runs in its usual place.
 SLOW_MODULES = (
     "test_workers",
+    "test_context_compaction",
+    "test_pooler",
     "test_remote_subagents",
+    "test_log_events",
     "test_limits",
     "test_db_outage",
     "test_ai_sdk",
@@ -106,6 +109,7 @@ SLOW_MODULES = (
     "test_cli_setup",
     "test_a2a",
     "test_fencing",
+    "test_upgrade_from_older",
     "test_migrations",
     "test_mcp_server",
     "test_schedules",
