@@ -333,7 +333,7 @@ async def test_sessions_without_checkpoints_read_as_none(helix, make_agent, mock
 
 
 async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
-    helix, make_agent, mock_llm, database_url
+    helix, make_agent, mock_llm, database_url, monkeypatch
 ):
     agent, old = await three_step_session(helix, make_agent, mock_llm)
     # age the session's rows by a day
@@ -347,7 +347,10 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
             f"UPDATE {table} SET {column} = {column} - interval '2 days' WHERE session_id = %s",
             old.session_id,
         )
-    # a live run in another session, with rows just as old
+    # a live run in another session, with rows just as old; its holding step writes its
+    # head (which `no_slow_tool_heads` puts off for the counts above): else the wait below
+    # for step 2's head ran out its 10 s and the live session had no head to keep
+    monkeypatch.setattr(slow_head, "LIVE_TOOL_START_SECONDS", 0.1)
     gate = threading.Event()  # set from this thread, waited for on DBOS's loop
 
     @tool
