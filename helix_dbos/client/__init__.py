@@ -21,8 +21,7 @@ classes here for its remote children, and a process that never calls a remote se
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from helix_dbos.client.errors import (
     APIConnectionError,
@@ -39,6 +38,7 @@ from helix_dbos.client.errors import (
     StreamError,
     UnprocessableEntityError,
 )
+from helix_dbos.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from helix_dbos.client.aio import AsyncHelixClient
@@ -65,14 +65,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the client `name` names on first use, and keep it here."""
-    module = _CLIENTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'helix_dbos.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _CLIENTS, globals())
 
 
 def __dir__() -> list[str]:
