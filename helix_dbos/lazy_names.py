@@ -1,6 +1,7 @@
-"""Names a package loads on first use (PEP 562): `helix_dbos` and `helix_dbos.memory`
-map each public name to the module that defines it, and import that module only when
-the name is first asked for, so importing the package stays cheap. Stdlib only."""
+"""Names a package loads on first use (PEP 562): `helix_dbos`, `helix_dbos.memory` and
+`helix_dbos.client` map each public name to the module that defines it, and import that
+module only when the name is first asked for, so importing the package stays cheap.
+Stdlib only."""
 
 from __future__ import annotations
 

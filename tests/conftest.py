@@ -94,7 +94,10 @@ PY310_MODULES = frozenset(
 # out of this list runs in its usual place.
 SLOW_MODULES = (
     "test_workers",
+    "test_context_compaction",
+    "test_pooler",
     "test_remote_subagents",
+    "test_log_events",
     "test_limits",
     "test_db_outage",
     "test_ai_sdk",
@@ -106,6 +109,7 @@ SLOW_MODULES = (
     "test_cli_setup",
     "test_a2a",
     "test_fencing",
+    "test_upgrade_from_older",
     "test_migrations",
     "test_mcp_server",
     "test_schedules",
@@ -169,9 +173,31 @@ def embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stop_embedded(path)
 
 
+_unsynced: set[str] = set()
+
+
 def _server_url(embedded: Path) -> str:
     explicit = os.environ.get("HELIX_TEST_DATABASE_URL") or os.environ.get("HELIX_DATABASE_URL")
-    return explicit or resolve_database_url(None, data_dir=embedded)
+    if explicit:
+        return explicit
+    url = resolve_database_url(None, data_dir=embedded)
+    if url not in _unsynced:
+        _without_fsync(url)
+        _unsynced.add(url)
+    return url
+
+
+def _without_fsync(url: str) -> None:
+    """This session's embedded server does not flush its WAL to the disk at each commit.
+
+    It is thrown away with the session: it must survive the kills and restarts the tests
+    make, which PostgreSQL survives without fsync (what it wrote is in the kernel's page
+    cache), not a power cut. With fsync each commit waited for the disk: a run commits
+    several times, and the suite's thousands of runs waited minutes in all.
+    """
+    with psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 @contextlib.contextmanager

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
+from live_server import free_port
 from psycopg.conninfo import conninfo_to_dict
 
 from helix_dbos.store.database import libpq_url
@@ -37,12 +37,6 @@ def pgbouncer_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PgBouncer:
     """Transaction pooling on 127.0.0.1:`port` for every database of `server_url`'s server."""
 
@@ -51,7 +45,7 @@ class PgBouncer:
         server = conninfo_to_dict(libpq_url(server_url))
         host = str(server.get("host") or "127.0.0.1")
         self.server_port = int(server.get("port") or 5432)
-        self.port = _free_port()
+        self.port = free_port()  # below the ephemeral range: it survives restarts
         user = str(server.get("user") or "postgres")
         folder.mkdir(parents=True, exist_ok=True)
         as_root = os.geteuid() == 0

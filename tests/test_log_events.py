@@ -239,7 +239,11 @@ async def _replay(helix, run_id: str) -> None:
     """Run the run's workflow code again over all its checkpoints (a fork from past its
     last step: every step is replayed, none runs), as a recovery would."""
     run = await helix.get_run(run_id)
-    forked = await DBOS.fork_workflow_async(run.workflow_id, 10_000)
+    # Under the version the run was recorded by, as a recovery runs it. A fork without one
+    # is dequeued only by the newest version DBOS has seen: once another module's process
+    # had started a newer one, this session's never ran it and each wait ran out its 30 s.
+    version = (await DBOS.get_workflow_status_async(run.workflow_id)).app_version
+    forked = await DBOS.fork_workflow_async(run.workflow_id, 10_000, application_version=version)
     # Its end was written by the run itself: only what it logs matters here.
     with contextlib.suppress(Exception):
         await asyncio.wait_for(forked.get_result(), 30)

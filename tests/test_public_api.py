@@ -96,11 +96,12 @@ def test_every_exported_name_resolves():
         helix_dbos.nope  # noqa: B018
 
 
-def loaded_after(code: str) -> list[str]:
-    """The heavy top-level packages loaded after running `code` in a fresh interpreter."""
+def loaded_after(code: str, among: tuple[str, ...] = HEAVY) -> list[str]:
+    """The heavy top-level packages (of `among`) loaded after running `code` in a fresh
+    interpreter."""
     probe = (
         f"{code}\nimport json, sys\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(among)!r})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
@@ -116,6 +117,19 @@ def test_the_cli_and_the_package_import_no_dbos_sdk_or_web_stack():
     assert loaded_after("from helix_dbos.cli.main import app, main") == []
     # A name that needs DBOS loads it then (so the check above could fail).
     assert "dbos" in loaded_after("from helix_dbos import HelixDBOS")
+
+
+# Not needed to launch: the HTTP client (httpx brings rich and pygments for its own command
+# line), the CLI's typer, the web stack, the optional SDKs.
+NOT_FOR_LAUNCH = ("httpx", "rich", "pygments", "typer", "a2a", "mcp", *HEAVY[1:-1])
+
+
+def test_a_process_that_launches_helix_loads_no_http_client_terminal_or_web_stack():
+    """Every crash app, worker and CLI command that runs agents imports `HelixDBOS` in a
+    fresh interpreter: what it does not need costs CPU in each (docs/internals.md)."""
+    assert loaded_after("from helix_dbos import HelixDBOS, Agent, MockLLM", NOT_FOR_LAUNCH) == []
+    # The client loads httpx when it is asked for (so the check above could fail).
+    assert "httpx" in loaded_after("from helix_dbos.client import HelixClient", NOT_FOR_LAUNCH)
 
 
 def test_built_in_tools_by_name_without_importing_them_first():

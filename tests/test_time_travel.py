@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -267,14 +268,16 @@ async def test_fork_of_a_mid_wait_checkpoint_pairs_the_pending_call(
 
 
 async def test_fork_while_the_source_runs_does_not_disturb_it(helix, make_agent, mock_llm):
-    gate = asyncio.Event()
-    entered = asyncio.Event()
+    # Thread-safe: the run's tool runs on DBOS's event loop, in another thread. An
+    # asyncio.Event set there did not wake this loop, which slept out its 30 s timeout.
+    gate = threading.Event()
+    entered = threading.Event()
 
     @tool
     async def slow(n: int) -> int:
         """A slow tool."""
         entered.set()
-        await gate.wait()
+        assert await asyncio.to_thread(gate.wait, 60)
         return n
 
     agent = make_agent(tools=[look, slow])
@@ -285,7 +288,7 @@ async def test_fork_while_the_source_runs_does_not_disturb_it(helix, make_agent,
         agent=agent.name,
     )
     handle = await helix.execute(agent, "go")
-    await asyncio.wait_for(entered.wait(), 30)
+    assert await asyncio.to_thread(entered.wait, 30)
     for _ in range(200):
         cps = await helix.checkpoints.list(handle.session_id)
         if any(c.kind == "step" for c in cps):
@@ -330,7 +333,7 @@ async def test_sessions_without_checkpoints_read_as_none(helix, make_agent, mock
 
 
 async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
-    helix, make_agent, mock_llm, database_url
+    helix, make_agent, mock_llm, database_url, monkeypatch
 ):
     agent, old = await three_step_session(helix, make_agent, mock_llm)
     # age the session's rows by a day
@@ -344,13 +347,16 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
             f"UPDATE {table} SET {column} = {column} - interval '2 days' WHERE session_id = %s",
             old.session_id,
         )
-    # a live run in another session, with rows just as old
-    gate = asyncio.Event()
+    # a live run in another session, with rows just as old; its holding step writes its
+    # head (which `no_slow_tool_heads` puts off for the counts above): else the wait below
+    # for step 2's head ran out its 10 s and the live session had no head to keep
+    monkeypatch.setattr(slow_head, "LIVE_TOOL_START_SECONDS", 0.1)
+    gate = threading.Event()  # set from this thread, waited for on DBOS's loop
 
     @tool
     async def hold(n: int) -> int:
         """Hold until released."""
-        await gate.wait()
+        assert await asyncio.to_thread(gate.wait, 60)
         return n
 
     live_agent = make_agent(tools=[look, hold])

@@ -13,11 +13,16 @@ Each method is written once, in the async client (`aio.py`, `aio_schedules.py`):
 `scripts/unasync.py` makes `sync.py` and `sync_schedules.py` from them by token
 substitution (`async def` to `def`, `await` dropped, `AsyncHelixClient` to
 `HelixClient`, ...), and `tests/test_client_unasync.py` fails when they are not current.
+
+The two clients load on first use (PEP 562), with httpx: the runtime imports the error
+classes here for its remote children, and a process that never calls a remote server
+(a worker, a crash test's app) does not pay for httpx.
 """
 
 from __future__ import annotations
 
-from helix_dbos.client.aio import AsyncHelixClient
+from typing import TYPE_CHECKING
+
 from helix_dbos.client.errors import (
     APIConnectionError,
     APIStatusError,
@@ -33,7 +38,13 @@ from helix_dbos.client.errors import (
     StreamError,
     UnprocessableEntityError,
 )
-from helix_dbos.client.sync import HelixClient
+from helix_dbos.lazy_names import lazy_getattr
+
+if TYPE_CHECKING:
+    from helix_dbos.client.aio import AsyncHelixClient
+    from helix_dbos.client.sync import HelixClient
+
+_CLIENTS = {"AsyncHelixClient": "helix_dbos.client.aio", "HelixClient": "helix_dbos.client.sync"}
 
 __all__ = [
     "APIConnectionError",
@@ -52,3 +63,10 @@ __all__ = [
     "StreamError",
     "UnprocessableEntityError",
 ]
+
+
+__getattr__ = lazy_getattr(__name__, _CLIENTS, globals())
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,6 +4,7 @@ app in a background thread; `ServerProcess` runs one as a subprocess that can be
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,10 +43,25 @@ def serve(app, *, timeout: float = 20.0) -> Iterator[str]:
         sock.close()
 
 
+# A port picked now and bound later (a server started, or started again after a kill, on the
+# same port) comes from below the kernel's ephemeral range (32768-60999 on Linux). A port
+# from bind(0) is in that range, where any outgoing connection on the machine may take it
+# as its source port before the server binds it: "address already in use" (CI and a local
+# run of test_remote_subagents). A generator of its own: Hypothesis seeds `random`.
+_PORTS = range(20_000, 32_000)
+_pick = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    for _ in range(200):
+        port = _pick.choice(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken (or in TIME_WAIT): another
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def answers(url: str, headers: Mapping[str, str] | None = None) -> Callable[[], bool]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import psycopg
+from live_server import free_port
 
 _USER = "pgserver"
 
@@ -26,19 +26,13 @@ def _bin(name: str) -> str:
     return str(POSTGRES_BIN_PATH / name)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Cluster:
     """initdb'd in `folder`, started with `start()`; `url` names its `postgres` database."""
 
     def __init__(self, folder: Path, max_connections: int = 100) -> None:
         self.data = folder / "data"
         self.log = folder / "server.log"
-        self.port = _free_port()
+        self.port = free_port()  # below the ephemeral range: it survives restarts
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._as_root = os.geteuid() == 0
         folder.mkdir(parents=True, exist_ok=True)

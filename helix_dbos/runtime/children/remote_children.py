@@ -31,11 +31,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, StepOptions, StepReservation
 
-from helix_dbos.client import AsyncHelixClient
 from helix_dbos.client.errors import (
     APIConnectionError,
     APIStatusError,
@@ -66,6 +65,9 @@ from helix_dbos.store import repository as repo
 from helix_dbos.store.features import remote_children as store
 from helix_dbos.store.features.remote_children import ProxiedChunk, RemoteRef
 from helix_dbos.streaming.chunks import StreamChunk
+
+if TYPE_CHECKING:
+    from helix_dbos.client import AsyncHelixClient
 
 _NAMESPACE = uuid.UUID("1f0c7d3e-9a4b-4f8e-b2a6-7c5d2e9f3b18")
 # How often a waiting call looks for its parent's interrupt or abort.
@@ -268,7 +270,10 @@ def _tool(rt: Runtime, ref: RemoteRef) -> RemoteSubAgentTool:
 
 
 def _client(tool: RemoteSubAgentTool, timeout: float = 30.0) -> AsyncHelixClient:
-    # The steps retry on their own terms: the client tries each request once.
+    # The steps retry on their own terms: the client tries each request once. Loaded
+    # here, with httpx, by the first remote call: most processes never make one.
+    from helix_dbos.client import AsyncHelixClient  # noqa: PLC0415
+
     return AsyncHelixClient(tool.url, token=tool.token(), max_retries=0, timeout=timeout)
 
 
