@@ -269,6 +269,20 @@ async def child_main(args: argparse.Namespace) -> None:
     print(json.dumps(row), flush=True)
 
 
+async def _figures_line(child: asyncio.subprocess.Process) -> dict[str, Any]:
+    """The worker's figures: its first stdout line that is a JSON object (others are logs)."""
+    assert child.stdout is not None
+    while True:
+        line = await asyncio.wait_for(child.stdout.readline(), 600)
+        if not line:
+            raise RuntimeError("worker process ended without its figures")
+        with contextlib.suppress(ValueError):
+            figures = json.loads(line)
+            if isinstance(figures, dict):
+                return figures
+        print(f"worker process: {line[:200]!r}", file=sys.stderr)
+
+
 async def workers_phase(database_url: str, counts: list[int], args: argparse.Namespace) -> dict:
     """`len(counts)` worker processes with counts[i] sessions each, started together."""
     go = Path(tempfile.mkdtemp(prefix="sat-go-")) / "go"
@@ -285,7 +299,14 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
     ]
     children = [
         await asyncio.create_subprocess_exec(
-            *cmd, *opts, "--child", database_url, str(n), str(go), stdout=asyncio.subprocess.PIPE
+            *cmd,
+            *opts,
+            "--child",
+            database_url,
+            str(n),
+            str(go),
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 26,  # a worker's log lines can be long: only its JSON line is read
         )
         for n in counts
     ]
@@ -296,10 +317,7 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
             if line.strip() != b"ready":
                 raise RuntimeError(f"worker process: {line!r}")
         go.touch()
-        rows = []
-        for child in children:
-            assert child.stdout is not None
-            rows.append(json.loads(await asyncio.wait_for(child.stdout.readline(), 600)))
+        rows = [await _figures_line(child) for child in children]
     finally:
         for child in children:
             if child.returncode is None:

@@ -121,8 +121,8 @@ PACKAGE_MOVES: dict[str, str] = {"protocols": "server.protocols"}
 # New packages and what each owns (their `__init__.py`, written when missing).
 PACKAGE_DOCS: dict[str, str] = {
     "runtime.dbos": (
-        "The one door to DBOS's private state: `dbos_internals.py` is the only module of "
-        "helix_dbos that imports `dbos._*` (pyproject's ruff ban and "
+        "The one door to DBOS's private state: `dbos_internals.py` and `step_bookkeeping.py` "
+        "are the only modules of helix_dbos that import `dbos._*` (pyproject's ruff ban and "
         "tests/test_architecture.py hold it), so a DBOS upgrade is read here first."
     ),
     "runtime.process": (

@@ -183,3 +183,38 @@ async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
             (wid,),
         ).fetchall()
     assert rows == [(9_002, '"x"', 5, True)]
+
+
+async def test_the_one_statement_check_answers_as_dboss_own(helix, make_agent, mock_llm):
+    """Recorded, unrecorded, another name, a missing workflow: the same answer or error."""
+    agent = make_agent()
+    mock_llm.add_responses(text("done"), agent=agent.name)
+    handle = await helix.execute(agent, "go")
+    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    wid = handle.workflow_id
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    steps = await asyncio.to_thread(lambda: DBOS.list_workflow_steps(wid))
+    first = steps[0]
+
+    def both(workflow_id: str, function_id: int, name: str) -> list[object]:
+        answers = []
+        for in_helix in (False, True):
+
+            def check(in_helix: bool = in_helix) -> object:
+                if in_helix:
+                    dbos_internals.checks_in_autocommit()
+                try:
+                    return sys_db.check_operation_execution(workflow_id, function_id, name)
+                except (AssertionError, step_bookkeeping.DBOSUnexpectedStepError) as error:
+                    return type(error)
+
+            answers.append(contextvars.copy_context().run(check))
+        return answers
+
+    recorded = both(wid, first["function_id"], first["function_name"])
+    assert recorded[0] == recorded[1] and recorded[0] is not None
+    assert both(wid, 10_000, "x") == [None, None]
+    assert (
+        both(wid, first["function_id"], "another") == [step_bookkeeping.DBOSUnexpectedStepError] * 2
+    )
+    assert both("no-such-workflow", 1, "x") == [AssertionError] * 2

@@ -496,17 +496,19 @@ class _Replay:
 
 
 # Set by helix's agent workflow for itself (a context variable: DBOS's step calls run
-# in threads with a copy of the workflow's context): its steps' checks skip the
-# transaction. Other DBOS workflows of the process, an application's own and the
-# benchmarks' bare ones, keep DBOS's own check.
+# in threads with a copy of the workflow's context): its steps' check and record are one
+# statement each (`step_bookkeeping.py`). A workflow started from its code (a hook's)
+# copies the context and takes the same path, with the same answers; other DBOS
+# workflows of the process, an application's own and the benchmarks' bare ones, keep
+# DBOS's own code.
 _checks_in_autocommit: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "helix_checks_in_autocommit", default=False
 )
 
 
 def checks_in_autocommit() -> None:
-    """In a helix workflow's code, first: DBOS checks its steps in autocommit (see
-    `_check_without_transaction`). Changes no step: nothing is recorded."""
+    """In a helix agent workflow's code, first: DBOS checks and records its steps in one
+    statement each (`step_bookkeeping.py`). Changes no step: nothing is recorded."""
     _checks_in_autocommit.set(True)
 
 

@@ -9,10 +9,11 @@ lock and insert in one statement, which is one transaction, so the lock still ho
 the insert commits and a hand-off (cancel, resume, recovery) cannot land between them.
 Same answers and errors as DBOS's `_check_operation_execution_txn` and
 `_record_operation_result_txn` (DBOS 3.4, `dbos/_sys_db.py`: re-read both before raising
-the `<3.5` pin), same retries on a lost connection (`db_retry`). Only for helix's
-workflows (the context variable `dbos_internals.checks_in_autocommit` sets), on an
-unsharded PostgreSQL system database; any other workflow of the process, an application's
-own, gets DBOS's own code.
+the `<3.5` pin), same retries on a lost connection (`db_retry`). Only for helix's agent
+workflows (the context variable `dbos_internals.checks_in_autocommit` sets; a workflow
+started from their code copies it), on an unsharded PostgreSQL system database whose
+schema is `dbos`, as every statement of this folder assumes; any other workflow of the
+process, an application's own, gets DBOS's own code.
 """
 
 from __future__ import annotations
