@@ -397,7 +397,11 @@
     source.onopen = setConnection;
     source.onerror = setConnection;
     for (const type of CHUNK_TYPES) {
-      source.addEventListener(type, (event) => onChunk(entry, JSON.parse(event.data)));
+      // The browser also fires a plain "error" event, without data, when the connection
+      // drops (it reconnects by itself): only a chunk carries data.
+      source.addEventListener(type, (event) => {
+        if (typeof event.data === "string") onChunk(entry, JSON.parse(event.data));
+      });
     }
     source.addEventListener("end", () => {
       source.close();

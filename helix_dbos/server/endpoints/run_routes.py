@@ -189,10 +189,14 @@ def _add_stream_routes(router: APIRouter, ctx: ServerContext) -> StreamHandler:
         await require_visible(ctx, principal, session_id)
         session = await helix.get_session(session_id)
         runs = await helix.list_runs(session_id)
+        # The run before its calls: a run's wait and its pending calls commit together, so
+        # a run read as waiting has its calls listed (read the other way round, a wait
+        # that began between the two reads showed no call to answer).
+        current_run = await helix.get_current_run(session_id)
         pending = await helix.pending_tool_calls(session_id)
         return StatusResponse(
             session=session,
-            current_run=await helix.get_current_run(session_id),
+            current_run=current_run,
             last_run=runs[-1] if runs else None,
             pending_tool_calls=pending,
         )
