@@ -246,10 +246,12 @@
   }
 
   function markAnswered(node) {
-    if (node.classList.contains("answered")) return;
+    if (node.querySelector(".answered-note")) return;
+    // The run may have ended (its stream said so) before this answer's response came back.
+    const ended = node.classList.contains("answered");
     node.classList.add("answered");
     node.querySelectorAll("button, input, textarea").forEach((c) => (c.disabled = true));
-    node.append(el("div", { class: "answered-note" }, "Answered; the run continues…"));
+    node.append(el("div", { class: "answered-note" }, ended ? "Answered." : "Answered; the run continues…"));
   }
 
   function resolve(entry, status, detail, stopReason) {
