@@ -6,7 +6,7 @@ against that ancestor's tree, so it does not spend past its parent's budget unti
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from helpers import sql
 
@@ -293,7 +293,7 @@ def test_stored_options_without_the_field_read_no_inherited_limits():
         status="queued",
         run_id=None,
         step=None,
-        created_at=datetime.now(UTC),
+        created_at=datetime.now(timezone.utc),
         taken_at=None,
         options={"tenant": "acme", "usage_limits": {"requests": 2}},
     )
