@@ -130,24 +130,34 @@ async def test_each_step_record_is_one_statement_outside_a_transaction(helix, ma
     assert not any(mine), "a step's record ran inside a transaction"
 
 
+def _in_a_helix_workflow(call, *args, **kwargs):
+    """`call(*args, **kwargs)` in the context a helix workflow's step runs in."""
+
+    def marked():
+        dbos_internals.checks_in_autocommit()
+        return call(*args, **kwargs)
+
+    return contextvars.copy_context().run(marked)
+
+
 def _record_in_a_helix_workflow(sys_db, result, **kwargs) -> None:
     """`record_operation_result` as a helix workflow's step calls it."""
+    _in_a_helix_workflow(sys_db.record_operation_result, result, **kwargs)
 
-    def record() -> None:
-        dbos_internals.checks_in_autocommit()
-        sys_db.record_operation_result(result, **kwargs)
 
-    contextvars.copy_context().run(record)
+async def _completed_workflow(helix, make_agent, mock_llm) -> str:
+    """The workflow id of a one-step run that completed."""
+    agent = make_agent()
+    mock_llm.add_responses(text("done"), agent=agent.name)
+    handle = await helix.execute(agent, "go")
+    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+    return handle.workflow_id
 
 
 async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
     helix, make_agent, mock_llm, database_url
 ):
-    agent = make_agent()
-    mock_llm.add_responses(text("done"), agent=agent.name)
-    handle = await helix.execute(agent, "go")
-    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
-    wid = handle.workflow_id
+    wid = await _completed_workflow(helix, make_agent, mock_llm)
     sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
     owner = "the-owner"  # an ended workflow has none: as if an execution held it
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -187,29 +197,21 @@ async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
 
 async def test_the_one_statement_check_answers_as_dboss_own(helix, make_agent, mock_llm):
     """Recorded, unrecorded, another name, a missing workflow: the same answer or error."""
-    agent = make_agent()
-    mock_llm.add_responses(text("done"), agent=agent.name)
-    handle = await helix.execute(agent, "go")
-    assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
-    wid = handle.workflow_id
+    wid = await _completed_workflow(helix, make_agent, mock_llm)
     sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
     steps = await asyncio.to_thread(lambda: DBOS.list_workflow_steps(wid))
     first = steps[0]
 
+    def check(workflow_id: str, function_id: int, name: str) -> object:
+        try:
+            return sys_db.check_operation_execution(workflow_id, function_id, name)
+        except (AssertionError, step_bookkeeping.DBOSUnexpectedStepError) as error:
+            return type(error)
+
     def both(workflow_id: str, function_id: int, name: str) -> list[object]:
-        answers = []
-        for in_helix in (False, True):
-
-            def check(in_helix: bool = in_helix) -> object:
-                if in_helix:
-                    dbos_internals.checks_in_autocommit()
-                try:
-                    return sys_db.check_operation_execution(workflow_id, function_id, name)
-                except (AssertionError, step_bookkeeping.DBOSUnexpectedStepError) as error:
-                    return type(error)
-
-            answers.append(contextvars.copy_context().run(check))
-        return answers
+        """DBOS's own check (outside a helix workflow), then helix's."""
+        args = (workflow_id, function_id, name)
+        return [contextvars.copy_context().run(check, *args), _in_a_helix_workflow(check, *args)]
 
     recorded = both(wid, first["function_id"], first["function_name"])
     assert recorded[0] == recorded[1] and recorded[0] is not None
