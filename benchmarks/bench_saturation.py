@@ -11,7 +11,9 @@ One fresh database, one sitting:
    of `--seconds` after `--warmup` seconds of ramp-up.
 2. Real worker processes on the same database (this file, `--child`): one process with
    all sessions, then two with half each, started together; steps/s over the window
-   they share.
+   they share. The same for bare DBOS processes (the shape above, in processes that
+   launch the same `HelixDBOS` but drive only bare workflows): what two processes can
+   gain on this machine at all, measured in the same sitting.
 
 Per phase it also reports this process's CPU per agent step, the local PostgreSQL's
 (its postmaster and backends, from /proc; the ramp-up and drain included), and how
@@ -253,7 +255,8 @@ def sessions_opened(database_url: str) -> int:
 
 async def child_main(args: argparse.Namespace) -> None:
     """One worker process: its own HelixDBOS on the shared database; waits for the go
-    file, drives its sessions, prints one JSON line (stamps in epoch seconds)."""
+    file, drives its sessions (agent runs, or bare DBOS workflows with `--child-kind
+    bare`), prints one JSON line (stamps in epoch seconds)."""
     database_url, sessions, go = args.child[0], int(args.child[1]), Path(args.child[2])
     executor = f"sat-{uuid.uuid4().hex[:8]}"
     helix, mock = build_helix(database_url, args.steps, executor, args.worker_pool_size)
@@ -262,8 +265,9 @@ async def child_main(args: argparse.Namespace) -> None:
     while not go.exists():
         await asyncio.sleep(0.01)
     bench = InProcess(helix, mock, args)
+    one_run = bench.bare_run if args.child_kind == "bare" else bench.agent_run
     try:
-        row = await drive(bench.agent_run, sessions, args.warmup, args.seconds, mock.inputs.clear)
+        row = await drive(one_run, sessions, args.warmup, args.seconds, mock.inputs.clear)
     finally:
         helix.shutdown()
     print(json.dumps(row), flush=True)
@@ -283,8 +287,11 @@ async def _figures_line(child: asyncio.subprocess.Process) -> dict[str, Any]:
         print(f"worker process: {line[:200]!r}", file=sys.stderr)
 
 
-async def workers_phase(database_url: str, counts: list[int], args: argparse.Namespace) -> dict:
-    """`len(counts)` worker processes with counts[i] sessions each, started together."""
+async def workers_phase(
+    database_url: str, counts: list[int], args: argparse.Namespace, kind: str = "helix"
+) -> dict:
+    """`len(counts)` worker processes (`kind`: helix or bare) with counts[i] sessions
+    each, started together."""
     go = Path(tempfile.mkdtemp(prefix="sat-go-")) / "go"
     cmd = [sys.executable, str(Path(__file__).resolve())]
     opts = [
@@ -296,6 +303,8 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
         str(args.warmup),
         "--seconds",
         str(args.seconds),
+        "--child-kind",
+        kind,
     ]
     children = [
         await asyncio.create_subprocess_exec(
@@ -326,6 +335,7 @@ async def workers_phase(database_url: str, counts: list[int], args: argparse.Nam
     hi = min(r["wall_hi"] for r in rows)
     steps = sum(1 for r in rows for t in r["stamps_wall"] if lo <= t < hi)
     return {
+        "kind": kind,
         "processes": len(counts),
         "sessions": sum(counts),
         "steps_per_s": steps / (hi - lo),
@@ -390,10 +400,13 @@ async def measure_workers(database_url: str, args: argparse.Namespace, out: dict
         helix.launch()
         helix.shutdown()
     half = args.sessions // 2
-    for counts in ([args.sessions], [half, args.sessions - half]):
-        row = await workers_phase(database_url, counts, args)
-        out.setdefault("workers", []).append(row)
-        print(f"  {len(counts)} worker(s): {row['steps_per_s']:8.1f} steps/s", flush=True)
+    for kind in ("helix", "bare"):
+        for counts in ([args.sessions], [half, args.sessions - half]):
+            row = await workers_phase(database_url, counts, args, kind)
+            out.setdefault("workers" if kind == "helix" else "bare_workers", []).append(row)
+            print(
+                f"  {len(counts)} {kind} worker(s): {row['steps_per_s']:8.1f} steps/s", flush=True
+            )
 
 
 def summary(out: dict[str, Any]) -> dict[str, Any]:
@@ -407,6 +420,11 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
         result["one_worker_process"] = one["steps_per_s"]
         result["two_worker_processes"] = two["steps_per_s"]
         result["two_over_one"] = two["steps_per_s"] / one["steps_per_s"]
+    if "bare_workers" in out:
+        one, two = out["bare_workers"]
+        result["bare_one_process"] = one["steps_per_s"]
+        result["bare_two_processes"] = two["steps_per_s"]
+        result["bare_two_over_one"] = two["steps_per_s"] / one["steps_per_s"]
     return result
 
 
@@ -442,6 +460,11 @@ async def run(args: argparse.Namespace) -> None:
             f"  worker processes: one {s['one_worker_process']:.1f}, two "
             f"{s['two_worker_processes']:.1f} steps/s (x{s['two_over_one']:.2f})"
         )
+    if "bare_workers" in out:
+        print(
+            f"  bare DBOS processes: one {s['bare_one_process']:.1f}, two "
+            f"{s['bare_two_processes']:.1f} steps/s (x{s['bare_two_over_one']:.2f})"
+        )
     print("\n" + json.dumps(rounded({"summary": s, "load_at_start": load, **out})))
 
 
@@ -465,6 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-workers", action="store_true", help="no worker processes")
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy --gil one more helix phase")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child-kind", default="helix", help=argparse.SUPPRESS)
     parser.add_argument(
         "--database-url",
         help="PostgreSQL server (default $HELIX_BENCH_DATABASE_URL, else embedded)",

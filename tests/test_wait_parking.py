@@ -83,6 +83,13 @@ async def _one_parked(helix, make_agent, mock_llm, parking, ran: list[str]):
     return handle
 
 
+def _dbos_waits_for(workflow_id: str) -> bool:
+    """Whether DBOS has a `recv` of this workflow registered for its notification."""
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    waiters = sys_db.notifications_map.snapshot()
+    return any(components[0] == workflow_id for _payload, components, _signal in waiters)
+
+
 def _workflow_status(database_url: str, workflow_id: str) -> str:
     return sql(
         database_url,
@@ -219,6 +226,15 @@ async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
         return parking.in_memory >= 1
 
     await _until(in_recv)
+    workflow_id = (await helix.get_run(handle.run_id)).workflow_id
+
+    async def recv_registered() -> bool:
+        return _dbos_waits_for(workflow_id)
+
+    # `in_memory` counts the run from just before its `recv`, whose first look in the
+    # database would find an answer sent now: wait until DBOS waits on its notification.
+    await _until(recv_registered)
+    await asyncio.sleep(0.2)
     resumed = parking.resumed_total
     sql(database_url, "ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
     try:

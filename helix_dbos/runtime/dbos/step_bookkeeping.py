@@ -127,6 +127,7 @@ def install_one_statement_records(sys_db: Any, in_helix_workflow: InHelixWorkflo
     stock = sys_db.record_operation_result
     if getattr(stock, "helix_one_statement", False):
         return
+    record = _one_statement_record(sys_db)
 
     def record_operation_result(
         result: OperationResultInternal,
@@ -147,33 +148,34 @@ def install_one_statement_records(sys_db: Any, in_helix_workflow: InHelixWorkflo
         completed_at = (
             completed_at_epoch_ms if completed_at_epoch_ms is not None else int(time.time() * 1000)
         )
-        _record(sys_db, result, completed_at, owner)
+        record(result, completed_at, owner)
 
     record_operation_result.helix_one_statement = True  # type: ignore[attr-defined]
     sys_db.record_operation_result = record_operation_result
 
 
-def _record(sys_db: Any, result: OperationResultInternal, completed_at: int, owner: str) -> None:
-    assert result["error"] is None or result["output"] is None, (
-        "Only one of error or output can be set"
-    )
-    workflow_id = result["workflow_uuid"]
-    values = {
-        "workflow_id": workflow_id,
-        "function_id": result["function_id"],
-        "function_name": result["function_name"],
-        "started_at": result["started_at_epoch_ms"],
-        "completed_at": completed_at,
-        "output": result["output"],
-        "error": result["error"],
-        "child_workflow_id": result["child_workflow_id"],
-        "serialization": result["serialization"],
-        "application_name": sys_db.app_name,
-        "owner_xid": owner,
-    }
+def _one_statement_record(sys_db: Any) -> Callable[[OperationResultInternal, int, str], None]:
+    """The record itself, wrapped in `db_retry` once (not once per step)."""
 
     @db_retry(sys_db=sys_db)
-    def one_statement() -> None:
+    def record(result: OperationResultInternal, completed_at: int, owner: str) -> None:
+        assert result["error"] is None or result["output"] is None, (
+            "Only one of error or output can be set"
+        )
+        workflow_id = result["workflow_uuid"]
+        values = {
+            "workflow_id": workflow_id,
+            "function_id": result["function_id"],
+            "function_name": result["function_name"],
+            "started_at": result["started_at_epoch_ms"],
+            "completed_at": completed_at,
+            "output": result["output"],
+            "error": result["error"],
+            "child_workflow_id": result["child_workflow_id"],
+            "serialization": result["serialization"],
+            "application_name": sys_db.app_name,
+            "owner_xid": owner,
+        }
         with sys_db._own_key(workflow_id), sys_db.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             try:
@@ -189,4 +191,4 @@ def _record(sys_db: Any, result: OperationResultInternal, completed_at: int, own
             raise DBOSStepNondeterminismError(workflow_id, result["function_id"])
         DebugTriggers.debug_trigger_point(DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT)
 
-    one_statement()
+    return record
