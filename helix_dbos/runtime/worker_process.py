@@ -357,8 +357,13 @@ class WorkerProcess:
 
     def shutdown(self) -> None:
         if self._sweep is not None:  # first: it would open the statement pool again
-            with contextlib.suppress(RuntimeError):  # its loop is closed already
-                self._sweep.get_loop().call_soon_threadsafe(self._sweep.cancel)
+            if running_loop() is self._sweep.get_loop():
+                # At once: a callback would come after DBOS is gone, and a sweep that woke
+                # first would warn that it could not reconcile.
+                self._sweep.cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # its loop is closed already
+                    self._sweep.get_loop().call_soon_threadsafe(self._sweep.cancel)
             self._sweep = None
         if self.waits.notifier_started is not None:
             self._close_on_target_loop(self.waits.notifier_started.stop)
