@@ -179,14 +179,17 @@ async def bounded(concurrency: int, items: list[Any], func: Any) -> list[Any]:
     return list(await asyncio.gather(*(one(i) for i in items)))
 
 
-async def warm_up(helix: HelixDBOS, agent: Agent, counter: Counter) -> None:
-    """One run through the whole path, so code, pools and plans are loaded before 'before'."""
-    handle = await helix.execute(agent, "go")
-    await counter.wait_for("waiting", 1, "warm-up waiting", 60, time.perf_counter())
-    await helix.approve(handle.session_id, TOOL_CALL_ID)
-    result = await handle.result()
-    if result.status != "completed":
-        raise RuntimeError(f"warm-up run did not complete: {result}")
+async def warm_up(helix: HelixDBOS, agent: Agent, counter: Counter, runs: int) -> None:
+    """`runs` runs at once through the whole path (start, wait, approve, complete), so
+    code, plans, pools and threads are at the size that many calls in flight need before
+    'before': what grows after it is what the waiting runs hold, not the process's
+    warm state (one warm-up run left 30 MB of it in a 1,000-run figure)."""
+    handles = await asyncio.gather(*(helix.execute(agent, f"warm {i}") for i in range(runs)))
+    await counter.wait_for("waiting", runs, "warm-up waiting", 120, time.perf_counter())
+    await asyncio.gather(*(helix.approve(h.session_id, TOOL_CALL_ID) for h in handles))
+    results = await asyncio.gather(*(h.result() for h in handles))
+    if any(r.status != "completed" for r in results):
+        raise RuntimeError(f"warm-up runs did not complete: {results}")
 
 
 async def measure(
@@ -197,7 +200,7 @@ async def measure(
         libpq_url(database_url), autocommit=True
     ) as conn:
         counter = Counter(conn)
-        await warm_up(helix, agent, counter)
+        await warm_up(helix, agent, counter, args.concurrency)
         mock.inputs.clear()
         await asyncio.sleep(1)
         before = Snapshot.take()
@@ -248,10 +251,12 @@ async def measure(
         with profiled(args.pyinstrument, "drain"):
             approved_s, drained_s = await asyncio.gather(
                 approve_all(),
-                counter.wait_for("completed", n + 1, "completed", args.timeout, approve_start),
+                counter.wait_for(
+                    "completed", n + args.concurrency, "completed", args.timeout, approve_start
+                ),
             )
         peak_threads_drain = await sampler.stop()
-        completed = await counter.count("completed") - 1  # minus the warm-up run
+        completed = await counter.count("completed") - args.concurrency  # minus the warm-up
         after = Snapshot.take()
     if completed != n or len(TOOL_RAN) != n:
         raise RuntimeError(f"{completed} runs completed and {len(TOOL_RAN)} tools ran, of {n}")
@@ -293,6 +298,16 @@ async def measure_bare(args: argparse.Namespace) -> dict[str, Any]:
     of a waiting workflow, the floor under helix's."""
     n = args.runs
     waiters = _get_dbos_instance()._sys_db.notifications_map
+    # The same warm-up as helix's: `--concurrency` workflows through the whole path.
+    warm = await asyncio.gather(
+        *(DBOS.start_workflow_async(bare_wait) for _ in range(args.concurrency))
+    )
+    while len(waiters.snapshot()) < len(warm):
+        await asyncio.sleep(0.05)
+    for h in warm:
+        await DBOS.send_async(h.workflow_id, {"approved": True}, "approval")
+    await asyncio.gather(*(h.get_result() for h in warm))
+    await asyncio.sleep(1)
     before = Snapshot.take()
     idle_cpu_before, threads_before = await idle_cpu(args.idle_seconds)
     started = time.perf_counter()
