@@ -38,7 +38,7 @@ from helix_dbos.runtime.control.run_control import RunControl
 from helix_dbos.runtime.process import model_limits
 from helix_dbos.runtime.process.event_loop import sync_twin
 from helix_dbos.runtime.process.outage import DEFAULT_OUTAGE_SECONDS
-from helix_dbos.runtime.process.wait_parking import WaitParking
+from helix_dbos.runtime.process.wait_parking import DEFAULT_WAITS_IN_MEMORY, WaitParking
 from helix_dbos.runtime.process.workers import DEFAULT_LEASE_SECONDS, WorkerLease
 from helix_dbos.runtime.sessions.handle import RunHandle
 from helix_dbos.runtime.sessions.run_opening import OpenedRun, new_id
@@ -128,7 +128,7 @@ class HelixDBOS(
         worker_lease_seconds: float | None = None,
         queues: Sequence[RunQueue] = (),
         listen_queues: Iterable[str] = (),
-        waiting_runs_in_memory: int = 1000,
+        waiting_runs_in_memory: int = DEFAULT_WAITS_IN_MEMORY,
         park_waiting_runs_after_seconds: float = 60,
         pooler: str | None = None,
         listen_database_url: str | None = None,
