@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # task, the step that waits, DBOS's context); once parked, that memory goes back to
 # Python's allocator but mostly not to the system (the arenas it was in also hold
 # longer-lived objects), so the process keeps the high-water mark of waits in memory:
-# 1,000 cost 34.6 kB of RSS a waiting run at 1,000 parked waits, 100 cost 12.3 kB
+# 1,000 cost 34.6 kB of RSS a waiting run at 1,000 parked waits, 100 cost 11-12 kB
 # (benchmarks/README.md, "At 1,000 waits"). An answer to a parked wait pays a claim and
 # a replay, a few milliseconds.
 DEFAULT_WAITS_IN_MEMORY = 100
