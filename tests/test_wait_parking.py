@@ -222,17 +222,12 @@ async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
     handle = await helix.execute(agent, "delete it")
     await pending_calls(helix, handle.session_id)
 
-    async def in_recv() -> bool:
-        return parking.in_memory >= 1
-
-    await _until(in_recv)
-    workflow_id = (await helix.get_run(handle.run_id)).workflow_id
-
     async def recv_registered() -> bool:
-        return _dbos_waits_for(workflow_id)
+        return _dbos_waits_for(handle.workflow_id)
 
-    # `in_memory` counts the run from just before its `recv`, whose first look in the
-    # database would find an answer sent now: wait until DBOS waits on its notification.
+    # Not `parking.in_memory`: it counts the run from just before its `recv`, whose first
+    # look in the database would find an answer sent now. DBOS registers the recv's
+    # notification inside the parking's wait, then looks once (the 0.2 s).
     await _until(recv_registered)
     await asyncio.sleep(0.2)
     resumed = parking.resumed_total

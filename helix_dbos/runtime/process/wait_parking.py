@@ -32,13 +32,11 @@ from helix_dbos.runtime.process.parked_span import PARKED_MESSAGE, mark_parked
 
 logger = logging.getLogger(__name__)
 
-# Waits kept in memory before the oldest park. A wait in memory holds about 35 kB (its
-# task, the step that waits, DBOS's context); once parked, that memory goes back to
-# Python's allocator but mostly not to the system (the arenas it was in also hold
-# longer-lived objects), so the process keeps the high-water mark of waits in memory:
-# 1,000 cost 34.6 kB of RSS a waiting run at 1,000 parked waits, 100 cost 11-12 kB
-# (benchmarks/README.md, "At 1,000 waits"). An answer to a parked wait pays a claim and
-# a replay, a few milliseconds.
+# Waits kept in memory before the oldest park. A wait in memory holds about 35 kB; once
+# parked, that memory goes back to Python's allocator but mostly not to the system (its
+# arenas also hold longer-lived objects), so the process keeps the high-water mark of
+# its waits in memory (figures: benchmarks/README.md, "At 1,000 waits"). An answer to a
+# parked wait pays a claim and a replay, a few milliseconds.
 DEFAULT_WAITS_IN_MEMORY = 100
 # How often waits are checked for parking: a wait is parked within this of its due time.
 SWEEP_SECONDS = 5.0
