@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -148,8 +149,24 @@ def _ensure_pgserver_user() -> None:
             subprocess.run(["useradd", "-s", "/bin/bash", "pgserver"], capture_output=True)
 
 
+def _compile_bytecode() -> None:
+    """Write the bytecode of the package, the tests and the examples once, before the
+    workers start. Where PYTHONDONTWRITEBYTECODE is set (this machine and its CI set it),
+    no process writes any: each of the suite's ~400 Python subprocesses (the crash apps,
+    the CLI, the servers) compiled the package's ~170 modules from source again, about
+    0.2 s of CPU each. Reading bytecode is not affected by the variable."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import compileall  # noqa: PLC0415 - once, in the controller
+
+    skip = re.compile(r"node_modules")
+    for folder in ("helix_dbos", "tests", "examples"):
+        compileall.compile_dir(REPO / folder, quiet=1, rx=skip)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _ensure_pgserver_user()
+    _compile_bytecode()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -471,3 +471,24 @@ def test_concurrent_keyed_starts_open_one_run(base_url, make_agent, mock_llm, da
     assert runs == 1
     with HelixClient(base_url) as client:
         assert client.wait(started[0].session_id, started[0].run_id).output == "raced"
+
+
+async def test_clients_share_one_verifying_tls_context():
+    """Each client used to build its own TLS context (reading the CA bundle, ~30 ms of
+    CPU): the CLI and every remote call paid it. They now share one, which still checks
+    certificates and host names; a client given its own `http_client` keeps it."""
+    import ssl  # noqa: PLC0415
+
+    from helix_dbos.client.tls import shared_ssl_context  # noqa: PLC0415
+
+    context = shared_ssl_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] > 0, "no CA certificates loaded"
+    with HelixClient("https://a.example") as one, HelixClient("https://b.example") as two:
+        pools = [client._http._transport._pool for client in (one, two)]
+        assert all(pool._ssl_context is context for pool in pools)
+    async with AsyncHelixClient("https://c.example") as three:
+        assert three._http._transport._pool._ssl_context is context
+    own = httpx.Client()
+    with HelixClient("https://d.example", http_client=own) as mine:
+        assert mine._http is own and own._transport._pool._ssl_context is not context

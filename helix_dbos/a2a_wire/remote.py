@@ -38,6 +38,7 @@ from a2a.types import (
 from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
 
 from helix_dbos.a2a_wire.mapping import FINAL_STATES, RESPONSE_ARTIFACT
+from helix_dbos.client.tls import shared_ssl_context
 from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.runtime.dbos.dbos_internals import execution_owner
@@ -81,7 +82,9 @@ async def a2a_client(
     as the bearer; a network failure is `A2AUnavailable`, so the step retries."""
     token = tool.token()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+    async with httpx.AsyncClient(
+        headers=headers, timeout=timeout, verify=shared_ssl_context()
+    ) as http:
         factory = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http))
         client = await factory.create_from_url(tool.url)
         try:

@@ -40,6 +40,7 @@ from helix_dbos.client.base import (
 )
 from helix_dbos.client.errors import APIConnectionError, InternalServerError, status_error
 from helix_dbos.client.sse import SSEDecoder
+from helix_dbos.client.tls import shared_ssl_context
 from helix_dbos.orchestration.double_texting import MultitaskStrategy
 from helix_dbos.orchestration.parts import UserPart
 from helix_dbos.orchestration.usage_limits import UsageLimits
@@ -90,7 +91,10 @@ class AsyncHelixClient(AsyncScheduleCalls):
         )
         self._own_http = http_client is None
         self._http = http_client or httpx.AsyncClient(
-            base_url=self.options.base_url, timeout=timeout, headers=self.options.headers()
+            base_url=self.options.base_url,
+            timeout=timeout,
+            headers=self.options.headers(),
+            verify=shared_ssl_context(),
         )
         if http_client is not None:
             self._http.headers.update(self.options.headers())

@@ -3,6 +3,7 @@ app in a background thread; `ServerProcess` runs one as a subprocess that can be
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -64,9 +65,18 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {_PORTS}")
 
 
+@functools.cache
+def _probe() -> httpx.Client:
+    """One client for every readiness check of this process, with no kept connection (a
+    server killed and relaunched on its port leaves none stale). A client made per check,
+    as `httpx.get` does, read the CA bundle each time: about 30 ms of CPU a poll, seconds
+    a server start, the largest single cost in a pytest worker's own CPU."""
+    return httpx.Client(timeout=2, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def answers(url: str, headers: Mapping[str, str] | None = None) -> Callable[[], bool]:
     """A readiness check: GET `url` answers 200."""
-    return lambda: httpx.get(url, headers=headers, timeout=2).status_code == 200
+    return lambda: _probe().get(url, headers=headers).status_code == 200
 
 
 class ServerProcess:
