@@ -43,7 +43,7 @@ from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
 
 import helix_dbos
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.loop import agent_loop, tool_batch
 from helix_dbos.runtime.loop import llm_step as llm_step_module
@@ -632,12 +632,21 @@ def print_report(
 # --- main ------------------------------------------------------------------------------
 
 
-def launch_bench(database_url: str) -> Bench:
+# With --known-window, the agent's input budget: what a model whose context window is
+# known (every OpenAI and Anthropic model in genai-prices) gets by default, large enough
+# that the benchmark's sessions always fit, so each step takes the count-and-fit path.
+KNOWN_WINDOW_TOKENS = 10**9
+
+
+def launch_bench(database_url: str, known_window: bool = False) -> Bench:
     """The ping agent on a scripted model, launched on the running event loop (workflows,
     steps and the benchmark share it)."""
     script = Script()
     mock = MockLLM(script)
-    agent = Agent(AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000)
+    history = HistoryPolicy(max_input_tokens=KNOWN_WINDOW_TOKENS if known_window else None)
+    agent = Agent(
+        AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000, history=history
+    )
     helix = HelixDBOS(
         [agent],
         database_url=database_url,
@@ -652,7 +661,7 @@ def launch_bench(database_url: str) -> Bench:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server, kind = server_url(args.database_url)
     with fresh_database(server) as database_url:
-        bench = launch_bench(database_url)
+        bench = launch_bench(database_url, args.known_window)
         helix = bench.helix
         try:
             ratio = await measure_ratio(bench, args.steps, args.repeats)
@@ -674,6 +683,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "database": kind,
         "code": str(Path(helix_dbos.__file__).parent),
         "cores": os.cpu_count(),
+        "known_window": args.known_window,
         "ratio": ratio,
         "history": hist,
         "breakdown": {str(k): v for k, v in breakdown.items()},
@@ -697,6 +707,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--pyinstrument", metavar="PATH", help="also write a pyinstrument profile of one run"
+    )
+    parser.add_argument(
+        "--known-window",
+        action="store_true",
+        help="give the agent an input budget, as a model with a known context window has",
     )
     args = parser.parse_args(argv)
     if args.steps < 4 or args.history_steps < 3:

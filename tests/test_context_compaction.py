@@ -26,6 +26,7 @@ from helix_dbos.definitions.agent import LLMConfig
 from helix_dbos.orchestration.history.compaction import SummaryRef, compact
 from helix_dbos.orchestration.history.cuts import safe_cuts
 from helix_dbos.orchestration.history.policy import ELIDED_TOOL_RESULT, message_tokens
+from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.loop.history_view import history_budget
 
@@ -129,6 +130,35 @@ def test_a_history_that_fits_is_shown_whole_and_unchanged() -> None:
     view = compact(history, HistoryPolicy(), budget=10**6)
     assert view.messages == history and view.note == "" and view.omitted == 0
     assert compact(history, HistoryPolicy(), budget=None).messages == history
+
+
+def test_the_transcripts_running_token_count_is_the_sum_compaction_would_take() -> None:
+    """A session that fits is counted from the transcript's running total, topped up with
+    each step's rows, not walked each step: the total must stay the plain sum (any
+    counter, any appends), and the input must be the transcript's own list, so the LLM
+    step sends its cached messages without a walk either."""
+    rng = random.Random(11)
+    history = random_history(rng, 30)
+    transcript = Transcript(history[:40])
+    policy, other = HistoryPolicy(), HistoryPolicy(counter=CharEstimate(chars_per_token=2.0))
+    for cut in (40, 41, 90, len(history)):
+        transcript.extend(history[len(transcript) : cut])
+        for counter in (policy.counter, other.counter, policy.counter):
+            expected = sum(message_tokens(counter, m) for m in transcript.messages)
+            assert transcript.tokens(counter) == expected
+        counted = transcript.tokens(policy.counter)
+        fast = compact(
+            transcript.messages, policy, budget=10**6, fixed_tokens=9, history_tokens=counted
+        )
+        slow = compact(list(transcript.messages), policy, budget=10**6, fixed_tokens=9)
+        assert fast.messages is transcript.messages and fast.tokens == slow.tokens
+        assert fast.messages == slow.messages and slow.messages is not transcript.messages
+    # Over the budget, the count only decides that the session does not fit.
+    tight = compact(
+        transcript.messages, policy, budget=500, history_tokens=transcript.tokens(policy.counter)
+    )
+    assert tight == compact(list(transcript.messages), policy, budget=500)
+    assert tight.omitted > 0
 
 
 def test_keep_last_turns_and_elided_tool_results() -> None:

@@ -6,7 +6,8 @@ transcript without system messages, `messages.build_messages_for_llm`). Derived
 afresh, both walk the whole conversation in Python every step; kept here and
 topped up with the rows each step appends, a step costs the same at message 10 and
 message 1,000. Built from the same messages, they are the same on a replay or in a
-fresh process (which builds them once from its first read).
+fresh process (which builds them once from its first read). So is the token count the
+history budget compares with the model's window (`tokens`), summed once per message.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from helix_dbos.orchestration.call_ids import transcript_call_ids
+from helix_dbos.orchestration.history.policy import TokenCounter, message_tokens
 from helix_dbos.orchestration.types import Message
 
 
@@ -24,12 +26,14 @@ class Transcript:
     time: readers use it within their step and must not change it.
     """
 
-    __slots__ = ("call_ids", "for_llm", "messages")
+    __slots__ = ("_counted", "call_ids", "for_llm", "messages")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self.messages: list[Message] = []
         self.call_ids: set[str] = set()
         self.for_llm: list[Message] = []  # without system messages
+        # (counter, how many messages counted, their tokens): topped up by `tokens`.
+        self._counted: tuple[TokenCounter, int, int] | None = None
         self.extend(messages)
 
     def extend(self, messages: Iterable[Message]) -> None:
@@ -37,6 +41,15 @@ class Transcript:
         self.messages.extend(new)
         self.call_ids.update(transcript_call_ids(new))
         self.for_llm.extend(m for m in new if m.role != "system")
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """The sum of `message_tokens(counter, m)` over the messages: what was counted
+        before plus the messages appended since (all of them again for another counter)."""
+        counted = self._counted
+        done, total = (counted[1], counted[2]) if counted and counted[0] is counter else (0, 0)
+        total += sum(message_tokens(counter, m) for m in self.messages[done:])
+        self._counted = (counter, len(self.messages), total)
+        return total
 
     def __len__(self) -> int:
         return len(self.messages)

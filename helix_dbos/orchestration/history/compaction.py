@@ -68,17 +68,25 @@ def compact(
     fixed_tokens: int = 0,
     summary: SummaryRef | None = None,
     may_summarize: bool = True,
+    history_tokens: int | None = None,
 ) -> ModelInput:
     """The model's input. `budget`: input tokens allowed (None: no budget); `fixed_tokens`:
     what the system prompt and tools take; `summary`: the session's latest summary;
-    `may_summarize`: False once this step has taken its summary (never two per step)."""
+    `may_summarize`: False once this step has taken its summary (never two per step);
+    `history_tokens`: the messages' tokens by the policy's counter, when the caller keeps
+    them (`Transcript.tokens`), so a session that fits is not walked every step.
+
+    When all of `history` is shown, a list `history` is the input's `messages` itself
+    (not a copy): the caller then knows the model sees the whole transcript."""
     if not policy.steps and budget is None:
-        return ModelInput(list(history))
+        return ModelInput(_as_list(history))
     counter = policy.counter
     if not policy.steps and summary is None:  # the default policy: most sessions fit
-        total = fixed_tokens + sum(message_tokens(counter, m) for m in history)
+        if history_tokens is None:
+            history_tokens = sum(message_tokens(counter, m) for m in history)
+        total = fixed_tokens + history_tokens
         if budget is not None and total <= budget:
-            return ModelInput(list(history), tokens=total)
+            return ModelInput(_as_list(history), tokens=total)
     safe = safe_cuts(history)
     start, summary_text = 0, ""
     # A summary whose end is not a cut this transcript allows is not used.
@@ -109,6 +117,10 @@ def compact(
     note = _note(summary_text, dropped)
     tokens = fixed_tokens + _note_tokens(counter, note) + sum(sizes)
     return ModelInput(shown, note=note, omitted=start + dropped, tokens=tokens)
+
+
+def _as_list(history: Sequence[Message]) -> list[Message]:
+    return history if isinstance(history, list) else list(history)
 
 
 def _note(summary_text: str, dropped: int) -> str:

@@ -1,7 +1,7 @@
 """The model's input under the agent's history policy (docs/context.md): the LLM step's
 one call into context compaction.
 
-A session that fits its budget costs a count of its messages and no query; only one that
+A session that fits its budget costs no walk of its messages and no query; only one that
 does not, with an agent that summarises, reads its latest summary (one statement).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from helix_dbos.definitions.agent import Agent
 from helix_dbos.llm.windows import context_window
 from helix_dbos.orchestration.history.compaction import ModelInput, SummaryRef, compact
-from helix_dbos.orchestration.types import Message
+from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.runtime.process.process_runtime import Runtime
 from helix_dbos.store.features.summaries import latest_summary
 
@@ -38,19 +38,30 @@ async def model_input(
     rt: Runtime,
     agent: Agent,
     session_id: str,
-    history: list[Message],
+    transcript: Transcript,
     fixed: Callable[[], str],
     *,
     may_summarize: bool,
 ) -> ModelInput:
-    """What the model is shown of `history`; `fixed`: the system prompt and tools as
-    text (counted only under a budget)."""
+    """What the model is shown of the transcript; `fixed`: the system prompt and tools as
+    text (counted only under a budget). A session that fits its budget is counted from
+    the transcript's running total (`Transcript.tokens`): the same cost at message 10
+    and at message 1,000."""
     policy = agent.history
     budget = history_budget(agent)
+    history = transcript.messages
     if not policy.steps and budget is None:  # the default for models of unknown window
         return ModelInput(history)
     fixed_tokens = policy.counter.count(fixed()) if budget is not None else 0
-    first = compact(history, policy, budget=budget, fixed_tokens=fixed_tokens, may_summarize=False)
+    counted = transcript.tokens(policy.counter) if not policy.steps else None
+    first = compact(
+        history,
+        policy,
+        budget=budget,
+        fixed_tokens=fixed_tokens,
+        may_summarize=False,
+        history_tokens=counted,
+    )
     if policy.summarize is None or not first.omitted:
         return first
     row = await rt.on_connection(

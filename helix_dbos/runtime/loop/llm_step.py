@@ -227,7 +227,7 @@ async def llm_step(
         rt,
         agent,
         session_id,
-        seen[0].messages,
+        seen[0],
         lambda: _fixed_text(agent, mode, seen[1]),
         may_summarize=not summarized,
     )
