@@ -161,6 +161,78 @@ def test_the_transcripts_running_token_count_is_the_sum_compaction_would_take() 
     assert tight.omitted > 0
 
 
+def odd_history(rng: random.Random) -> list[Message]:
+    """Few call ids, reused: results before their call, twice, or never; calls repeated."""
+    ids = ["a", "b", "c"]
+    out: list[Message] = []
+    for _ in range(rng.randint(0, 14)):
+        kind = rng.random()
+        if kind < 0.4:
+            calls = [
+                ToolCall(id=i, name="f", arguments={})
+                for i in rng.sample(ids, 2)[: rng.randint(1, 2)]
+            ]
+            out.append(Message(role="assistant", content=None, tool_calls=calls))
+        elif kind < 0.75:
+            out.append(
+                Message(role="tool", tool_call_id=rng.choice(ids), tool_name="f", content="r")
+            )
+        else:
+            out.append(Message(role="user", content="u" * rng.randint(0, 40)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_cuts_kept_as_the_transcript_grows_are_the_cuts_of_the_whole(seed: int) -> None:
+    """`Transcript.cuts` is topped up with each step's rows: after any appends it must be
+    `safe_cuts` of the whole transcript, odd transcripts included."""
+    rng = random.Random(seed)
+    for history in (random_history(rng, rng.randint(0, 25)), odd_history(rng)):
+        transcript, i = Transcript(), 0
+        while i < len(history):
+            step = rng.randint(1, 7)
+            transcript.extend(history[i : i + step])
+            i += step
+            assert transcript.cuts.flags == safe_cuts(transcript.messages)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_compaction_from_the_kept_cuts_and_count_is_the_full_compaction(seed: int) -> None:
+    """The LLM step compacts from the transcript's kept count and cuts (a session over
+    its budget walked back from its end only): the input must be exactly the one the
+    whole-transcript compaction gives, for every policy, budget and summary."""
+    rng = random.Random(1000 + seed)
+    history = random_history(rng, rng.randint(1, 30)) if seed % 4 else odd_history(rng)
+    transcript = Transcript(history)
+    policies = [
+        HistoryPolicy(),
+        HistoryPolicy(steps=(KeepLastTurns(rng.randint(1, 4)),)),
+        HistoryPolicy(steps=(DropToolResults(1),)),
+        HistoryPolicy(steps=(Summarize(),)),
+    ]
+    total = sum(message_tokens(CharEstimate(), m) for m in history)
+    for policy in policies:
+        for budget in (None, 10**6, max(total // 3, 1), rng.randint(1, max(total, 1))):
+            fixed = rng.randint(0, 60)
+            summary = None
+            if policy.summarize is not None and len(history) > 2 and rng.random() < 0.5:
+                summary = SummaryRef(rng.randint(1, len(history) - 1), "the gist")
+            counted = transcript.tokens(policy.counter) if not policy.steps else None
+            fast = compact(
+                transcript.messages,
+                policy,
+                budget=budget,
+                fixed_tokens=fixed,
+                summary=summary,
+                history_tokens=counted,
+                cuts=transcript.cuts.flags,
+            )
+            full = compact(
+                list(history), policy, budget=budget, fixed_tokens=fixed, summary=summary
+            )
+            assert fast == full, (policy, budget, fixed)
+
+
 def test_keep_last_turns_and_elided_tool_results() -> None:
     history = random_history(random.Random(3), 6)
     view = compact(history, HistoryPolicy(steps=(KeepLastTurns(2),)), budget=None)

@@ -6,8 +6,9 @@ transcript without system messages, `messages.build_messages_for_llm`). Derived
 afresh, both walk the whole conversation in Python every step; kept here and
 topped up with the rows each step appends, a step costs the same at message 10 and
 message 1,000. Built from the same messages, they are the same on a replay or in a
-fresh process (which builds them once from its first read). So is the token count the
-history budget compares with the model's window (`tokens`), summed once per message.
+fresh process (which builds them once from its first read). So are the token count the
+history budget compares with the model's window (`tokens`), summed once per message,
+and where the transcript may be cut (`cuts`), which compaction starts from.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from helix_dbos.orchestration.call_ids import transcript_call_ids
+from helix_dbos.orchestration.history.cuts import SafeCuts
 from helix_dbos.orchestration.history.policy import TokenCounter, message_tokens
 from helix_dbos.orchestration.types import Message
 
@@ -26,12 +28,13 @@ class Transcript:
     time: readers use it within their step and must not change it.
     """
 
-    __slots__ = ("_counted", "call_ids", "for_llm", "messages")
+    __slots__ = ("_counted", "call_ids", "cuts", "for_llm", "messages")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self.messages: list[Message] = []
         self.call_ids: set[str] = set()
         self.for_llm: list[Message] = []  # without system messages
+        self.cuts = SafeCuts()  # where the transcript may be cut (`cuts.flags`)
         # (counter, how many messages counted, their tokens): topped up by `tokens`.
         self._counted: tuple[TokenCounter, int, int] | None = None
         self.extend(messages)
@@ -41,6 +44,7 @@ class Transcript:
         self.messages.extend(new)
         self.call_ids.update(transcript_call_ids(new))
         self.for_llm.extend(m for m in new if m.role != "system")
+        self.cuts.extend(new)
 
     def tokens(self, counter: TokenCounter) -> int:
         """The sum of `message_tokens(counter, m)` over the messages: what was counted

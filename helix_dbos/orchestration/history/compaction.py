@@ -69,12 +69,15 @@ def compact(
     summary: SummaryRef | None = None,
     may_summarize: bool = True,
     history_tokens: int | None = None,
+    cuts: Sequence[bool] | None = None,
 ) -> ModelInput:
     """The model's input. `budget`: input tokens allowed (None: no budget); `fixed_tokens`:
     what the system prompt and tools take; `summary`: the session's latest summary;
     `may_summarize`: False once this step has taken its summary (never two per step);
     `history_tokens`: the messages' tokens by the policy's counter, when the caller keeps
-    them (`Transcript.tokens`), so a session that fits is not walked every step.
+    them (`Transcript.tokens`), so a session that fits is not walked every step; `cuts`:
+    `safe_cuts(history)`, when the caller keeps them (`Transcript.cuts`), so a session
+    over its budget is walked back from its end only as far as what it keeps.
 
     When all of `history` is shown, a list `history` is the input's `messages` itself
     (not a copy): the caller then knows the model sees the whole transcript."""
@@ -87,7 +90,15 @@ def compact(
         total = fixed_tokens + history_tokens
         if budget is not None and total <= budget:
             return ModelInput(_as_list(history), tokens=total)
-    safe = safe_cuts(history)
+        if budget is not None and cuts is not None:  # over: keep the newest turns that fit
+            room = budget - fixed_tokens - _note_tokens(counter, _note("", 1))
+            kept = _fit_from_end(history, cuts, counter, room)
+            if kept is not None:
+                c, size = kept
+                note = _note("", c)
+                tokens = fixed_tokens + _note_tokens(counter, note) + size
+                return ModelInput(list(history[c:]), note=note, omitted=c, tokens=tokens)
+    safe = cuts if cuts is not None else safe_cuts(history)
     start, summary_text = 0, ""
     # A summary whose end is not a cut this transcript allows is not used.
     if summary is not None and 0 < summary.covers_through <= len(history):
@@ -199,6 +210,23 @@ def _fit(
     c = next((c for c in cuts if opening + suffix[c] <= room), cuts[-1])
     # The turn's request stays; the rounds between it and `c` are left out.
     return [shown[last], *shown[c:]], [opening, *sizes[c:]], last + (c - last - 1)
+
+
+def _fit_from_end(
+    history: Sequence[Message], safe: Sequence[bool], counter: TokenCounter, room: int
+) -> tuple[int, int] | None:
+    """What `_fit` keeps when a turn start fits, found from the end: the earliest turn
+    start whose suffix fits in `room`, and that suffix's tokens; None when no turn start
+    fits (then `_fit`'s fallbacks decide). Each message costs at least its overhead, so
+    the suffixes shrink towards the end and the walk stops at the first that does not fit."""
+    suffix, best = 0, None
+    for c in range(len(history) - 1, -1, -1):
+        suffix += message_tokens(counter, history[c])
+        if suffix > room:
+            break
+        if history[c].role == "user" and safe[c]:
+            best = (c, suffix)
+    return best
 
 
 def _summary_cut(

@@ -61,6 +61,7 @@ async def model_input(
         fixed_tokens=fixed_tokens,
         may_summarize=False,
         history_tokens=counted,
+        cuts=transcript.cuts.flags,
     )
     if policy.summarize is None or not first.omitted:
         return first
@@ -75,4 +76,5 @@ async def model_input(
         fixed_tokens=fixed_tokens,
         summary=summary,
         may_summarize=may_summarize,
+        cuts=transcript.cuts.flags,
     )
