@@ -7,6 +7,7 @@ does not, with an agent that summarises, reads its latest summary (one statement
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from helix_dbos.definitions.agent import Agent
@@ -54,27 +55,19 @@ async def model_input(
         return ModelInput(history)
     fixed_tokens = policy.counter.count(fixed()) if budget is not None else 0
     counted = transcript.tokens(policy.counter) if not policy.steps else None
-    first = compact(
+    view = functools.partial(
+        compact,
         history,
         policy,
         budget=budget,
         fixed_tokens=fixed_tokens,
-        may_summarize=False,
-        history_tokens=counted,
         cuts=transcript.cuts.flags,
     )
+    first = view(may_summarize=False, history_tokens=counted)
     if policy.summarize is None or not first.omitted:
         return first
     row = await rt.on_connection(
         "the summary read", lambda conn: latest_summary(conn, session_id, len(history))
     )
     summary = SummaryRef(row.covers_messages, row.text) if row is not None else None
-    return compact(
-        history,
-        policy,
-        budget=budget,
-        fixed_tokens=fixed_tokens,
-        summary=summary,
-        may_summarize=may_summarize,
-        cuts=transcript.cuts.flags,
-    )
+    return view(summary=summary, may_summarize=may_summarize)
