@@ -28,13 +28,13 @@ class Transcript:
     time: readers use it within their step and must not change it.
     """
 
-    __slots__ = ("_counted", "call_ids", "cuts", "for_llm", "messages")
+    __slots__ = ("_counted", "_cuts", "call_ids", "for_llm", "messages")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self.messages: list[Message] = []
         self.call_ids: set[str] = set()
         self.for_llm: list[Message] = []  # without system messages
-        self.cuts = SafeCuts()  # where the transcript may be cut (`cuts.flags`)
+        self._cuts: SafeCuts | None = None  # built by the first `cuts`, then kept up
         # (counter, how many messages counted, their tokens): topped up by `tokens`.
         self._counted: tuple[TokenCounter, int, int] | None = None
         self.extend(messages)
@@ -44,7 +44,17 @@ class Transcript:
         self.messages.extend(new)
         self.call_ids.update(transcript_call_ids(new))
         self.for_llm.extend(m for m in new if m.role != "system")
-        self.cuts.extend(new)
+        if self._cuts is not None:
+            self._cuts.extend(new)
+
+    @property
+    def cuts(self) -> SafeCuts:
+        """Where the transcript may be cut (`cuts.flags`), kept from the first ask on: a
+        session whose model input is never compacted pays nothing for it."""
+        if self._cuts is None:
+            self._cuts = SafeCuts()
+            self._cuts.extend(self.messages)
+        return self._cuts
 
     def tokens(self, counter: TokenCounter) -> int:
         """The sum of `message_tokens(counter, m)` over the messages: what was counted

@@ -5,7 +5,7 @@ summary and policy give the same input, whichever process builds it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from helix_dbos.orchestration.history.cuts import safe_cuts, turn_starts, unit_starts
@@ -92,7 +92,7 @@ def compact(
             return ModelInput(_as_list(history), tokens=total)
         if budget is not None and cuts is not None:  # over: keep the newest turns that fit
             room = budget - fixed_tokens - _note_tokens(counter, _note("", 1))
-            kept = _fit_from_end(history, cuts, counter, room)
+            kept = _fit_from_end(history, cuts, lambda i: message_tokens(counter, history[i]), room)
             if kept is not None:
                 c, size = kept
                 note = _note("", c)
@@ -193,11 +193,12 @@ def _fit(
     """Drop the oldest turns until the rest fits in `room`; if the last turn alone does
     not fit, keep its opening user message and its most recent rounds that fit. Returns
     the messages kept, their sizes, and how many were dropped."""
+    kept = _fit_from_end(shown, safe, sizes.__getitem__, room)
+    if kept is not None:
+        c = kept[0]
+        return shown[c:], sizes[c:], c
     suffix = _suffix_sums(sizes)
     starts = _turns(shown, safe)
-    for c in starts:
-        if suffix[c] <= room:
-            return shown[c:], sizes[c:], c
     last = starts[-1] if starts else None
     if last is None:  # no user message to keep: the most recent rounds that fit
         cuts = [c for c in range(1, len(shown)) if safe[c] and shown[c].role == "assistant"]
@@ -213,15 +214,16 @@ def _fit(
 
 
 def _fit_from_end(
-    history: Sequence[Message], safe: Sequence[bool], counter: TokenCounter, room: int
+    history: Sequence[Message], safe: Sequence[bool], size_of: Callable[[int], int], room: int
 ) -> tuple[int, int] | None:
-    """What `_fit` keeps when a turn start fits, found from the end: the earliest turn
-    start whose suffix fits in `room`, and that suffix's tokens; None when no turn start
-    fits (then `_fit`'s fallbacks decide). Each message costs at least its overhead, so
-    the suffixes shrink towards the end and the walk stops at the first that does not fit."""
+    """The earliest turn start whose suffix fits in `room`, and that suffix's tokens
+    (`size_of(i)`: message i's); None when no turn start fits (then `_fit`'s fallbacks
+    decide). Each message costs at least its overhead, so the suffixes shrink towards the
+    end: the walk from the end stops at the first that does not fit, having looked only
+    at what is kept."""
     suffix, best = 0, None
     for c in range(len(history) - 1, -1, -1):
-        suffix += message_tokens(counter, history[c])
+        suffix += size_of(c)
         if suffix > room:
             break
         if history[c].role == "user" and safe[c]:
