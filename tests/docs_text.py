@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
+
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -78,7 +80,7 @@ def run_pasted(
     `env_for(database_url)`."""
     script = workdir / name
     script.write_text(snippet)
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import forkserver
 import psycopg
 import pytest
 from scripted import calls, text  # noqa: F401 - the tests take them from here
@@ -55,7 +56,7 @@ def in_terminal(
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     env = {**env, "COLUMNS": str(columns), "TERM": "xterm", "NO_COLOR": "1"}
-    proc = subprocess.Popen(args, stdout=slave, stderr=slave, env=env, cwd=cwd)
+    proc = forkserver.Popen(args, stdout=slave, stderr=slave, env=env, cwd=cwd)
     os.close(slave)
     chunks: list[bytes] = []
     while True:

@@ -6,7 +6,6 @@ delegating to an A2A child served by a second server (parent SIGKILLed mid-call)
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import threading
 import uuid
@@ -14,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from a2a.client import A2AClientError, Client, ClientConfig
@@ -420,7 +420,7 @@ async def test_helix_parent_delegates_to_a2a_child_across_a_sigkill(
 def test_the_example_runs(database_url, tmp_path):
     """examples/a2a_agents.py (included whole in docs/protocols/a2a.md) as a user runs it."""
     example = Path(__file__).resolve().parent.parent / "examples" / "a2a_agents.py"
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(example)],
         capture_output=True,
         text=True,

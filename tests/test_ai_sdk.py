@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 import pytest
 from docs_text import PAGES, REPO
@@ -374,7 +375,7 @@ def test_the_docs_example_drives_the_example_server(database_url, node_client, t
     }
     env |= {"HELIX_DATABASE_URL": database_url, "PORT": str(port)}
     log = open(tmp_path / "server.out", "wb")  # noqa: SIM115  (the process's)
-    server = subprocess.Popen(
+    server = forkserver.Popen(
         [sys.executable, str(REPO / "examples" / "server.py")], env=env, stdout=log, stderr=log
     )
     url = f"http://127.0.0.1:{port}"

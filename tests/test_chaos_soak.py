@@ -40,6 +40,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import psycopg
 import pytest
 import soak_app
@@ -70,7 +71,7 @@ class Worker:
         self, database_url: str, executor: str, markers: Path, life: int, first: int, count: int
     ) -> None:
         self.executor, self.life = executor, life
-        self.proc = subprocess.Popen(
+        self.proc = forkserver.Popen(
             [
                 sys.executable,
                 str(APP),
@@ -178,7 +179,7 @@ def test_chaos_soak(database_url, tmp_path):
 
     try:
         fleet = [launch(f"soak-{token}-{slot}", next(batches)) for slot in range(WORKERS)]
-        answerer = subprocess.Popen(
+        answerer = forkserver.Popen(
             [sys.executable, str(APP), "answer", database_url, str(tmp_path), str(seed)],
             stdout=subprocess.DEVNULL,
             stderr=open(tmp_path / "answerer.err", "w"),  # noqa: SIM115

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from helpers import calls, sql, wait_until_waiting
@@ -357,7 +358,7 @@ async def test_serve_requires_auth_and_serves_the_api_with_a_token(database_url)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen(
+    proc = forkserver.Popen(
         [
             *CLI,
             "serve",

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 
@@ -30,7 +31,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forkserver.run(
         [*CLI, *args], capture_output=True, text=True, env=env(**extra), cwd=REPO, timeout=180
     )
 
@@ -89,7 +90,7 @@ async def test_serve_with_a_token_file_never_prints_the_token(database_url, tmp_
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen(
+    proc = forkserver.Popen(
         [*CLI, "serve", "--app", "examples/server.py:helix", "--port", str(port)]
         + ["--token-file", str(token_file), "--header-timeout", "5"],
         env=env(HELIX_DATABASE_URL=database_url, HELIX_EXECUTOR_ID="cli-serve-file"),

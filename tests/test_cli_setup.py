@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import forkserver
 from helpers import has_pgvector, in_terminal, sql
 from rich.console import Console
 
@@ -25,7 +26,7 @@ DBOS_CLI = Path(sys.executable).with_name("dbos")
 
 
 def run(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forkserver.run(
         [*CLI, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=180
     )
 
@@ -254,7 +255,7 @@ def test_tables_fit_the_terminal_and_are_never_wrapped_when_piped():
     assert max(len(line) for line in lines) <= 50 and len(lines) > 3, "wrapped to the width"
     assert " ".join(narrow.getvalue().split()).count("word") == 40, "nothing lost when wrapped"
 
-    piped = subprocess.run(
+    piped = forkserver.run(
         [
             sys.executable,
             "-c",

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from docs_text import code_blocks, section
@@ -389,7 +390,7 @@ def test_the_client_page_runs_against_the_example_server(database_url, tmp_path)
         k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "ANTHROPIC_", "OPENAI_"))
     }
     env |= {"HELIX_DATABASE_URL": database_url, "PORT": str(port)}
-    server = subprocess.Popen(
+    server = forkserver.Popen(
         [sys.executable, str(REPO / "examples" / "server.py")],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -410,7 +411,7 @@ def test_the_client_page_runs_against_the_example_server(database_url, tmp_path)
         for name, program in (("sync.py", sync_program), ("async.py", async_program)):
             script = tmp_path / name
             script.write_text(program)
-            done = subprocess.run(
+            done = forkserver.run(
                 [sys.executable, str(script)],
                 capture_output=True,
                 text=True,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 
 from helix_dbos.api.models import StatusResponse
@@ -19,7 +20,7 @@ SCRIPT = REPO / "scripts" / "unasync.py"
 
 
 def test_the_sync_client_is_generated_from_the_async_one_and_current():
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, cwd=REPO
     )
     assert done.returncode == 0, (
@@ -42,7 +43,7 @@ def test_the_check_fails_on_a_stale_sync_file_and_the_script_mends_it(tmp_path):
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, str(SCRIPT), "--client-dir", str(tmp_path), *args]
-        return subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        return forkserver.run(command, capture_output=True, text=True, cwd=REPO)
 
     stale = run("--check")
     assert stale.returncode == 1, stale.stderr

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 from helpers import lines, wait_for
@@ -77,7 +78,7 @@ def test_a_full_server_makes_execute_fail_clearly_and_runs_wait(cluster, tmp_pat
     markers = tmp_path / "markers"
     markers.mkdir()
     err = markers / "worker.err"
-    worker = subprocess.Popen(
+    worker = forkserver.Popen(
         [sys.executable, str(APP), cluster.url, str(markers)],
         stdout=subprocess.PIPE,
         stderr=open(err, "w"),  # noqa: SIM115 (the child owns it)

@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql, wait_for
 
@@ -23,7 +24,7 @@ APP = Path(__file__).parent / "apps" / "compaction_app.py"
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, executor, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=stderr,

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql, wait_for
 
@@ -36,7 +37,7 @@ def spawn(
 ) -> subprocess.Popen:
     # Each process's stderr goes to a file beside the markers, for a failing test to show.
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -337,7 +338,7 @@ def test_kill_while_waiting_for_approval_then_approve_after_relaunch(
         "c.send(sys.argv[2], {'tool_call_id': 'g1', 'approved': True}, 'helix.approval')\n"
         "c.destroy()\n"
     )
-    sender = subprocess.run(
+    sender = forkserver.run(
         [sys.executable, "-c", script, libpq_url(database_url), workflow_id],
         capture_output=True,
         text=True,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 import sqlalchemy as sa
 from psycopg import sql
@@ -164,7 +164,7 @@ print(json.dumps({"url": url, "tokens": tokens, "started": started}))
 
 
 def _run_writer(data_dir: Path, token: str) -> dict:
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-c", _WRITER, str(data_dir), token],
         cwd=REPO,
         env=_subprocess_env(),
@@ -261,7 +261,7 @@ finally:
 def test_dbos_launches_on_the_url(scratch_db_url: str, convert) -> None:
     """DBOS 3.4 parses system_database_url with SQLAlchemy and forces the psycopg driver,
     so both forms work, unix-socket `?host=` included; it creates the database itself."""
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-c", _DBOS_CHECK, convert(scratch_db_url)],
         cwd=REPO,
         env=_subprocess_env(),

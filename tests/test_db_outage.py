@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 import pytest
 from helpers import sql
@@ -88,7 +89,7 @@ class Fleet:
         self.answerer_env = (
             {**os.environ, "HELIX_SOAK_LATE_ANSWERS": "0.25"} if park_every_wait else None
         )
-        self.worker = subprocess.Popen(
+        self.worker = forkserver.Popen(
             [sys.executable, str(APP), "serve", url, self.executor, str(markers)]
             + [str(RUNS), str(LEADS)],
             stdout=subprocess.PIPE,
@@ -124,7 +125,7 @@ class Fleet:
         database is down exits (DBOSClient's constructor raises): it is started again,
         as a user's client would be; the worker is never restarted."""
         self.answerers += 1
-        self.answerer = subprocess.Popen(
+        self.answerer = forkserver.Popen(
             [sys.executable, str(APP.with_name("soak_app.py")), "answer", self.url]
             + [str(self.markers), str(26 + self.answerers)],
             stdout=subprocess.DEVNULL,
@@ -434,7 +435,7 @@ def test_a_restart_while_a_step_waits_and_while_the_model_answers(
     once per step and the tool runs once (before the fix: the write-ahead spent the LLM
     step's provider retries on dead connections, or the streamed text's write failed the
     run at once as "LLM call failed")."""
-    app = subprocess.Popen(
+    app = forkserver.Popen(
         [sys.executable, str(APP), "hold", cluster.url, f"hold-{uuid.uuid4().hex[:6]}"]
         + [str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -480,7 +481,7 @@ def test_past_the_horizon_a_run_stays_pending_for_recovery(
     env = {**os.environ, "HELIX_OUTAGE_HORIZON": "2", "HELIX_OUTAGE_LEASE": "15"}
 
     def launch(mode: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return forkserver.Popen(
             [sys.executable, str(APP), mode, cluster.url, executor, str(tmp_path)],
             stdout=subprocess.PIPE,
             stderr=open(tmp_path / f"{mode}.err", "w"),
@@ -553,7 +554,7 @@ def test_a_crash_before_a_checkpoint_keeps_the_rows_written_before_it(
     checkpoint, the checkpoint or the workflow's end held until the crash), and the WAL
     writer is slowed so nothing else flushes the rows meanwhile."""
     table, trigger = HELD[held]
-    app = subprocess.Popen(
+    app = forkserver.Popen(
         [sys.executable, str(APP), "hold", cluster.url, f"end-{uuid.uuid4().hex[:6]}"]
         + [str(tmp_path)],
         stdout=subprocess.PIPE,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 
+import forkserver
 import pytest
 from helpers import sql
 
@@ -360,7 +360,7 @@ def test_the_worked_chat_example_runs_as_pasted(database_url, tmp_path):
     path = tmp_path / "concierge.py"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(path)],
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql
 
@@ -23,7 +24,7 @@ POOLER_ENV = ("HELIX_DB_POOLER", "HELIX_LISTEN_DATABASE_URL")
 
 def spawn(mode: str, database_url: str, executor: str, scenario: str, markers: Path, *extra: str):
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, executor, scenario, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=stderr,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 from helpers import sql
 
@@ -42,7 +43,7 @@ def test_an_existing_dbos_app_runs_an_agent_as_its_child_workflow(database_url):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen(
+    proc = forkserver.Popen(
         [
             sys.executable,
             "-m",
@@ -68,7 +69,7 @@ def test_an_existing_dbos_app_runs_an_agent_as_its_child_workflow(database_url):
         [call] = wait_for(lambda: client.get("/approvals").json(), bool, "the approval", proc)
         assert call["tool_name"] == "refund" and call["input"] == {"order_id": "42", "amount": 19.9}
 
-        answered = subprocess.run(
+        answered = forkserver.run(
             [
                 sys.executable,
                 "examples/embedded_app.py",

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import inspect
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import forkserver
 
 from helix_dbos import HelixDBOS, PendingToolCall, UsageSummary
 from helix_dbos.facade.time_travel_methods import Checkpoints
@@ -120,7 +121,7 @@ def test_the_constructor_touches_no_database_and_migrate_does(empty_database_url
     """Constructed at module level (an app, the CLI's --app), HelixDBOS creates nothing
     and connects nowhere: on an empty database no schema appears until `migrate()`
     (which `launch()` calls first), and a server nobody listens on is no error."""
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-c", _CONSTRUCT, empty_database_url],
         capture_output=True,
         text=True,

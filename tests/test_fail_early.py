@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import sql
 
@@ -77,7 +77,7 @@ def test_launch_reports_every_agent_it_cannot_run(database_url, no_keys):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     env["HELIX_DATABASE_URL"] = database_url
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,

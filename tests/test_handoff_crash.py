@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.crash
 
 def spawn(*args: str, markers: Path) -> subprocess.Popen:
     stderr = open(markers / f"stderr-{args[0]}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), *args], stdout=subprocess.PIPE, stderr=stderr, text=True
     )
 

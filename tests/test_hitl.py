@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import threading
 
+import forkserver
 import pytest
 from dbos import DBOS
 from helpers import calls, sql, wait_until_waiting
@@ -286,7 +286,7 @@ async def test_answer_from_another_process_with_dbos_client(
         "c.send(sys.argv[2], {'tool_call_id': 'x', 'approved': True, 'reason': 'from afar'}, 'helix.approval')\n"
         "c.destroy()\n"
     )
-    proc = subprocess.run(
+    proc = forkserver.run(
         [sys.executable, "-c", script, libpq_url(database_url), handle.workflow_id],
         capture_output=True,
         text=True,

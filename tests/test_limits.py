@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import sql, wait_for
 from test_workers import executor_of, run_cli, started, stop
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.crash
 
 def spawn(mode: str, database_url: str, markers: Path, env: dict[str, str]) -> subprocess.Popen:
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, str(markers)],
         stdout=subprocess.PIPE,
         stderr=stderr,

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 
 pytest.importorskip("mcp")
@@ -34,7 +35,7 @@ def http_server(tmp_path):
     """The test server over streamable HTTP, in its own process."""
     port = free_port()
     markers = tmp_path / "http-calls.log"
-    proc = subprocess.Popen(
+    proc = forkserver.Popen(
         [sys.executable, str(SERVER), "http", str(port), str(markers)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

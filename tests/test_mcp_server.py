@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import forkserver
 import httpx
 import pytest
 
@@ -330,7 +331,7 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
     """`helix-dbos serve --mcp-agent ...` serving examples/mcp_agents.py; the example's
     `call` and the page's reconnect script run as a user runs them."""
     cli = [sys.executable, "-m", "helix_dbos.cli", "serve", "--app", "examples/mcp_agents.py:helix"]
-    ghost = subprocess.run(
+    ghost = forkserver.run(
         [*cli, "--allow-unauthenticated", "--mcp-agent", "ghost"],
         capture_output=True,
         text=True,
@@ -342,7 +343,7 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(tmp_path / "serve.out", "wb")  # noqa: SIM115  (the process's)
-    proc = subprocess.Popen(
+    proc = forkserver.Popen(
         [
             *cli,
             "--allow-unauthenticated",
@@ -363,7 +364,7 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
             lambda: _up(f"http://127.0.0.1:{port}/openapi.json") or proc.poll() is not None, 90
         )
         assert proc.poll() is None, (tmp_path / "serve.out").read_text()
-        called = subprocess.run(
+        called = forkserver.run(
             [sys.executable, "examples/mcp_agents.py", "call", "deployer", "prod", "--yes"],
             capture_output=True,
             text=True,
@@ -376,7 +377,7 @@ def test_the_example_and_the_docs_run_against_helix_dbos_serve_mcp(database_url,
         script = tmp_path / "poll.py"
         [snippet] = code_blocks(section("Poll or cancel a task from another connection"), "python")
         script.write_text(snippet)
-        polled = subprocess.run(
+        polled = forkserver.run(
             [sys.executable, str(script)],
             capture_output=True,
             text=True,

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, require_pgvector, sql, wait_for
 
@@ -26,7 +27,7 @@ def _pgvector(database_url: str) -> None:
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, executor, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=stderr,

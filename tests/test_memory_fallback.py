@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 from helpers import skip_or_fail_in_ci
@@ -52,7 +52,7 @@ def no_vector_url() -> Iterator[str]:
 
 
 def test_without_pgvector_memories_save_and_text_search_works(no_vector_url):
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(APP), no_vector_url], capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -74,7 +74,7 @@ def test_without_pgvector_memories_save_and_text_search_works(no_vector_url):
     assert migrated == (1,)
     assert columns == [("search",)], "no embedding column without the extension"
 
-    doctor = subprocess.run(
+    doctor = forkserver.run(
         [
             sys.executable,
             "-m",

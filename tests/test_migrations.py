@@ -10,6 +10,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 from psycopg import sql
@@ -300,7 +301,7 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     clean["PYTHONPATH"] = str(REPO) + os.pathsep + clean.get("PYTHONPATH", "")
     clean.update(env)
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", *args],
         cwd=REPO,
         env=clean,

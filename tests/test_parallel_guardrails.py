@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql, wait_for
 
@@ -162,7 +163,7 @@ CRASH_APP = Path(__file__).parent / "apps" / "parallel_guard_crash_app.py"
 
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(CRASH_APP), mode, database_url, executor, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 import test_double_texting_crash
@@ -54,7 +54,7 @@ def _approve(url: str, run_id: str, tool_call_id: str) -> float:
         "print(time.time(), flush=True)\n"
         "c.destroy()\n"
     )
-    sender = subprocess.run(
+    sender = forkserver.run(
         [sys.executable, "-c", script, libpq_url(url), f"helix-{run_id}", tool_call_id],
         capture_output=True,
         text=True,
@@ -171,7 +171,7 @@ def test_no_session_lock_stays_behind_on_a_pooled_connection(pooled_url, databas
 
 
 def _doctor_pooler(env: dict[str, str]) -> dict:
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", "doctor", "--json"],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 
@@ -78,7 +79,7 @@ def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
     script.write_text(snippet)
     base_url = f"http://127.0.0.1:{anthropic_api.server_port}"
 
-    without_key = subprocess.run(
+    without_key = forkserver.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
@@ -91,7 +92,7 @@ def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
     assert claimed in section("Quickstart") and claimed in without_key.stderr.splitlines()[-1]
     assert "LLMConfigurationError: Agent 'review_analyst'" in without_key.stderr
 
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
@@ -104,7 +105,7 @@ def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
     assert [r["model"] for r in anthropic_api.requests] == ["claude-sonnet-4-6"] * 2  # type: ignore[attr-defined]
 
     # The README's "ANTHROPIC_API_KEY=sk-ant-... helix-dbos demo" takes the same path.
-    demo = subprocess.run(
+    demo = forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", "demo", "--json", "--quiet"],
         capture_output=True,
         text=True,
@@ -117,7 +118,7 @@ def test_the_quickstart_runs_as_pasted(database_url, anthropic_api, tmp_path):
 
 
 def test_the_transcript_recipe_shows_text_and_tool_calls_together(database_url):
-    demo = subprocess.run(
+    demo = forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", "demo", "--json", "--quiet"],
         capture_output=True,
         text=True,
@@ -138,7 +139,7 @@ def test_the_transcript_recipe_shows_text_and_tool_calls_together(database_url):
 def test_the_approval_example_in_two_terminals(database_url):
     """`python examples/approval.py` waits; `... approve SESSION_ID` from another process."""
     env = env_for(database_url)
-    first = subprocess.Popen(
+    first = forkserver.Popen(
         [sys.executable, "examples/approval.py"],
         cwd=REPO,
         env=env,
@@ -155,7 +156,7 @@ def test_the_approval_example_in_two_terminals(database_url):
             lines.append(line)
         command = next(line for line in lines if "approval.py approve" in line).split()
         assert lines[0].startswith("Run run_") and "waiting for approval of delete_file" in lines[0]
-        second = subprocess.run(
+        second = forkserver.run(
             [sys.executable, *command[1:]],
             cwd=REPO,
             env=env,

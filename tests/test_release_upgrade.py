@@ -40,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from helpers import sql, wait_for
 from live_server import free_port
@@ -71,7 +72,7 @@ class App:
         self.out = markers / f"{mode}.out"
         self.err = markers / f"{mode}.err"
         with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(
+            self.proc = forkserver.Popen(
                 [code.python, str(APP), mode, database_url, str(port), str(markers)],
                 stdout=out,
                 stderr=err,

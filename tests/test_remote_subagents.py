@@ -6,7 +6,6 @@ the child's `worker` through `remote_sub_agent_tool`; the tests drive the parent
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import forkserver
 import pytest
 from conftest import _new_database
 from docs_text import code_blocks, section
@@ -366,7 +366,7 @@ def test_the_two_server_example_runs(database_url):
     }
     research_db = with_database(database_url, f"{database_name(database_url)}_research")
     try:
-        done = subprocess.run(
+        done = forkserver.run(
             [sys.executable, str(example)],
             capture_output=True,
             text=True,

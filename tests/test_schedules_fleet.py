@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 from dbos import DBOSClient
 from helpers import sql, wait_for
@@ -28,7 +29,7 @@ NAME = "every-second"
 
 def spawn(database_url: str, markers: Path, **env: str) -> subprocess.Popen:
     stderr = open(markers / f"stderr-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), database_url, str(markers)],
         stdout=subprocess.PIPE,
         stderr=stderr,

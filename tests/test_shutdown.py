@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 
+import forkserver
 import pytest
 from conftest import REPO
 
@@ -65,7 +65,7 @@ def test_shutting_down_from_async_code_closes_the_listener_and_the_statement_poo
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     env["PGAPPNAME"] = f"shutdown-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-c", SCRIPT, database_url, how],
         cwd=REPO,
         env=env,

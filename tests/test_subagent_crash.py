@@ -11,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import lines, sql, wait_for
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.crash
 
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, scenario: str, *extra: str):
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(APP), mode, database_url, executor, str(markers), scenario, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -7,12 +7,12 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
 import uuid
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from dbos import DBOS, SetWorkflowID
@@ -783,7 +783,7 @@ async def test_an_interrupt_sent_while_the_children_start_is_handed_to_them(
 
 
 def test_the_research_team_example_prints_the_session_tree(database_url):
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(REPO / "examples" / "research_team.py")],
         env={**os.environ, "HELIX_DATABASE_URL": database_url},
         capture_output=True,

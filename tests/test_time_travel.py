@@ -13,6 +13,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import calls, sql, wait_for, wait_until_waiting
 from pydantic import BaseModel
@@ -30,7 +31,7 @@ FORK_APP = Path(__file__).parent / "apps" / "fork_crash_app.py"
 def spawn_app(app: Path, mode: str, database_url: str, *args: object) -> subprocess.Popen:
     markers = Path(str(args[1]))
     stderr = open(markers / f"stderr-{mode}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(app), mode, database_url, *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=stderr,

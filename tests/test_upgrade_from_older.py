@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import sql, wait_for
 from release_code import Interpreter, PreviousRelease, previous_code
@@ -127,13 +128,13 @@ def spawn(
     cwd: Path,
     python: str = sys.executable,
 ) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([python, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    proc = forkserver.Popen([python, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, text=True)
     processes.append(proc)
     return proc
 
 
 def cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", *args],
         env=env,
         cwd=cwd,

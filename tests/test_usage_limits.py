@@ -13,6 +13,7 @@ import uuid
 from decimal import Decimal
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from helpers import lines, sql, wait_for
@@ -258,7 +259,7 @@ CRASH_APP = Path(__file__).parent / "apps" / "controls_crash_app.py"
 
 
 def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: str):
-    return subprocess.Popen(
+    return forkserver.Popen(
         [sys.executable, str(CRASH_APP), mode, database_url, executor, str(markers), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

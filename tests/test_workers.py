@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forkserver
 import psycopg
 import pytest
 from helpers import lines, sql, wait_for
@@ -104,7 +105,7 @@ def approve(database_url: str, run_id: str, tool_call_id: str) -> None:
         "c.send(sys.argv[2], {'tool_call_id': sys.argv[3], 'approved': True}, 'helix.approval')\n"
         "c.destroy()\n"
     )
-    sender = subprocess.run(
+    sender = forkserver.run(
         [sys.executable, "-c", script, libpq_url(database_url), f"helix-{run_id}", tool_call_id],
         capture_output=True,
         text=True,
@@ -177,7 +178,7 @@ def test_a_second_live_process_under_the_same_executor_id_is_refused(database_ur
     a = spawn("serve", database_url, executor, "tool", tmp_path)
     try:
         assert started(a)["ready"] == executor
-        b = subprocess.run(
+        b = forkserver.run(
             [sys.executable, str(APP), "serve", database_url, executor, "tool", str(tmp_path)],
             capture_output=True,
             text=True,
@@ -351,7 +352,7 @@ def test_a_run_queue_with_concurrency_one_runs_one_run_at_a_time(database_url, t
 
 
 def run_cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", *args, "--database-url", database_url],
         capture_output=True,
         text=True,
@@ -503,14 +504,14 @@ def test_the_fleet_example_a_cli_worker_executes_what_a_front_enqueues(database_
     apply_migrations(database_url)  # the worker creates the schema too, but the test polls it first
     env = {**os.environ, "HELIX_DATABASE_URL": database_url}
     log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
-    worker = subprocess.Popen(
+    worker = forkserver.Popen(
         [sys.executable, "-m", "helix_dbos.cli", "worker", "--app", f"{EXAMPLES}/fleet.py:helix"],
         stderr=log,
         env=env,
     )
     try:
         worker_id = executor_of(database_url, worker)
-        front = subprocess.run(
+        front = forkserver.run(
             [sys.executable, f"{EXAMPLES}/fleet.py", "reset my password"],
             capture_output=True,
             text=True,

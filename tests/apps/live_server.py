@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import forkserver
 import httpx
 import uvicorn
 
@@ -94,7 +95,7 @@ class ServerProcess:
         """Start `argv` and return once `ready()` is true; fail if the process dies first
         (with its log) or `timeout` passes (with the check's last error)."""
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(list(argv), stdout=log, stderr=log)
+            self.proc = forkserver.Popen(list(argv), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
         error: Exception | None = None
         while True:
