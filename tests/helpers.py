@@ -193,7 +193,7 @@ async def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]
     variable of this environment), without blocking the event loop runs live on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     return await asyncio.to_thread(
-        subprocess.run,
+        forkserver.run,
         [sys.executable, "-m", "helix_dbos.cli", *args],
         capture_output=True,
         text=True,

@@ -34,7 +34,7 @@ def cli_env(database_url: str, **extra: str) -> dict[str, str]:
 async def helix_dbos(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI without blocking the event loop the in-process runs live on."""
     return await asyncio.to_thread(
-        subprocess.run,
+        forkserver.run,
         [*CLI, *args],
         capture_output=True,
         text=True,

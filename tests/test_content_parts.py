@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import forkserver
 import pytest
 from helpers import calls, sql
 
@@ -207,7 +208,6 @@ async def test_the_cli_transcript_shows_a_part_by_name_never_its_bytes(
     helix, make_agent, mock_llm, database_url
 ):
     import asyncio  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
     agent = make_agent()
@@ -216,7 +216,7 @@ async def test_the_cli_transcript_shows_a_part_by_name_never_its_bytes(
     result = await (await helix.execute(agent, ["read", pdf])).result()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
     done = await asyncio.to_thread(
-        subprocess.run,
+        forkserver.run,
         [sys.executable, "-m", "helix_dbos.cli", "transcript", result.session_id],
         capture_output=True,
         text=True,

@@ -146,3 +146,22 @@ def test_a_timeout_kills_the_child(probe: Path) -> None:
     with pytest.raises(subprocess.TimeoutExpired):
         forkserver.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
     assert time.monotonic() - started < 30
+
+
+def test_a_child_ends_as_the_interpreter_would() -> None:
+    """Its threads are joined, its atexit functions run, its output flushed, its exit code
+    the interpreter's, though the modules it inherited are not torn down."""
+    code = textwrap.dedent(
+        """
+        import atexit, sys, threading, time
+        atexit.register(lambda: sys.stdout.write("atexit;"))
+        threading.Thread(target=lambda: (time.sleep(0.3), sys.stdout.write("thread;"))).start()
+        sys.stdout.write("unflushed;")
+        raise SystemExit(sys.argv[1] if sys.argv[1] == "text" else int(sys.argv[1]))
+        """
+    )
+    for arg, status in (("0", 0), ("300", 300 & 0xFF), ("text", 1)):
+        done = forkserver.run([sys.executable, "-c", code, arg], capture_output=True, text=True)
+        assert done.returncode == status
+        assert done.stdout == "unflushed;thread;atexit;"
+        assert done.stderr == ("text\n" if arg == "text" else "")

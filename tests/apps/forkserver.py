@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import faulthandler
 import fcntl
 import gc
 import importlib
@@ -363,6 +364,7 @@ def _become(launch: Launch, fds: list[int]) -> None:
         stream = _stream(fd, old, unbuffered=launch.unbuffered)
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+    faulthandler.enable()  # a crash of the interpreter shows where it was, on stderr
 
 
 def _stream(fd: int, old: Any, *, unbuffered: bool) -> io.TextIOWrapper:
