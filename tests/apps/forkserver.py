@@ -490,8 +490,8 @@ if __name__ == "__main__":
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    package = sys.modules["helix_dbos"]
-    for name in package.__all__:  # what `from helix_dbos import ...` loads on use
+    package = sys.modules.get("helix_dbos")
+    for name in getattr(package, "__all__", ()):  # what `from helix_dbos import ...` loads
         getattr(package, name)
     gc.freeze()  # the children's collections skip what they inherit (and leave it shared)
     child = _serve(int(sys.argv[1]))
