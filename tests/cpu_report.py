@@ -3,7 +3,7 @@
 On 2 cores the suite is bound by CPU more than by waiting, and `--durations` shows wall
 time, which a test that sleeps spends for free. Each test's share is the CPU its pytest
 process used (user + system) and that of the subprocesses it waited for (the crash apps,
-the CLI, `npm`), measured around its setup, call and teardown. Each pytest-xdist worker
+the CLI, `npm`, whether exec'd or forked by `tests/apps/forkserver.py`), measured around its setup, call and teardown. Each pytest-xdist worker
 appends one line per module to the file; the summary at the end lists the top modules.
 The embedded PostgreSQL is a daemon of its own: its CPU is not counted, as in
 `/usr/bin/time`.
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from forkserver import forked_cpu_seconds
 
 _ENV = "HELIX_TEST_CPU_REPORT"
 _spent: dict[str, float] = defaultdict(float)
@@ -27,7 +28,8 @@ _spent: dict[str, float] = defaultdict(float)
 def _cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    forked = forked_cpu_seconds()  # children forked by the fork server, once waited for
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -165,3 +165,11 @@ def test_a_child_ends_as_the_interpreter_would() -> None:
         assert done.returncode == status
         assert done.stdout == "unflushed;thread;atexit;"
         assert done.stderr == ("text\n" if arg == "text" else "")
+
+
+def test_a_forked_childs_cpu_is_counted_once_it_is_waited_for() -> None:
+    """The CPU report (tests/cpu_report.py) adds it, as RUSAGE_CHILDREN does for exec'd ones."""
+    before = forkserver.forked_cpu_seconds()
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    assert forkserver.run([sys.executable, "-c", burn]).returncode == 0
+    assert 0.25 <= forkserver.forked_cpu_seconds() - before < 5

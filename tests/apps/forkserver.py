@@ -85,7 +85,7 @@ _READ_AT_IMPORT = frozenset(
         "PY_COLORS",
     }
 )
-_STATUS = struct.Struct("i")
+_STATUS = struct.Struct("id")  # a child's wait status and the CPU seconds it used
 _PID = struct.Struct("q")
 _MAX_MESSAGE = 1 << 22
 
@@ -183,6 +183,13 @@ class _Client:
 
 _client: _Client | None = None
 _client_lock = threading.Lock()
+_forked_cpu = 0.0
+
+
+def forked_cpu_seconds() -> float:
+    """CPU seconds of the forked children this process has waited for: what
+    `RUSAGE_CHILDREN` counts for exec'd ones (they are the server's children, not ours)."""
+    return _forked_cpu
 
 
 def _the_client() -> _Client:
@@ -265,7 +272,11 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
         self._status_fd = -1
         if len(data) != _STATUS.size:
             raise ChildProcessError(f"the fork server lost process {self.pid}")
-        return int(_STATUS.unpack(data)[0])
+        status, cpu = _STATUS.unpack(data)
+        global _forked_cpu
+        with _client_lock:
+            _forked_cpu += cpu
+        return int(status)
 
     def _internal_poll(self, _deadstate: Any = None, *args: Any, **kwargs: Any) -> int | None:
         if self._status_fd is None:
@@ -402,14 +413,14 @@ def _serve(control_fd: int) -> tuple[Launch, list[int]] | None:
             os.read(wake_read, 4096)
         while status_pipes:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
             fd = status_pipes.pop(pid, None)
             if fd is not None:
-                os.write(fd, _STATUS.pack(status))
+                os.write(fd, _STATUS.pack(status, usage.ru_utime + usage.ru_stime))
                 os.close(fd)
         if control not in readable:
             continue
