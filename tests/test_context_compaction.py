@@ -132,6 +132,26 @@ def test_a_history_that_fits_is_shown_whole_and_unchanged() -> None:
     assert compact(history, HistoryPolicy(), budget=None).messages == history
 
 
+def test_only_a_session_over_its_budget_builds_its_cuts() -> None:
+    """`Transcript.cuts` is built on first use: a session that fits never asks for it."""
+    transcript = Transcript(random_history(random.Random(7), 40))
+    total = transcript.tokens(HistoryPolicy().counter)
+
+    def view(budget: int) -> Any:
+        return compact(
+            transcript.messages,
+            HistoryPolicy(),
+            budget=budget,
+            history_tokens=total,
+            cuts=lambda: transcript.cuts.flags,
+        )
+
+    assert view(total).omitted == 0
+    assert transcript._cuts is None
+    assert view(total // 2).omitted > 0
+    assert transcript._cuts is not None
+
+
 def test_the_transcripts_running_token_count_is_the_sum_compaction_would_take() -> None:
     """A session that fits is counted from the transcript's running total, topped up with
     each step's rows, not walked each step: the total must stay the plain sum (any
@@ -225,7 +245,7 @@ def test_compaction_from_the_kept_cuts_and_count_is_the_full_compaction(seed: in
                 fixed_tokens=fixed,
                 summary=summary,
                 history_tokens=counted,
-                cuts=transcript.cuts.flags,
+                cuts=lambda: transcript.cuts.flags,
             )
             full = compact(
                 list(history), policy, budget=budget, fixed_tokens=fixed, summary=summary

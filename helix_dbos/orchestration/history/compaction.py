@@ -69,15 +69,16 @@ def compact(
     summary: SummaryRef | None = None,
     may_summarize: bool = True,
     history_tokens: int | None = None,
-    cuts: Sequence[bool] | None = None,
+    cuts: Callable[[], Sequence[bool]] | None = None,
 ) -> ModelInput:
     """The model's input. `budget`: input tokens allowed (None: no budget); `fixed_tokens`:
     what the system prompt and tools take; `summary`: the session's latest summary;
     `may_summarize`: False once this step has taken its summary (never two per step);
     `history_tokens`: the messages' tokens by the policy's counter, when the caller keeps
     them (`Transcript.tokens`), so a session that fits is not walked every step; `cuts`:
-    `safe_cuts(history)`, when the caller keeps them (`Transcript.cuts`), so a session
-    over its budget is walked back from its end only as far as what it keeps.
+    gives `safe_cuts(history)`, when the caller keeps them (`Transcript.cuts`), so a
+    session over its budget is walked back from its end only as far as what it keeps;
+    called only then, so a session that fits never builds them.
 
     When all of `history` is shown, a list `history` is the input's `messages` itself
     (not a copy): the caller then knows the model sees the whole transcript."""
@@ -92,13 +93,15 @@ def compact(
             return ModelInput(_as_list(history), tokens=total)
         if budget is not None and cuts is not None:  # over: keep the newest turns that fit
             room = budget - fixed_tokens - _note_tokens(counter, _note("", 1))
-            kept = _fit_from_end(history, cuts, lambda i: message_tokens(counter, history[i]), room)
+            kept = _fit_from_end(
+                history, cuts(), lambda i: message_tokens(counter, history[i]), room
+            )
             if kept is not None:
                 c, size = kept
                 note = _note("", c)
                 tokens = fixed_tokens + _note_tokens(counter, note) + size
                 return ModelInput(list(history[c:]), note=note, omitted=c, tokens=tokens)
-    safe = cuts if cuts is not None else safe_cuts(history)
+    safe = cuts() if cuts is not None else safe_cuts(history)
     start, summary_text = 0, ""
     # A summary whose end is not a cut this transcript allows is not used.
     if summary is not None and 0 < summary.covers_through <= len(history):

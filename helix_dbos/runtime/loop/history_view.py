@@ -61,7 +61,7 @@ async def model_input(
         policy,
         budget=budget,
         fixed_tokens=fixed_tokens,
-        cuts=transcript.cuts.flags,
+        cuts=lambda: transcript.cuts.flags,  # built only for a session over its budget
     )
     first = view(may_summarize=False, history_tokens=counted)
     if policy.summarize is None or not first.omitted:
