@@ -351,10 +351,12 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture
-async def browser_page() -> AsyncIterator[tuple[Any, list[str]]]:
-    """A page of headless Chromium (Debian's, driven by Playwright) and the page errors it
-    logged; skipped where either is missing, failed in CI."""
+@pytest.fixture(scope="session")
+async def _chromium() -> AsyncIterator[Any]:
+    """One headless Chromium (Debian's, driven by Playwright) per pytest worker: each
+    launch cost about 2 s of CPU (Playwright's Node.js driver and the browser's
+    processes), paid by some 30 tests. Each test gets a context of its own
+    (`browser_page`), so no cookie, storage or cache crosses from one test to the next."""
     try:
         from playwright.async_api import (  # noqa: PLC0415 - optional: skip without it
             async_playwright,
@@ -369,11 +371,20 @@ async def browser_page() -> AsyncIterator[tuple[Any, list[str]]]:
         skip_or_fail_in_ci(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = await browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page, errors
+        yield browser
         await browser.close()
+
+
+@pytest.fixture
+async def browser_page(_chromium: Any) -> AsyncIterator[tuple[Any, list[str]]]:
+    """A page of headless Chromium in a browser context of its own, and the page errors
+    it logged; skipped where Playwright or Chromium is missing, failed in CI."""
+    context = await _chromium.new_context()
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page, errors
+    await context.close()
 
 
 @pytest.fixture

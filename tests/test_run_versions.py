@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import httpx
+import psycopg
 import pytest
 from helpers import (
     answered,
@@ -27,6 +29,8 @@ from helpers import (
 
 from helix_dbos import RunOnOtherVersionError, tool
 from helix_dbos.server import create_app
+from helix_dbos.store.database import libpq_url
+from helix_dbos.store.features.workers import heartbeat_application_name
 
 OLD = "helix-4"
 
@@ -190,3 +194,49 @@ async def test_a_message_is_not_stored_behind_a_run_no_worker_runs(
     assert sql(database_url, "SELECT status FROM helix.runs WHERE run_id = %s", handle.run_id) == [
         ("aborted",)
     ]
+
+
+def test_a_live_worker_slow_to_heartbeat_still_serves_its_version(helix, database_url):
+    """A worker starved of CPU past two heartbeats (a loaded box) is alive: while its
+    heartbeat connection is open and its lease holds, answers to its runs are taken
+    (migration 0026). A killed worker's connection closes with it: two heartbeats
+    after its last, its version is no longer served; nor once its lease lapsed."""
+    executor = f"stalled-{uuid.uuid4().hex[:8]}"  # no worker of its version claims it
+    sql(
+        database_url,
+        "INSERT INTO helix.workers (executor_id, application_name, application_version, "
+        "host, pid, lease_seconds, executes_runs, state, heartbeat_at) "
+        "VALUES (%s, 'app', 'helix-stalled', 'h', 1, 15, true, 'live', now() - interval '5 s')",
+        executor,
+    )
+    served = "SELECT helix.version_served('helix-stalled')"
+    try:
+        # This process's own worker heartbeats, so an unserved version is refused.
+        assert sql(database_url, served) == [(False,)]
+        with psycopg.connect(
+            libpq_url(database_url), application_name=heartbeat_application_name(executor)
+        ):
+            assert sql(database_url, served) == [(True,)]
+            sql(
+                database_url,
+                "UPDATE helix.workers SET heartbeat_at = now() - interval '16 s' "
+                "WHERE executor_id = %s",
+                executor,
+            )
+            assert sql(database_url, served) == [(False,)]  # its lease lapsed
+            sql(
+                database_url,
+                "UPDATE helix.workers SET heartbeat_at = now() - interval '1 s' "
+                "WHERE executor_id = %s",
+                executor,
+            )
+        # Its connection is gone: a heartbeat within two beats still counts.
+        assert sql(database_url, served) == [(True,)]
+        sql(
+            database_url,
+            "UPDATE helix.workers SET heartbeat_at = now() - interval '3 s' WHERE executor_id = %s",
+            executor,
+        )
+        assert sql(database_url, served) == [(False,)]
+    finally:
+        sql(database_url, "DELETE FROM helix.workers WHERE executor_id = %s", executor)
