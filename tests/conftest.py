@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import psycopg
 import pytest
 from dbos import DBOS
@@ -239,7 +240,7 @@ def _migrate(url: str) -> None:
     """The schemas a HelixDBOS makes before launch (helix's, DBOS's system tables, the
     checkpoint table of DBOS's datasource), made in a process of its own: DBOS refuses
     a datasource once this one has launched."""
-    made = subprocess.run(
+    made = forkserver.run(
         [
             sys.executable,
             "-c",

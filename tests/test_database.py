@@ -58,7 +58,6 @@ def _drop_database(server_url: str, name: str) -> None:
 
 def _subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
 

@@ -299,7 +299,6 @@ def test_duplicate_migration_numbers_are_refused(db_url: str, mig_dir: Path) -> 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    clean["PYTHONPATH"] = str(REPO) + os.pathsep + clean.get("PYTHONPATH", "")
     clean.update(env)
     return forkserver.run(
         [sys.executable, "-m", "helix_dbos.cli", *args],
