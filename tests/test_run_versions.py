@@ -197,46 +197,42 @@ async def test_a_message_is_not_stored_behind_a_run_no_worker_runs(
 
 
 def test_a_live_worker_slow_to_heartbeat_still_serves_its_version(helix, database_url):
-    """A worker starved of CPU past two heartbeats (a loaded box) is alive: while its
-    heartbeat connection is open and its lease holds, answers to its runs are taken
-    (migration 0026). A killed worker's connection closes with it: two heartbeats
-    after its last, its version is no longer served; nor once its lease lapsed."""
+    """A live worker is served while it heartbeats within two fifths of its lease and
+    half a second (a build before 2026-11-26 heartbeats every fifth of its lease, 3 s
+    by default), or while its heartbeat connection is open and its lease holds (a worker
+    starved of CPU): migration 0026. A killed worker's connection closes with it, so it
+    stops counting 6.5 s after its last heartbeat with the default lease of 15 s."""
     executor = f"stalled-{uuid.uuid4().hex[:8]}"  # no worker of its version claims it
     sql(
         database_url,
         "INSERT INTO helix.workers (executor_id, application_name, application_version, "
         "host, pid, lease_seconds, executes_runs, state, heartbeat_at) "
-        "VALUES (%s, 'app', 'helix-stalled', 'h', 1, 15, true, 'live', now() - interval '5 s')",
+        "VALUES (%s, 'app', 'helix-stalled', 'h', 1, 15, true, 'live', now() - interval '10 s')",
         executor,
     )
     served = "SELECT helix.version_served('helix-stalled')"
+
+    def beat(seconds_ago: float) -> None:
+        sql(
+            database_url,
+            "UPDATE helix.workers SET heartbeat_at = now() - make_interval(secs => %s) "
+            "WHERE executor_id = %s",
+            seconds_ago,
+            executor,
+        )
+
     try:
         # This process's own worker heartbeats, so an unserved version is refused.
         assert sql(database_url, served) == [(False,)]
         with psycopg.connect(
             libpq_url(database_url), application_name=heartbeat_application_name(executor)
         ):
-            assert sql(database_url, served) == [(True,)]
-            sql(
-                database_url,
-                "UPDATE helix.workers SET heartbeat_at = now() - interval '16 s' "
-                "WHERE executor_id = %s",
-                executor,
-            )
+            assert sql(database_url, served) == [(True,)]  # silent 10 s, but connected
+            beat(16)
             assert sql(database_url, served) == [(False,)]  # its lease lapsed
-            sql(
-                database_url,
-                "UPDATE helix.workers SET heartbeat_at = now() - interval '1 s' "
-                "WHERE executor_id = %s",
-                executor,
-            )
-        # Its connection is gone: a heartbeat within two beats still counts.
+        beat(5)  # no connection seen (an older build, a pooler): two fifths of the lease
         assert sql(database_url, served) == [(True,)]
-        sql(
-            database_url,
-            "UPDATE helix.workers SET heartbeat_at = now() - interval '3 s' WHERE executor_id = %s",
-            executor,
-        )
+        beat(7)
         assert sql(database_url, served) == [(False,)]
     finally:
         sql(database_url, "DELETE FROM helix.workers WHERE executor_id = %s", executor)

@@ -194,8 +194,8 @@ def test_a_run_two_versions_back_is_refused_listed_and_finished_by_its_fix(
         app_dir,
     )
     live_worker(url, new, "helix-6")
-    # A worker killed a moment ago still counts as live for two heartbeats and half a
-    # second (migration 0019): on a quiet machine the new worker is up sooner than that.
+    # A worker killed a moment ago still counts as live for two fifths of its lease and
+    # half a second (6.5 s, migration 0026): the new worker is usually up sooner.
     wait_for(
         lambda: not sql(url, "SELECT helix.version_served(%s)", OLD_VERSION)[0][0],
         timeout=60,
