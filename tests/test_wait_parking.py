@@ -123,6 +123,28 @@ async def test_a_parked_run_is_resumed_by_its_approval_and_runs_its_tool_once(
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
+async def test_a_parked_run_lets_go_of_its_sessions_transcript(
+    helix, make_agent, mock_llm, parking
+):
+    """A parked run may wait for days: the process's cached transcript of its session
+    goes with its coroutine, and its resume reads the transcript whole again."""
+    ran: list[str] = []
+    agent = _gated_agent(make_agent, mock_llm, ran)
+    handle = await helix.execute(agent, "delete it")
+    await pending_calls(helix, handle.session_id)
+    cached = helix.runtime.history._entries
+    assert handle.session_id in cached
+    await _parked(helix, parking, [handle.session_id])
+    assert handle.session_id not in cached
+
+    await helix.approve(handle.session_id, "d1")
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and ran == ["/0"]
+    last = [r for r in mock_llm.inputs if r.agent_name == agent.name][-1]
+    assert [m.role for m in last.messages] == ["user", "assistant", "tool"]
+    assert last.messages[0].content == "delete it"
+
+
 async def test_a_raw_dbos_send_resumes_a_parked_run(helix, make_agent, mock_llm, parking):
     ran: list[str] = []
     handle = await _one_parked(helix, make_agent, mock_llm, parking, ran)

@@ -135,6 +135,8 @@ class HistoryCache:
         return transcript, last_seq + 1
 
     def forget(self, session_id: str) -> None:
+        """Drop a session's transcript (rows written elsewhere; a parked run's, which may
+        wait for days): its next read reads it whole, as a fresh process does."""
         self._entries.pop(session_id, None)
 
 

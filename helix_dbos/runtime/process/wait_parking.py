@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from helix_dbos.log_events import RUN_PARKED, RUN_UNPARKED, log_event
@@ -115,8 +115,11 @@ class WaitParking:
     # --- what the waiting run calls --------------------------------------------------------
 
     @contextlib.contextmanager
-    def waiting(self, topic: str, timeout_seconds: float) -> Iterator[None]:
-        """Around a workflow's `recv` on `topic`: while it waits, the run may be parked."""
+    def waiting(
+        self, topic: str, timeout_seconds: float, on_park: Callable[[], None] | None = None
+    ) -> Iterator[None]:
+        """Around a workflow's `recv` on `topic`: while it waits, the run may be parked.
+        `on_park` lets go of what else the run kept in this process once it is parked."""
         wait = self._in_memory_wait(topic, timeout_seconds)
         if wait is None:
             yield
@@ -129,6 +132,8 @@ class WaitParking:
         except asyncio.CancelledError:
             if wait.parked:  # DBOS ends the workflow's span next: parked, not failed
                 mark_parked(wait.workflow_id)
+                if on_park is not None:
+                    on_park()
             raise
         finally:
             if self._waits.get(wait.workflow_id) is wait:

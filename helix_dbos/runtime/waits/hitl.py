@@ -361,6 +361,9 @@ class HumanWait:
         )
         return WaitResult(answers, interrupt)
 
+    def _forget_transcript(self) -> None:
+        self.rt.history.forget(self.session_id)
+
     async def _collect(
         self,
         kind: GateKind,
@@ -376,7 +379,9 @@ class HumanWait:
             now = time.time()  # only sets recv's timeout; recv's recorded result is what replays
             soonest = min(deadlines[c] for c in waiting)
             timeout = max(0.0, soonest - now)
-            with self.rt.parking.waiting(topic, timeout):  # a long wait lets go of its memory
+            # A long wait lets go of its memory: its coroutine, and its session's cached
+            # transcript (its resume reads it again, in the one statement of a first read).
+            with self.rt.parking.waiting(topic, timeout, on_park=self._forget_transcript):
                 message = await DBOS.recv_async(topic, timeout_seconds=timeout)
             if message is None:
                 for call_id in [c for c in waiting if deadlines[c] <= soonest]:
