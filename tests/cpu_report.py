@@ -3,8 +3,9 @@
 On 2 cores the suite is bound by CPU more than by waiting, and `--durations` shows wall
 time, which a test that sleeps spends for free. Each test's share is the CPU its pytest
 process used (user + system) and that of the subprocesses it waited for (the crash apps,
-the CLI, `npm`, whether exec'd or forked by `tests/apps/forkserver.py`), measured around its setup, call and teardown. Each pytest-xdist worker
-appends one line per module to the file; the summary at the end lists the top modules.
+the CLI, `npm`, whether exec'd or forked by `tests/apps/forkserver.py`), measured around
+its setup, call and teardown. Each pytest-xdist worker appends one line per module to
+the file; the summary at the end lists the top modules.
 The embedded PostgreSQL is a daemon of its own: its CPU is not counted, as in
 `/usr/bin/time`.
 """
