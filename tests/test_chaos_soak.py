@@ -31,7 +31,6 @@ import json
 import os
 import random
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -116,7 +115,7 @@ class Worker:
         code = self.proc.poll()
         if code is not None:
             return f"exited {code}"
-        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.kill()
         self.proc.wait(timeout=30)
         self.ended_at = time.time()
         return "killed"

@@ -41,7 +41,7 @@ def read_run_ids(proc: subprocess.Popen, run_ids: list[str]) -> None:
 
 
 def sigkill(proc: subprocess.Popen) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
 

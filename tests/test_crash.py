@@ -75,7 +75,7 @@ def _stderr_of(markers: Path, mode: str) -> str:
 
 
 def sigkill(proc: subprocess.Popen) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
 

@@ -29,7 +29,6 @@ import json
 import os
 import random
 import selectors
-import signal
 import subprocess
 import sys
 import threading
@@ -160,7 +159,7 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 self.answerer.kill()
         if self.worker.poll() is None:
-            os.kill(self.worker.pid, signal.SIGKILL)
+            self.worker.kill()
             self.worker.wait(timeout=30)
 
 

@@ -43,7 +43,7 @@ def first_life(database_url: str, scenario: str, markers: Path, *, killed_by_its
         assert proc.stdout is not None
         sent = json.loads(proc.stdout.readline())
         assert len(sent["messages"]) == 2
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, [p.read_text() for p in markers.glob("stderr-*")]
     ids = json.loads(lines(markers, "ids")[0])

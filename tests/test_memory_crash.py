@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ def spawn(mode: str, database_url: str, executor: str, markers: Path, *extra: st
 
 
 def sigkill(proc: subprocess.Popen) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -183,7 +181,7 @@ def test_kill_while_the_parallel_guardrail_runs_after_the_llm_step(database_url,
     wait_for(lambda: (tmp_path / "in_guard").exists())
     wait_for(lambda: "helix.llm" in steps(database_url, run_id))
     assert "helix.guardrail:input:moderated" not in steps(database_url, run_id)
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
     relaunched = spawn("recover", database_url, executor, tmp_path, run_id)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -90,7 +89,7 @@ class App:
         return result
 
     def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.kill()
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -159,7 +158,7 @@ def test_a_worker_killed_in_a_firings_run_leaves_it_to_complete_once(database_ur
         pid, held_run = held.read_text().split()
         victim = procs[int(pid)]
         survivor = b if victim is a else a
-        os.kill(victim.pid, signal.SIGKILL)
+        victim.kill()
         victim.wait(timeout=30)
 
         wait_for(

@@ -4,8 +4,6 @@ and their parent waits for them, relaunch it, and check every row (issue 13)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -39,7 +37,7 @@ def test_kill_while_two_children_are_mid_run_and_their_parent_waits(database_url
         database_url, "SELECT status, waiting_for FROM helix.runs WHERE run_id = %s", run_id
     )
     assert (status, waiting_for) == ("waiting", "awaiting_children")
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
     relaunched = spawn("recover", database_url, executor, tmp_path, "children", run_id)
@@ -128,7 +126,7 @@ def test_kill_while_a_companion_receives_a_message(database_url, tmp_path):
         return (tmp_path / "in_slow_v1").exists() and rows[0][0] == 1
 
     wait_for(interrupt_sent)
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
     relaunched = spawn("recover", database_url, executor, tmp_path, "companion", run_id)
@@ -179,7 +177,7 @@ def test_a_companion_dispatch_failure_is_logged_once_across_a_recovery(database_
     started = json.loads(proc.stdout.readline())
     run_id, session_id = started["run_id"], started["session_id"]
     wait_for(lambda: (tmp_path / "in_slow_lead").exists())
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
     relaunched = spawn("recover", database_url, executor, tmp_path, "companion_ghost", run_id)

@@ -5,8 +5,6 @@ fails the run with `stop_reason="usage_limit"`, and a tool already called runs w
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -279,7 +277,7 @@ def test_kill_while_a_child_spends_the_budget_then_the_parent_stops_once(databas
     started = json.loads(proc.stdout.readline())
     run_id, session_id = started["run_id"], started["session_id"]
     wait_for(lambda: (tmp_path / "in_slow").exists())
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()
     proc.wait(timeout=30)
 
     relaunched = spawn("recover", database_url, executor, tmp_path, run_id)

@@ -88,7 +88,7 @@ def stop(*procs: subprocess.Popen | None) -> None:
     """Kill what a test started (a stopped process is woken first, so it can die)."""
     for proc in procs:
         if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
+            proc.send_signal(signal.SIGCONT)
             proc.kill()
             proc.wait(timeout=30)
 
@@ -252,9 +252,9 @@ def test_a_stalled_worker_drops_its_claimed_run_and_its_run_completes_once_elsew
         b_id = started(b)["ready"]
         wait_for(lambda: (tmp_path / "in_slow_b").exists())
 
-        os.kill(a.pid, signal.SIGSTOP)
+        a.send_signal(signal.SIGSTOP)
         wait_for(lambda: run_status(database_url, run_id) == "completed", timeout=60)
-        os.kill(a.pid, signal.SIGCONT)
+        a.send_signal(signal.SIGCONT)
         wait_for(lambda: worker_state(database_url, a_id) == "live")  # it registered again
 
         wait_for(lambda: workflow_row(database_url, run_id) == ("SUCCESS", b_id))

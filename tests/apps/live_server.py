@@ -4,9 +4,7 @@ app in a background thread; `ServerProcess` runs one as a subprocess that can be
 from __future__ import annotations
 
 import functools
-import os
 import random
-import signal
 import socket
 import subprocess
 import threading
@@ -110,7 +108,7 @@ class ServerProcess:
 
     def kill(self) -> None:
         assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.kill()
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
