@@ -95,33 +95,48 @@ PY310_MODULES = frozenset(
 # module handed out last would run alone at the end. Only the order changes; a module left
 # out of this list runs in its usual place.
 SLOW_MODULES = (
+    # long and mostly waiting (leases, restarts) beside long and busy ones, so that the
+    # two cores stay busy at the start; then the rest by time, longest first
     "test_workers",
     "test_context_compaction",
-    "test_pooler",
     "test_remote_subagents",
-    "test_log_events",
-    "test_limits",
-    "test_db_outage",
     "test_ai_sdk",
-    "test_crash",
     "test_ag_ui",
-    "test_schedules_fleet",
-    "test_cli",
-    "test_time_travel",
-    "test_cli_setup",
+    "test_pooler",
     "test_a2a",
-    "test_fencing",
     "test_upgrade_from_older",
-    "test_migrations",
-    "test_mcp_server",
+    "test_db_outage",
+    "test_inbox_browser",
+    "test_limits",
+    "test_wait_parking",
+    "test_schedules_fleet",
+    "test_inbox_security_browser",
+    "test_crash",
+    "test_mcp",
+    "test_fencing",
     "test_schedules",
-    "test_readme",
-    "test_http_robustness",
-    "test_subagents",
+    "test_server_security",
+    "test_mcp_server",
     "test_chaos_soak",
+    "test_wait_resume",
+    "test_release_upgrade",
+    "test_memory_crash",
+    "test_cli_setup",
+    "test_call_ids",
+    "test_subagents",
+    "test_limits_http",
+    "test_database",
+    "test_readme",
+    "test_migrations",
+    "test_connections",
+    "test_client",
+    "test_architecture",
+    "test_cli",
+    "test_log_events",
+    "test_time_travel",
+    "test_http_robustness",
     "test_schedules_cli",
     "test_subagent_crash",
-    "test_server_security",
 )
 
 
@@ -165,9 +180,60 @@ def _compile_bytecode() -> None:
         compileall.compile_dir(REPO / folder, quiet=1, rx=skip)
 
 
+def _rewrite_asserts_once(config: pytest.Config) -> None:
+    """Write pytest's rewritten test modules once, before the workers start. pytest rewrites
+    the asserts of each test module as it imports it and keeps the result beside the
+    bytecode, but not where PYTHONDONTWRITEBYTECODE is set: every xdist worker rewrote the
+    suite's ~150 modules again, 6 s of CPU each at startup. pytest reads the cache whatever
+    the variable says, and checks it against each source's hash. The controller splits the
+    work with one forked child, one half each. It calls pytest's own rewrite functions,
+    which are private: if they change, this writes nothing and the workers rewrite as
+    before."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not sys.dont_write_bytecode:
+        return
+    try:
+        from _pytest.assertion import rewrite  # noqa: PLC0415 - once, in the controller
+
+        state = config.stash[rewrite.assertstate_key]
+        read_pyc, rewrite_test, write_pyc = (
+            rewrite._read_pyc,
+            rewrite._rewrite_test,
+            rewrite._write_pyc,
+        )
+        cache_dir, tail = rewrite.get_cache_dir, rewrite.PYC_TAIL
+    except (ImportError, AttributeError, KeyError):
+        return
+    tests = REPO / "tests"
+    sources = sorted(
+        {*tests.rglob("test_*.py"), *tests.rglob("conftest.py")}
+        | {tests / "cpu_report.py", tests / "double_texting_support.py"}
+    )
+    sources = [s for s in sources if "node_modules" not in s.parts]
+
+    def write(part: list[Path]) -> None:
+        for source in part:
+            pyc = cache_dir(source) / (source.name[:-3] + tail)
+            if read_pyc(source, pyc, state.trace) is not None:
+                continue  # written by an earlier run, and its source has not changed
+            with contextlib.suppress(Exception):  # a file pytest can't rewrite fails later, in it
+                pyc.parent.mkdir(exist_ok=True)
+                source_hash, code = rewrite_test(source, config)
+                write_pyc(state, code, source_hash, pyc)
+
+    child = os.fork()
+    if child == 0:
+        try:
+            write(sources[1::2])
+        finally:
+            os._exit(0)
+    write(sources[::2])
+    os.waitpid(child, 0)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _ensure_pgserver_user()
     _compile_bytecode()
+    _rewrite_asserts_once(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
