@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +33,74 @@ if TYPE_CHECKING:
     from helix_dbos.store.repository import PendingToolCall
 
 
+class _KeptConnections:
+    """Idle connections of this process, for `sql`. A wait that polls the database every
+    50 ms opened a connection a poll, each a new PostgreSQL backend: thousands in a run, a
+    large part of the test server's CPU. A connection serves one call at a time (a query
+    of one thread that blocks never holds up another's); one the server ended (a restart,
+    a terminated backend, a dropped database) is replaced; the oldest beyond `KEEP` close."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._idle: list[tuple[str, psycopg.Connection[Any]]] = []
+
+    def take(self, url: str) -> psycopg.Connection[Any] | None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: its parent's sockets are not its own
+                self._pid, self._idle = os.getpid(), []
+            for i in range(len(self._idle) - 1, -1, -1):
+                if self._idle[i][0] == url:
+                    return self._idle.pop(i)[1]
+            return None
+
+    def give_back(self, url: str, conn: psycopg.Connection[Any]) -> None:
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if conn.broken or conn.closed or not idle:  # not idle: a query string with a BEGIN
+            conn.close()
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            self._idle.append((url, conn))
+            oldest = self._idle[: -self.KEEP]
+            del self._idle[: -self.KEEP]
+        for _, old in oldest:
+            old.close()
+
+
+_kept = _KeptConnections()
+
+
+def _query(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> list[Any]:
+    cur = conn.execute(query, params or None)
+    return cur.fetchall() if cur.description else []
+
+
 def sql(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Run one query (tests check rows with plain SQL, as users would)."""
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        cur = conn.execute(query, params or None)
-        return cur.fetchall() if cur.description else []
+    """Run one query (tests check rows with plain SQL, as users would), in autocommit, on a
+    connection this process keeps for the database. If the kept connection was ended by
+    the server since its last use (a restart, a terminated backend), the query runs again
+    on a new one: its backend was gone before the query came. (One the server ends while
+    it runs would run twice: no test writes through here while it restarts the server.)"""
+    url = libpq_url(database_url)
+    conn = _kept.take(url)
+    if conn is not None:
+        try:
+            return _query(conn, query, params)
+        except psycopg.OperationalError:
+            if not conn.broken:
+                raise
+        finally:
+            _kept.give_back(url, conn)  # or closed, if broken
+    # Never prepared: a test may reach the server through PgBouncer in transaction mode.
+    conn = psycopg.connect(url, autocommit=True, prepare_threshold=None)
+    try:
+        return _query(conn, query, params)
+    finally:
+        _kept.give_back(url, conn)
 
 
 def skip_or_fail_in_ci(reason: str) -> NoReturn:
