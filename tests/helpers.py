@@ -46,10 +46,14 @@ class _KeptConnections:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._idle: list[tuple[str, psycopg.Connection[Any]]] = []
+        self._inherited: list[tuple[str, psycopg.Connection[Any]]] = []
 
     def take(self, url: str) -> psycopg.Connection[Any] | None:
         with self._lock:
             if self._pid != os.getpid():  # a forked child: its parent's sockets are not its own
+                # Kept, never closed or collected: closing sends the server a goodbye for
+                # the parent's backend.
+                self._inherited.extend(self._idle)
                 self._pid, self._idle = os.getpid(), []
             for i in range(len(self._idle) - 1, -1, -1):
                 if self._idle[i][0] == url:
