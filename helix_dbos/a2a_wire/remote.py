@@ -163,7 +163,18 @@ async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> tuple[str | None, str
             conn, ref.parent_run_id, ref.tool_call_id, task_id, execution_owner()
         ),
     )
+    if await _parent_aborted(rt, ref):
+        # Aborted while the task started: the abort found no task id to cancel. After
+        # that id is recorded, either the abort or this read sees the other's write.
+        with contextlib.suppress(A2AError, httpx.HTTPError):
+            async with a2a_client(tool, streaming=False, timeout=5.0) as client:
+                await client.cancel_task(CancelTaskRequest(id=task_id))
     return task_id, None, False
+
+
+async def _parent_aborted(rt: Runtime, ref: RemoteRef) -> bool:
+    parent = await rt.read(repo.get_run, ref.parent_run_id)
+    return parent is not None and parent.status == "aborted"
 
 
 async def follow_a2a(ref: RemoteRef, task_id: str) -> ToolOutcome:
@@ -256,8 +267,7 @@ async def _finish(rt: Runtime, ref: RemoteRef, status: str, error: str | None) -
 async def _forward_control(rt: Runtime, ref: RemoteRef, client: Client, task_id: str) -> None:
     """The parent's abort or interrupt cancels the task (A2A has no softer stop)."""
     while True:
-        parent = await rt.read(repo.get_run, ref.parent_run_id)
-        aborted = parent is not None and parent.status == "aborted"
+        aborted = await _parent_aborted(rt, ref)
         if aborted or await rt.read(repo.interrupt_pending, ref.parent_workflow_id):
             with contextlib.suppress(A2AError):
                 await client.cancel_task(CancelTaskRequest(id=task_id))

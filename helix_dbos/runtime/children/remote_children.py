@@ -314,6 +314,13 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
             conn, ref.parent_run_id, ref.tool_call_id, run.run_id, execution_owner()
         ),
     )
+    parent = await rt.read(repo.get_run, ref.parent_run_id)
+    if parent is not None and parent.status == "aborted":
+        # Aborted while the child started: the abort reached no live run. After the
+        # child's row is marked started, either the abort or this read sees the other.
+        with contextlib.suppress(HelixClientError):
+            async with _client(tool, timeout=5.0) as client:
+                await client.abort(ref.remote_session_id, reason="its parent was aborted")
     return RemoteStart(run_id=run.run_id)
 
 
