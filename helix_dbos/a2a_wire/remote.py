@@ -41,6 +41,7 @@ from helix_dbos.a2a_wire.mapping import FINAL_STATES, RESPONSE_ARTIFACT
 from helix_dbos.client.tls import shared_ssl_context
 from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.messages import to_json_text
+from helix_dbos.runtime.children.remote_children import parent_aborted
 from helix_dbos.runtime.dbos.dbos_internals import execution_owner
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.steps.live_chunks import write_chunks
@@ -48,7 +49,7 @@ from helix_dbos.runtime.steps.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.waits.hitl import interrupted_message
 from helix_dbos.store import repository as repo
 from helix_dbos.store.features import remote_children as store
-from helix_dbos.store.features.remote_children import LiveRemoteChild, RemoteRef
+from helix_dbos.store.features.remote_children import RemoteRef
 
 CONTROL_POLL_SECONDS = 0.5
 # How long a wait step re-reads a task that waits for input before it subscribes again.
@@ -163,18 +164,11 @@ async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> tuple[str | None, str
             conn, ref.parent_run_id, ref.tool_call_id, task_id, execution_owner()
         ),
     )
-    if await _parent_aborted(rt, ref):
+    if await parent_aborted(rt, ref.parent_run_id):
         # Aborted while the task started: the abort found no task id to cancel. After
         # that id is recorded, either the abort or this read sees the other's write.
-        with contextlib.suppress(A2AError, httpx.HTTPError):
-            async with a2a_client(tool, streaming=False, timeout=5.0) as client:
-                await client.cancel_task(CancelTaskRequest(id=task_id))
+        await cancel_a2a_task(tool, task_id)
     return task_id, None, False
-
-
-async def _parent_aborted(rt: Runtime, ref: RemoteRef) -> bool:
-    parent = await rt.read(repo.get_run, ref.parent_run_id)
-    return parent is not None and parent.status == "aborted"
 
 
 async def follow_a2a(ref: RemoteRef, task_id: str) -> ToolOutcome:
@@ -267,7 +261,7 @@ async def _finish(rt: Runtime, ref: RemoteRef, status: str, error: str | None) -
 async def _forward_control(rt: Runtime, ref: RemoteRef, client: Client, task_id: str) -> None:
     """The parent's abort or interrupt cancels the task (A2A has no softer stop)."""
     while True:
-        aborted = await _parent_aborted(rt, ref)
+        aborted = await parent_aborted(rt, ref.parent_run_id)
         if aborted or await rt.read(repo.interrupt_pending, ref.parent_workflow_id):
             with contextlib.suppress(A2AError):
                 await client.cancel_task(CancelTaskRequest(id=task_id))
@@ -275,10 +269,8 @@ async def _forward_control(rt: Runtime, ref: RemoteRef, client: Client, task_id:
         await asyncio.sleep(CONTROL_POLL_SECONDS)
 
 
-async def cancel_a2a_child(tool: RemoteSubAgentTool, child: LiveRemoteChild) -> None:
+async def cancel_a2a_task(tool: RemoteSubAgentTool, task_id: str) -> None:
     """Cancel an A2A child's task (the parent's abort, from any process)."""
-    if child.remote_run_id is None:
-        return
     with contextlib.suppress(A2AError, httpx.HTTPError):
         async with a2a_client(tool, streaming=False, timeout=5.0) as client:
-            await client.cancel_task(CancelTaskRequest(id=child.remote_run_id))
+            await client.cancel_task(CancelTaskRequest(id=task_id))

@@ -127,7 +127,7 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, kinds) or is_transient_db_error(exc) or _a2a_transient(exc)
 
 
-# The A2A transport (`a2a_wire/remote.py`: `start_a2a`, `follow_a2a`, `cancel_a2a_child`,
+# The A2A transport (`a2a_wire/remote.py`: `start_a2a`, `follow_a2a`, `cancel_a2a_task`,
 # `transient`), handed in by the facade, which sits above both; loaded on first use, as
 # `a2a-sdk` is an optional extra.
 _a2a_transport: Callable[[], Any] | None = None
@@ -314,14 +314,26 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
             conn, ref.parent_run_id, ref.tool_call_id, run.run_id, execution_owner()
         ),
     )
-    parent = await rt.read(repo.get_run, ref.parent_run_id)
-    if parent is not None and parent.status == "aborted":
+    if await parent_aborted(rt, ref.parent_run_id):
         # Aborted while the child started: the abort reached no live run. After the
         # child's row is marked started, either the abort or this read sees the other.
-        with contextlib.suppress(HelixClientError):
-            async with _client(tool, timeout=5.0) as client:
-                await client.abort(ref.remote_session_id, reason="its parent was aborted")
+        await _abort_child(tool, ref.remote_session_id, None)
     return RemoteStart(run_id=run.run_id)
+
+
+async def parent_aborted(rt: Runtime, parent_run_id: str) -> bool:
+    """Whether the parent's run row says aborted: how a remote child's start and its
+    follower (in any process) learn of the parent's abort."""
+    parent = await rt.read(repo.get_run, parent_run_id)
+    return parent is not None and parent.status == "aborted"
+
+
+async def _abort_child(
+    tool: RemoteSubAgentTool, remote_session_id: str, reason: str | None
+) -> None:
+    with contextlib.suppress(HelixClientError):
+        async with _client(tool, timeout=5.0) as client:  # an abort does not wait long
+            await client.abort(remote_session_id, reason=reason or "its parent was aborted")
 
 
 async def follow_remote(ref: RemoteRef, run_id: str) -> ToolOutcome:
@@ -411,8 +423,7 @@ async def _forward_control(rt: Runtime, ref: RemoteRef, client: AsyncHelixClient
     a raw DBOS.send) reaches the child, and so does an abort (the parent's run row)."""
     interrupted = False
     while True:
-        parent = await rt.read(repo.get_run, ref.parent_run_id)
-        if parent is not None and parent.status == "aborted":
+        if await parent_aborted(rt, ref.parent_run_id):
             with contextlib.suppress(HelixClientError):
                 await client.abort(ref.remote_session_id, reason="its parent was aborted")
             return
@@ -438,10 +449,7 @@ async def abort_remote_children(
         if not isinstance(tool, RemoteSubAgentTool):
             continue
         if tool.protocol == "a2a":
-            await _a2a().cancel_a2a_child(tool, child)
+            if child.remote_run_id is not None:  # the task id: none until it started
+                await _a2a().cancel_a2a_task(tool, child.remote_run_id)
             continue
-        with contextlib.suppress(HelixClientError):
-            async with _client(tool, timeout=5.0) as client:  # an abort does not wait long
-                await client.abort(
-                    child.remote_session_id, reason=reason or "its parent was aborted"
-                )
+        await _abort_child(tool, child.remote_session_id, reason)
