@@ -43,7 +43,7 @@ from docs_text import code_blocks, env_for, run_pasted, section
 from helpers import lines, sql, wait_for
 from live_server import ServerProcess, answers, serve
 
-from helix_dbos import tool
+from helix_dbos import HelixClient, tool
 from helix_dbos.runtime.children.remote_children import remote_session_id, remote_start_key
 from helix_dbos.server import create_app
 
@@ -412,6 +412,31 @@ async def test_helix_parent_delegates_to_a2a_child_across_a_sigkill(
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
         cats_session = remote_session_id(event.task.context_id, "r1")
         wait_for(lambda: [r[2] for r in runs_of(child_database_url, cats_session)] == ["aborted"])
+    finally:
+        parent.stop()
+        child.stop()
+
+
+def test_an_abort_while_the_a2a_task_starts_still_cancels_it(
+    database_url, child_database_url, tmp_path
+):
+    """The parent is aborted after its start step sent the A2A message and before the
+    child's task exists: the abort finds no task id to cancel, so the start step must."""
+    child = Server(child_database_url, tmp_path).start()
+    parent = Server(database_url, tmp_path, child_url=child.agent("reader"))
+    try:
+        parent.start()
+        with HelixClient(parent.url, token=TOKEN) as client:
+            run = client.start("lead", "held-owls")
+            wait_for(lambda: lines(tmp_path, "start_held.log"))
+            client.abort(run.session_id, reason="enough")
+            wait_for(lambda: runs_of(database_url, run.session_id)[0][2] == "aborted")
+            owls = remote_session_id(run.session_id, "r1")
+            assert runs_of(child_database_url, owls) == [], "the start is still held"
+            release(tmp_path, "start")
+            # Uncancelled, the task would wait in `slow` for a release that never comes.
+            wait_for(lambda: [r[2] for r in runs_of(child_database_url, owls)] == ["aborted"], 30)
+            assert client.status(run.session_id).last_run.status == "aborted"
     finally:
         parent.stop()
         child.stop()

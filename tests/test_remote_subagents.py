@@ -338,6 +338,30 @@ def test_interrupt_and_abort_of_the_parent_reach_the_remote_child(
         assert client.status(second.session_id).last_run.status == "aborted"
 
 
+def test_an_abort_while_the_remote_child_starts_still_reaches_the_child(
+    database_url, child_database_url, tmp_path
+):
+    """The parent is aborted after its start step sent the child's start and before the
+    child's run exists: the abort finds no run to stop, so the start step must."""
+    with (
+        two_servers(database_url, child_database_url, tmp_path) as (parent, child),
+        HelixClient(parent.url, token=TOKEN) as client,
+    ):
+        run = client.start("lead", "held-owls")
+        wait_for(lambda: (tmp_path / "start_held.log").exists())
+        client.abort(run.session_id, reason="enough")
+        wait_for(lambda: run_status(database_url, run.run_id) == "aborted")
+        child_session = remote_session_id(run.session_id, "r1")
+        assert child_runs(child_database_url, child_session) == [], "the start is still held"
+        release(tmp_path, "start")
+        # Unaborted, the child would wait in its `slow` tool for a release that never comes.
+        wait_for(
+            lambda: [r[1] for r in child_runs(child_database_url, child_session)] == ["aborted"],
+            30,
+        )
+        assert client.status(run.session_id).last_run.status == "aborted"
+
+
 def test_auth_failure_unknown_agent_and_a_down_server_are_tool_errors(
     database_url, child_database_url, tmp_path
 ):

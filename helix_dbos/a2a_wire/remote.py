@@ -41,7 +41,7 @@ from helix_dbos.a2a_wire.mapping import FINAL_STATES, RESPONSE_ARTIFACT
 from helix_dbos.client.tls import shared_ssl_context
 from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.orchestration.messages import to_json_text
-from helix_dbos.runtime.children.remote_children import parent_aborted
+from helix_dbos.runtime.children.remote_children import parent_aborted, record_start
 from helix_dbos.runtime.dbos.dbos_internals import execution_owner
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.steps.live_chunks import write_chunks
@@ -158,16 +158,7 @@ async def start_a2a(ref: RemoteRef, shown: ChunkRecord) -> tuple[str | None, str
         error = f"A2A agent '{ref.agent_name}' at {ref.url} refused the call: {exc}"
         await _finish(rt, ref, "failed", error)
         return None, error, False
-    await rt.on_connection(
-        "a remote child's row",
-        lambda conn: store.mark_started(
-            conn, ref.parent_run_id, ref.tool_call_id, task_id, execution_owner()
-        ),
-    )
-    if await parent_aborted(rt, ref.parent_run_id):
-        # Aborted while the task started: the abort found no task id to cancel. After
-        # that id is recorded, either the abort or this read sees the other's write.
-        await cancel_a2a_task(tool, task_id)
+    await record_start(rt, ref, task_id, lambda: cancel_a2a_task(tool, task_id))
     return task_id, None, False
 
 

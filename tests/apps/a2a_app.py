@@ -8,7 +8,8 @@ the topic starts with "fast") and answers "<topic>: <tool result>"; `guarded` ca
 `delete_file`, which needs an approval, and answers with its result or the denial;
 `lead` delegates its message to the A2A agent `reader` at CHILD_URL
 (`remote_sub_agent_tool(..., protocol="a2a")`) and answers "lead got: <result>".
-The server authenticates with the bearer token "a2a-secret". The LLM is a function of the
+The server authenticates with the bearer token "a2a-secret", and holds an A2A
+request naming a "held" topic until the test releases it (`app_marks.holding_starts`). The LLM is a function of the
 transcript, so a relaunched process answers as the killed one would have; every tool
 execution and LLM call is appended to a file in MARKER_DIR.
 """
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 import uvicorn
-from app_marks import marker
+from app_marks import holding_starts, marker
 from scripted import call
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, remote_sub_agent_tool, tool
@@ -99,4 +100,6 @@ helix = HelixDBOS(
     worker_lease_seconds=3,
 )
 app = create_app(helix, authenticate=bearer_token(TOKEN))
-uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+uvicorn.run(
+    holding_starts(app, markers, "/a2a/"), host="127.0.0.1", port=int(port), log_level="warning"
+)

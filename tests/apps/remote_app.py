@@ -9,7 +9,10 @@ delegates its message to `worker` at CHILD_URL and answers "lead got: <result>",
 variants whose tool has a wrong token (`lead_badauth`), names an agent the child does not
 serve (`lead_ghost`), or points at a port where nothing listens (`lead_down`), and
 `lead_limited`, whose 5-token limit only its remote child's spend can reach. Both
-authenticate with the bearer token "remote-secret". The LLM is a function of the
+authenticate with the bearer token "remote-secret". The child holds a start request whose body
+names a topic beginning with "held" until the test creates `release_start` (it marks
+`start_held.log` first): the window between a parent's start step sending its request
+and the child's run existing. The LLM is a function of the
 transcript, so a relaunched process answers as the killed one would have; every tool
 execution and LLM call is appended to a file in MARKER_DIR.
 """
@@ -21,7 +24,7 @@ import sys
 from pathlib import Path
 
 import uvicorn
-from app_marks import marker
+from app_marks import holding_starts, marker
 from scripted import call
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, UsageLimits, remote_sub_agent_tool, tool
@@ -114,4 +117,11 @@ helix = HelixDBOS(
     worker_lease_seconds=3,
 )
 app = create_app(helix, authenticate=bearer_token(TOKEN))
-uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+
+
+uvicorn.run(
+    holding_starts(app, markers) if role == "child" else app,
+    host="127.0.0.1",
+    port=int(port),
+    log_level="warning",
+)

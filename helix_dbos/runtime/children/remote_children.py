@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ from helix_dbos.definitions.remote_subagent import RemoteSubAgentTool
 from helix_dbos.errors import ToolArgumentsError
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import LLMUsage, ToolCall
-from helix_dbos.runtime.dbos.dbos_internals import execution_owner
+from helix_dbos.runtime.dbos.dbos_internals import WorkflowNotOwnedError, execution_owner
 from helix_dbos.runtime.process.process_runtime import (
     Runtime,
     current_runtime,
@@ -62,6 +62,7 @@ from helix_dbos.runtime.steps.step_types import ChunkRecord, ToolOutcome
 from helix_dbos.runtime.steps.tool_step import outside_result_hooks
 from helix_dbos.runtime.waits.hitl import interrupted_message
 from helix_dbos.store import repository as repo
+from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.features import remote_children as store
 from helix_dbos.store.features.remote_children import ProxiedChunk, RemoteRef
 from helix_dbos.streaming.chunks import StreamChunk
@@ -308,17 +309,39 @@ async def start_remote(ref: RemoteRef, shown: ChunkRecord) -> RemoteStart:
             )
             await _finish(rt, ref, "failed", error)
             return RemoteStart(error=error)
-    await rt.on_connection(
-        "a remote child's row",
-        lambda conn: store.mark_started(
-            conn, ref.parent_run_id, ref.tool_call_id, run.run_id, execution_owner()
-        ),
-    )
-    if await parent_aborted(rt, ref.parent_run_id):
-        # Aborted while the child started: the abort reached no live run. After the
-        # child's row is marked started, either the abort or this read sees the other.
-        await _abort_child(tool, ref.remote_session_id, None)
+    await record_start(rt, ref, run.run_id, lambda: _abort_child(tool, ref.remote_session_id, None))
     return RemoteStart(run_id=run.run_id)
+
+
+async def record_start(
+    rt: Runtime, ref: RemoteRef, remote_id: str, stop: Callable[[], Awaitable[None]]
+) -> None:
+    """Record the started child's run (or task) id, then `stop` the child if the parent
+    was aborted while it started.
+
+    An abort cancels the parent's workflow, marks its run aborted, then stops the
+    children whose rows it finds. Against any order of those, one side stops the child:
+    the id is recorded even when the cancel already took this execution's ownership (the
+    abort's read of the rows must find it), and the parent's status is read after it.
+    """
+
+    def mark(owner: repo.Owner | None) -> Callable[[DriverConnection], Coroutine[Any, Any, None]]:
+        return lambda conn: store.mark_started(
+            conn, ref.parent_run_id, ref.tool_call_id, remote_id, owner
+        )
+
+    lost: WorkflowNotOwnedError | None = None
+    try:
+        await rt.on_connection("a remote child's row", mark(execution_owner()))
+    except WorkflowNotOwnedError as exc:
+        # An abort's cancel, or another execution that took the run over: the same
+        # idempotency key gave both the same child, so the id is right either way.
+        lost = exc
+        await rt.on_connection("a remote child's row", mark(None))
+    if await parent_aborted(rt, ref.parent_run_id):
+        await stop()
+    if lost is not None:
+        raise lost
 
 
 async def parent_aborted(rt: Runtime, parent_run_id: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from helix_dbos.runtime.dbos.dbos_internals import WorkflowNotOwnedError
 from helix_dbos.runtime.process.process_runtime import Runtime, logger
 from helix_dbos.runtime.steps.commit import StepCommit, write_head
 from helix_dbos.runtime.steps.live_chunks import LIVE_TOOL_START_SECONDS
@@ -40,5 +41,7 @@ async def _write_head_if_slow(rt: Runtime, commit: StepCommit) -> None:
     try:
         async with rt.statements() as conn:
             await write_head(conn, commit)
+    except WorkflowNotOwnedError:
+        pass  # an abort or another worker took the run: no head of this execution's
     except Exception as exc:
         logger.warning("helix could not write the head of step %d: %s", commit.step, exc)
