@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import json
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def modules(*under: str) -> list[Path]:
     return sorted(p for u in under for p in (PACKAGE / u).rglob("*.py"))
 
 
+@functools.cache
+def nodes(path: Path) -> list[ast.AST]:
+    """Every node of a module, parsed once for the three checks below."""
+    return list(ast.walk(ast.parse(path.read_text())))
+
+
 def rel(path: Path) -> str:
     return path.relative_to(PACKAGE).as_posix()
 
@@ -48,7 +55,7 @@ def test_routes_protocols_and_cli_answer_through_answer():
     typed answer and calls `answer()` (and at least one call per answering module)."""
     old, answering = [], set()
     for path in modules("server", "cli"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 receiver = ast.unparse(node.func.value)
                 if node.func.attr in OLD_ANSWERS and receiver != "handlers":  # a route's
@@ -74,7 +81,7 @@ def test_only_the_runtime_sends_on_an_answer_topic():
         where = rel(path)
         if where.startswith("runtime/") or where == "api/answers.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Constant) and node.value in TOPICS:
                 found.append(f"{where}:{node.lineno} {node.value!r}")
             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("hitl"):
@@ -93,7 +100,7 @@ def test_one_table_of_human_request_kinds():
     for path in modules("."):
         if rel(path) in own_vocabulary:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Set | ast.Dict):
                 items = node.elts if isinstance(node, ast.Set) else node.keys
                 values = {k.value for k in items if isinstance(k, ast.Constant)}

@@ -12,6 +12,7 @@ on a small synthetic tree that breaks it, so that every assertion here can fail.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +65,22 @@ def module_name(path: Path, root: Path) -> str:
 def import_statements(path: Path, module: str) -> Iterator[tuple[str, list[str], int]]:
     """(module, names taken from it, line) for every import anywhere in the file, in
     functions and `if TYPE_CHECKING:` blocks too, in line order; relative imports resolved."""
-    is_package = path.name == "__init__.py"
-    tree = ast.parse(path.read_text(), filename=str(path))
+    for base, names, line in _statements(path.name == "__init__.py", module, path.read_text()):
+        yield base, list(names), line
+
+
+@functools.cache
+def _statements(
+    is_package: bool, module: str, source: str
+) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+    """`import_statements` of one source text, parsed once however many checks read it."""
+    return tuple(
+        (base, tuple(names), line) for base, names, line in _parse(is_package, module, source)
+    )
+
+
+def _parse(is_package: bool, module: str, source: str) -> Iterator[tuple[str, list[str], int]]:
+    tree = ast.parse(source)
     for node in sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0)):
         if isinstance(node, ast.Import):
             for alias in node.names:
