@@ -19,6 +19,7 @@ pytest.importorskip("mcp")
 
 from helpers import calls, sql
 
+from helix_dbos import mcp as helix_mcp
 from helix_dbos.mcp import MCPHTTP, MCPStdio, MCPToolError, MCPToolset
 
 SERVER = Path(__file__).parent / "apps" / "mcp_server.py"
@@ -97,6 +98,7 @@ async def test_an_http_server_with_an_approval_gate_and_a_client_tool(
     helix, make_agent, mock_llm, http_server
 ):
     url, markers, _ = http_server
+    opened = helix_mcp._tls.cache_info()
     gated = MCPToolset(MCPHTTP(url), include={"shout"}, require_approval={"shout"})
     client_side = MCPToolset(MCPHTTP(url), include={"add"}, prefix="client_", execute="client")
     tools = await asyncio.to_thread(lambda: gated.tools() + client_side.tools())
@@ -129,6 +131,9 @@ async def test_an_http_server_with_an_approval_gate_and_a_client_tool(
     assert json.loads(results["s1"]) == {"result": "HI"}
     assert json.loads(results["c1"]) == {"sum": 2}, "the client's result, not the server's"
     assert marks(markers) == ["shout hi"], "approved: called once; the client tool never"
+    # Three sessions (two tool lists, one call) took the process's one TLS context.
+    used = helix_mcp._tls.cache_info()
+    assert (used.hits + used.misses - opened.hits - opened.misses, used.misses) == (3, 1)
 
 
 async def test_a_server_that_is_down_is_a_tool_error_and_its_stored_list_defines_the_tools(
