@@ -20,6 +20,7 @@ from sqlalchemy import TextClause, text
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.types import LLMUsage, Message
 from helix_dbos.store.storable import dumps, storable_text
+from helix_dbos.store.usage_carriers import usage_carriers
 
 
 class SQLConnection(Protocol):
@@ -79,7 +80,8 @@ class RunRow:
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One `helix.usage` row before insert; `usage_id` makes a replay a no-op."""
+    """One `helix.usage` row before insert; `usage_id` makes a replay a no-op. A tool
+    call's record names the call: its result message carries it (`usage_carriers`)."""
 
     usage_id: str
     kind: str
@@ -89,6 +91,7 @@ class UsageRecord:
     duration_ms: float | None = None
     success: bool = True
     cost_usd: Decimal | None = None  # an LLM call's price (helix_dbos.llm.pricing)
+    tool_call_id: str | None = None
 
 
 _SESSION_COLUMNS = (
@@ -440,11 +443,17 @@ def usage_record(record: UsageRecord, agent_name: str) -> dict[str, Any]:
     }
 
 
+# `ord`: the step's message that carries the record (see `_step_params`), NULL for none.
 _USAGE_RECORDSET = (
     "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x(usage_id text, agent_name text, step int, "
     "kind text, model text, input_tokens int, output_tokens int, cache_read_tokens int, "
     "cache_write_tokens int, reasoning_tokens int, tool_name text, duration_ms double precision, "
-    "success boolean, cost_usd numeric)"
+    "success boolean, cost_usd numeric, ord int)"
+)
+_USAGE_COLUMNS = (
+    "x.usage_id, x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
+    "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
+    "x.duration_ms, x.success, x.cost_usd"
 )
 
 
@@ -637,14 +646,20 @@ async def append_messages(
 _LIVE_STATUSES = "('running', 'waiting', 'paused')"
 
 
-# A step's usage rows (:usage, in `_USAGE_RECORDSET`'s column order), once a `claim`
-# row says this write is the step's first.
+# A step's usage rows that no written message carries, once a `claim` row says this
+# write is the step's first: records no message carries, and those whose message is not
+# written because the run ended after the step's head (`rest` false). A record on a head
+# written before (`with_head` false) is skipped: the head carried it (migration 0027).
 INSERT_STEP_USAGE = (
-    "INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, kind, model, "
-    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, "
-    f"tool_name, duration_ms, success, cost_usd) SELECT :sid, :rid, x.* FROM claim, "
-    f"{_USAGE_RECORDSET} ON CONFLICT (usage_id) DO NOTHING"
+    "INSERT INTO helix.usage_rows (session_id, run_id, usage_id, agent_name, step, kind, "
+    "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+    "reasoning_tokens, tool_name, duration_ms, success, cost_usd) SELECT :sid, :rid, "
+    f"{_USAGE_COLUMNS} FROM claim, {_USAGE_RECORDSET} WHERE x.ord IS NULL "
+    "OR ((x.ord >= :nhead OR claim.with_head) AND NOT claim.rest) "
+    "ON CONFLICT (usage_id) DO NOTHING"
 )
+# A step's messages: `_MESSAGE_RECORDSET` with the usage a message carries.
+_STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace("parts jsonb)", "parts jsonb, usage jsonb)")
 
 
 # The rows of one step after `s` (the session's counters) and a `claim` with `with_head`
@@ -654,9 +669,9 @@ INSERT_STEP_USAGE = (
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
-    "thinking, is_error, parts) SELECT :sid, s.first_msg + m.ord - "
+    "thinking, is_error, parts, step, usage) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
-    f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
+    f"{_MESSAGE_FIELDS}, :step, m.usage FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
     f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
@@ -699,6 +714,11 @@ def _step_params(
     head_messages: int,
 ) -> dict[str, Any]:
     message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
+    usage_rows = [usage_record(r, agent_name) for r in usage]
+    for row, ord_ in zip(usage_rows, usage_carriers(messages, usage, step), strict=True):
+        if ord_ is not None:  # its message carries it (`step`: the message's own)
+            message_rows[ord_]["usage"] = {k: v for k, v in row.items() if k != "step"}
+            row["ord"] = ord_
     return {
         "sid": session_id,
         "rid": run_id,
@@ -708,7 +728,7 @@ def _step_params(
         "nmsg": len(message_rows),
         "nhead": head_messages,
         "rows": _json(message_rows),
-        "usage": _json([usage_record(r, agent_name) for r in usage]),
+        "usage": _json(usage_rows),
         "nchunk": len(chunks),
         "chunks": _chunk_records(chunks),
     }
