@@ -79,20 +79,20 @@ def test_rows_written_before_the_migration_read_the_same_and_match_new_ones(
     assert apply_migrations(url) == ["0027_usage_on_messages"]
     assert _usage(url) == before, "the view returns the table's rows, column for column"
     assert sql(url, "SELECT * FROM helix.session_checkpoints ORDER BY ord") == checkpoints
-    assert sql(url, "SELECT count(*) FROM helix.messages WHERE usage IS NOT NULL") == [(0,)]
+    assert sql(url, "SELECT count(*) FROM helix.messages WHERE usage_id IS NOT NULL") == [(0,)]
 
     (tmp_path / "w2").mkdir()
     new_runs = _write(sys.executable, None, url, tmp_path / "w2")
     new = _usage(url, "WHERE run_id = ANY(%s)", new_runs)
     assert _normalized(new, new_runs) == _normalized(before, old_runs)
     # The new runs' usage is carried by their messages: no row of its own.
-    assert sql(url, "SELECT count(*) FROM helix.usage_rows WHERE run_id = ANY(%s)", new_runs) == [
-        (0,)
-    ]
+    assert sql(
+        url, "SELECT count(*) FROM ONLY helix.usage_rows WHERE run_id = ANY(%s)", new_runs
+    ) == [(0,)]
     carried = sql(
         url,
-        "SELECT role, usage ->> 'kind', count(*) FROM helix.messages WHERE run_id = ANY(%s) "
-        "AND usage IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT role, kind, count(*) FROM helix.messages WHERE run_id = ANY(%s) "
+        "AND usage_id IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2",
         new_runs,
     )
     assert carried == [("assistant", "llm", 6), ("tool", "tool", 6)]
@@ -124,7 +124,7 @@ async def test_a_fork_copies_messages_but_not_their_usage(
     assert _usage(database_url, "WHERE session_id = %s", fork) == []
     copied = sql(
         database_url,
-        "SELECT count(*), count(usage), count(step) FROM helix.messages WHERE session_id = %s",
+        "SELECT count(*), count(usage_id), count(step) FROM helix.messages WHERE session_id = %s",
         fork,
     )
     assert copied == [(4, 0, 0)], "the transcript is copied, its usage is not"
@@ -153,7 +153,7 @@ async def test_a_rollback_moves_the_usage_its_messages_carry(
     rows = _usage(database_url, "WHERE run_id = %s", result.run_id)
     assert sorted(r[5] for r in rows) == ["llm", "llm", "tool", "tool"]
     assert sql(
-        database_url, "SELECT count(*) FROM helix.usage_rows WHERE run_id = %s", result.run_id
+        database_url, "SELECT count(*) FROM ONLY helix.usage_rows WHERE run_id = %s", result.run_id
     ) == [(0,)], "all of it carried by the run's messages"
 
     engine = create_async_engine(sqlalchemy_url(database_url))
@@ -190,8 +190,51 @@ def test_a_kill_mid_run_leaves_one_usage_row_per_call(database_url: str, tmp_pat
     assert sum(r[5] == "llm" for r in rows) == llm_calls == 2, "one row per LLM call"
     carried = sql(
         database_url,
-        "SELECT tool_call_id, usage ->> 'usage_id' FROM helix.messages WHERE run_id = %s "
+        "SELECT tool_call_id, usage_id FROM helix.messages WHERE run_id = %s "
         "AND role = 'tool' AND tool_call_id LIKE 'p%%' ORDER BY tool_call_id",
         run_id,
     )
     assert carried == [(f"p{i}", f"{run_id}:1:tool:p{i}") for i in range(4)]
+
+
+async def test_older_builds_statements_on_the_view_still_work(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    """An older build writes `INSERT INTO helix.usage ... ON CONFLICT (usage_id) DO NOTHING`
+    (and its rollback deletes from it): the view takes both, never twice the same id, and
+    a delete of carried usage leaves the message."""
+    agent = make_agent(tools=[lookup])
+    mock_llm.add_responses(
+        calls(("l1", "lookup", {"query": "x"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "look")).result()
+    rid, sid = result.run_id, result.session_id
+    old_insert = (
+        "INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, kind, "
+        "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+        "reasoning_tokens, tool_name, duration_ms, success, cost_usd) VALUES "
+        "(%s, %s, %s, 'a', %s, 'llm', 'm', 1, 1, 0, 0, 0, NULL, NULL, true, NULL) "
+        "ON CONFLICT (usage_id) DO NOTHING"
+    )
+    carried = f"{rid}:1:llm"
+    before = _usage(database_url, "WHERE run_id = %s", rid)
+    sql(database_url, old_insert, sid, rid, carried, 1)  # a message carries this id
+    assert _usage(database_url, "WHERE run_id = %s", rid) == before
+    for _ in range(2):
+        sql(database_url, old_insert, sid, rid, f"{rid}:9:llm", 9)
+    assert sql(
+        database_url, "SELECT usage_id FROM ONLY helix.usage_rows WHERE run_id = %s", rid
+    ) == [(f"{rid}:9:llm",)]
+    assert len(_usage(database_url, "WHERE run_id = %s", rid)) == len(before) + 1
+
+    sql(database_url, "UPDATE helix.usage SET output_tokens = 42 WHERE usage_id = %s", carried)
+    assert sql(
+        database_url, "SELECT output_tokens FROM helix.messages WHERE usage_id = %s", carried
+    ) == [(42,)]
+    sql(database_url, "DELETE FROM helix.usage WHERE run_id = %s", rid)
+    assert _usage(database_url, "WHERE run_id = %s", rid) == []
+    assert sql(
+        database_url, "SELECT count(*), count(usage_id) FROM helix.messages WHERE run_id = %s", rid
+    ) == [(4, 0)], "the messages stay, without their usage"

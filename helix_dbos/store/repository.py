@@ -658,8 +658,29 @@ INSERT_STEP_USAGE = (
     "OR ((x.ord >= :nhead OR claim.with_head) AND NOT claim.rest) "
     "ON CONFLICT (usage_id) DO NOTHING"
 )
-# A step's messages: `_MESSAGE_RECORDSET` with the usage a message carries.
-_STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace("parts jsonb)", "parts jsonb, usage jsonb)")
+# A step's messages: `_MESSAGE_RECORDSET` with the usage a message carries, in the usage
+# columns `helix.messages` has as a child of `helix.usage_rows` (migration 0027); its
+# session, run, step, tool_name and created_at are the message's own.
+_CARRIED = (
+    "usage_id",
+    "agent_name",
+    "kind",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "duration_ms",
+    "success",
+    "cost_usd",
+)
+_STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace(
+    "parts jsonb)",
+    "parts jsonb, usage_id text, agent_name text, kind text, model text, input_tokens int, "
+    "output_tokens int, cache_read_tokens int, cache_write_tokens int, reasoning_tokens int, "
+    "duration_ms double precision, success boolean, cost_usd numeric)",
+)
 
 
 # The rows of one step after `s` (the session's counters) and a `claim` with `with_head`
@@ -669,9 +690,10 @@ _STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace("parts jsonb)", "parts json
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
-    "thinking, is_error, parts, step, usage) SELECT :sid, s.first_msg + m.ord - "
+    f"thinking, is_error, parts, step, {', '.join(_CARRIED)}) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
-    f"{_MESSAGE_FIELDS}, :step, m.usage FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
+    f"{_MESSAGE_FIELDS}, :step, {', '.join('m.' + c for c in _CARRIED)} "
+    f"FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
     f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
@@ -716,8 +738,8 @@ def _step_params(
     message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
     usage_rows = [usage_record(r, agent_name) for r in usage]
     for row, ord_ in zip(usage_rows, usage_carriers(messages, usage, step), strict=True):
-        if ord_ is not None:  # its message carries it (`step`: the message's own)
-            message_rows[ord_]["usage"] = {k: v for k, v in row.items() if k != "step"}
+        if ord_ is not None:  # its message carries it
+            message_rows[ord_].update({c: row[c] for c in _CARRIED})
             row["ord"] = ord_
     return {
         "sid": session_id,

@@ -16,29 +16,12 @@ _COLUMNS = (
     "session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, "
     "is_error, created_at, parts, step"
 )
-# A usage row's columns, and the same from the usage a message carries (migration 0027):
-# a rolled-back run's usage moves as rows, wherever it was, and leaves `helix.usage`.
+# A usage row's columns: `helix.messages` has them too, set on a message that carries
+# usage (migration 0027), so a rolled-back run's usage moves as rows wherever it was.
 _USAGE = (
     "usage_id, session_id, run_id, agent_name, step, kind, model, input_tokens, "
     "output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, tool_name, "
     "duration_ms, success, created_at, cost_usd"
-)
-_CARRIED = (
-    "m.usage ->> 'usage_id', m.session_id, m.run_id, m.usage ->> 'agent_name', m.step, "
-    "m.usage ->> 'kind', m.usage ->> 'model', "
-    + ", ".join(
-        f"CAST(m.usage ->> '{c}' AS integer)"
-        for c in (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_tokens",
-            "cache_write_tokens",
-            "reasoning_tokens",
-        )
-    )
-    + ", m.usage ->> 'tool_name', CAST(m.usage ->> 'duration_ms' AS double precision), "
-    "CAST(m.usage ->> 'success' AS boolean), m.created_at, "
-    "CAST(m.usage ->> 'cost_usd' AS numeric)"
 )
 
 
@@ -54,11 +37,12 @@ _ROLL_BACK = _sql(
     "RETURNING *), "
     f"mi AS (INSERT INTO helix.rolled_back_messages ({_COLUMNS}, rolled_back_by) "
     f"SELECT {_COLUMNS}, :mid FROM m RETURNING 1), "
-    "u AS (DELETE FROM helix.usage_rows WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
+    # ONLY: the messages are a child of `usage_rows`; they leave through `m`.
+    "u AS (DELETE FROM ONLY helix.usage_rows WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
     "RETURNING *), "
     f"ui AS (INSERT INTO helix.rolled_back_usage ({_USAGE}, rolled_back_by) "
-    f"SELECT {_USAGE}, :mid FROM u UNION ALL SELECT {_CARRIED}, :mid FROM m "
-    "WHERE m.usage IS NOT NULL RETURNING 1), "
+    f"SELECT {_USAGE}, :mid FROM u UNION ALL SELECT {_USAGE}, :mid FROM m "
+    "WHERE m.usage_id IS NOT NULL RETURNING 1), "
     "s AS (UPDATE helix.sessions SET state = COALESCE(r.state_at_start, sessions.state), "
     "updated_at = now() FROM r WHERE sessions.session_id = r.session_id RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM r), (SELECT count(*) FROM mi), (SELECT count(*) FROM ui)"

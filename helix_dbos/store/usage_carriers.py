@@ -20,6 +20,9 @@ class _Message(Protocol):
     @property
     def tool_call_id(self) -> str | None: ...
 
+    @property
+    def tool_name(self) -> str | None: ...
+
 
 class _Usage(Protocol):
     @property
@@ -31,6 +34,9 @@ class _Usage(Protocol):
     @property
     def tool_call_id(self) -> str | None: ...
 
+    @property
+    def tool_name(self) -> str | None: ...
+
 
 def usage_carriers(
     messages: Sequence[_Message], usage: Sequence[_Usage], step: int
@@ -38,7 +44,8 @@ def usage_carriers(
     """For each usage record, the index of the message that carries it (None: it gets a
     row of its own). The `llm` record goes on the step's first message when that is the
     model's (the head); a tool call's record on the result of that call. A message
-    carries one record at most, and only records of the step being written."""
+    carries one record at most, only of the step being written, and only one whose
+    tool_name is its own: the message's column is the usage's (migration 0027)."""
     taken: set[int] = set()
     result_of = {
         m.tool_call_id: i
@@ -54,7 +61,7 @@ def usage_carriers(
             index = 0 if messages and messages[0].role == "assistant" else None
         elif record.tool_call_id is not None:
             index = result_of.get(record.tool_call_id)
-        if index is not None and index in taken:
+        if index is not None and (index in taken or messages[index].tool_name != record.tool_name):
             index = None
         if index is not None:
             taken.add(index)
