@@ -20,7 +20,6 @@ from sqlalchemy import TextClause, text
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.types import LLMUsage, Message
 from helix_dbos.store.storable import dumps, storable_text
-from helix_dbos.store.usage_carriers import usage_carriers
 
 
 class SQLConnection(Protocol):
@@ -81,7 +80,7 @@ class RunRow:
 @dataclass(frozen=True)
 class UsageRecord:
     """One `helix.usage` row before insert; `usage_id` makes a replay a no-op. A tool
-    call's record names the call: its result message carries it (`usage_carriers`)."""
+    call's record names the call: its result message carries it (`_usage_carriers`)."""
 
     usage_id: str
     kind: str
@@ -724,6 +723,42 @@ def owner_params(owner: Owner | None) -> dict[str, str | None]:
     return {"ow": owner[0], "ox": owner[1]} if owner else {"ow": None, "ox": None}
 
 
+# Which of a step's messages carries which usage record (migration 0027): the LLM call's
+# on the step's assistant message, each tool call's on the call's result, so the step
+# writes no `helix.usage` row of its own for them. The choice depends only on the step's
+# rows, so the head write and the step write (and a replay of either) agree on it: the
+# step write skips the head's message, and its usage with it, when the head went first.
+def _usage_carriers(
+    messages: Sequence[Message], usage: Sequence[UsageRecord], step: int
+) -> list[int | None]:
+    """For each usage record, the index of the message that carries it (None: it gets a
+    row of its own). The `llm` record goes on the step's first message when that is the
+    model's (the head); a tool call's record on the result of that call. A message
+    carries one record at most, only of the step being written, and only one whose
+    tool_name is its own: the message's column is the usage's (migration 0027)."""
+    taken: set[int] = set()
+    result_of = {
+        m.tool_call_id: i
+        for i, m in reversed(list(enumerate(messages)))
+        if m.role == "tool" and m.tool_call_id is not None
+    }
+    carriers: list[int | None] = []
+    for record in usage:
+        index: int | None = None
+        if record.step != step:
+            index = None
+        elif record.kind == "llm" and record.tool_call_id is None:
+            index = 0 if messages and messages[0].role == "assistant" else None
+        elif record.tool_call_id is not None:
+            index = result_of.get(record.tool_call_id)
+        if index is not None and (index in taken or messages[index].tool_name != record.tool_name):
+            index = None
+        if index is not None:
+            taken.add(index)
+        carriers.append(index)
+    return carriers
+
+
 def _step_params(
     session_id: str,
     run_id: str,
@@ -737,7 +772,7 @@ def _step_params(
 ) -> dict[str, Any]:
     message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
     usage_rows = [usage_record(r, agent_name) for r in usage]
-    for row, ord_ in zip(usage_rows, usage_carriers(messages, usage, step), strict=True):
+    for row, ord_ in zip(usage_rows, _usage_carriers(messages, usage, step), strict=True):
         if ord_ is not None:  # its message carries it
             message_rows[ord_].update({c: row[c] for c in _CARRIED})
             row["ord"] = ord_
