@@ -38,7 +38,7 @@ TABLES = [
     "helix.checkpoints",
     "helix.stream_chunks",
     "helix.messages",
-    "helix.usage",
+    "helix.usage_rows",  # the usage no message carries (migration 0027); the rest is in messages
     "helix.runs",
     "dbos.workflow_status",
     "dbos.operation_outputs",
@@ -70,7 +70,9 @@ def measure(url: str) -> dict[str, dict[str, int]]:
             if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
                 continue
             rows, size = conn.execute(
-                f"SELECT (SELECT count(*) FROM {table}), pg_total_relation_size(%s)", (table,)
+                # ONLY: `helix.messages` inherits `helix.usage_rows`.
+                f"SELECT (SELECT count(*) FROM ONLY {table}), pg_total_relation_size(%s)",
+                (table,),
             ).fetchone()  # type: ignore[misc]
             out[table] = {"rows": int(rows), "bytes": int(size)}
     return out

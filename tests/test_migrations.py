@@ -34,7 +34,7 @@ HELIX_TABLES = {
     "runs",
     "messages",
     "tool_calls",
-    "usage",
+    "usage_rows",  # `helix.usage` is a view over it and the messages (migration 0027)
     "stream_chunks",
     "memory",
     "progress",
@@ -122,6 +122,11 @@ def test_fresh_apply_creates_every_table(db_url: str) -> None:
     assert apply_migrations(db_url) == SHIPPED
     assert _helix_tables(db_url) == HELIX_TABLES | {"schema_migrations"}
     assert applied_migrations(db_url) == SHIPPED
+    with connect(db_url) as conn:
+        views = conn.execute(
+            "SELECT table_name FROM information_schema.views WHERE table_schema = 'helix'"
+        ).fetchall()
+    assert ("usage",) in views
 
 
 def test_second_apply_is_a_no_op(db_url: str) -> None:

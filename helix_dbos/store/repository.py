@@ -79,7 +79,8 @@ class RunRow:
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One `helix.usage` row before insert; `usage_id` makes a replay a no-op."""
+    """One `helix.usage` row before insert; `usage_id` makes a replay a no-op. A tool
+    call's record names the call: its result message carries it (`_usage_carriers`)."""
 
     usage_id: str
     kind: str
@@ -89,6 +90,7 @@ class UsageRecord:
     duration_ms: float | None = None
     success: bool = True
     cost_usd: Decimal | None = None  # an LLM call's price (helix_dbos.llm.pricing)
+    tool_call_id: str | None = None
 
 
 _SESSION_COLUMNS = (
@@ -440,11 +442,17 @@ def usage_record(record: UsageRecord, agent_name: str) -> dict[str, Any]:
     }
 
 
+# `ord`: the step's message that carries the record (see `_step_params`), NULL for none.
 _USAGE_RECORDSET = (
     "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x(usage_id text, agent_name text, step int, "
     "kind text, model text, input_tokens int, output_tokens int, cache_read_tokens int, "
     "cache_write_tokens int, reasoning_tokens int, tool_name text, duration_ms double precision, "
-    "success boolean, cost_usd numeric)"
+    "success boolean, cost_usd numeric, ord int)"
+)
+_USAGE_COLUMNS = (
+    "x.usage_id, x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
+    "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
+    "x.duration_ms, x.success, x.cost_usd"
 )
 
 
@@ -637,13 +645,40 @@ async def append_messages(
 _LIVE_STATUSES = "('running', 'waiting', 'paused')"
 
 
-# A step's usage rows (:usage, in `_USAGE_RECORDSET`'s column order), once a `claim`
-# row says this write is the step's first.
+# A step's usage rows that no written message carries, once a `claim` row says this
+# write is the step's first: records no message carries, and those whose message is not
+# written because the run ended after the step's head (`rest` false). A record on a head
+# written before (`with_head` false) is skipped: the head carried it (migration 0027).
 INSERT_STEP_USAGE = (
-    "INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, kind, model, "
-    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, "
-    f"tool_name, duration_ms, success, cost_usd) SELECT :sid, :rid, x.* FROM claim, "
-    f"{_USAGE_RECORDSET} ON CONFLICT (usage_id) DO NOTHING"
+    "INSERT INTO helix.usage_rows (session_id, run_id, usage_id, agent_name, step, kind, "
+    "model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+    "reasoning_tokens, tool_name, duration_ms, success, cost_usd) SELECT :sid, :rid, "
+    f"{_USAGE_COLUMNS} FROM claim, {_USAGE_RECORDSET} WHERE x.ord IS NULL "
+    "OR ((x.ord >= :nhead OR claim.with_head) AND NOT claim.rest) "
+    "ON CONFLICT (usage_id) DO NOTHING"
+)
+# A step's messages: `_MESSAGE_RECORDSET` with the usage a message carries, in the usage
+# columns `helix.messages` has as a child of `helix.usage_rows` (migration 0027); its
+# session, run, step, tool_name and created_at are the message's own.
+_CARRIED = (
+    "usage_id",
+    "agent_name",
+    "kind",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "duration_ms",
+    "success",
+    "cost_usd",
+)
+_STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace(
+    "parts jsonb)",
+    "parts jsonb, usage_id text, agent_name text, kind text, model text, input_tokens int, "
+    "output_tokens int, cache_read_tokens int, cache_write_tokens int, reasoning_tokens int, "
+    "duration_ms double precision, success boolean, cost_usd numeric)",
 )
 
 
@@ -654,9 +689,10 @@ INSERT_STEP_USAGE = (
 _STEP_ROWS = (
     "msg AS (INSERT INTO helix.messages "
     "(session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, "
-    "thinking, is_error, parts) SELECT :sid, s.first_msg + m.ord - "
+    f"thinking, is_error, parts, step, {', '.join(_CARRIED)}) SELECT :sid, s.first_msg + m.ord - "
     "CASE WHEN claim.with_head THEN 0 ELSE :nhead END, :rid, "
-    f"{_MESSAGE_FIELDS} FROM s, claim, {_MESSAGE_RECORDSET} "
+    f"{_MESSAGE_FIELDS}, :step, {', '.join('m.' + c for c in _CARRIED)} "
+    f"FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
     f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
@@ -687,6 +723,42 @@ def owner_params(owner: Owner | None) -> dict[str, str | None]:
     return {"ow": owner[0], "ox": owner[1]} if owner else {"ow": None, "ox": None}
 
 
+# Which of a step's messages carries which usage record (migration 0027): the LLM call's
+# on the step's assistant message, each tool call's on the call's result, so the step
+# writes no `helix.usage` row of its own for them. The choice depends only on the step's
+# rows, so the head write and the step write (and a replay of either) agree on it: the
+# step write skips the head's message, and its usage with it, when the head went first.
+def _usage_carriers(
+    messages: Sequence[Message], usage: Sequence[UsageRecord], step: int
+) -> list[int | None]:
+    """For each usage record, the index of the message that carries it (None: it gets a
+    row of its own). The `llm` record goes on the step's first message when that is the
+    model's (the head); a tool call's record on the result of that call. A message
+    carries one record at most, only of the step being written, and only one whose
+    tool_name is its own: the message's column is the usage's (migration 0027)."""
+    taken: set[int] = set()
+    result_of = {
+        m.tool_call_id: i
+        for i, m in reversed(list(enumerate(messages)))
+        if m.role == "tool" and m.tool_call_id is not None
+    }
+    carriers: list[int | None] = []
+    for record in usage:
+        index: int | None = None
+        if record.step != step:
+            index = None
+        elif record.kind == "llm" and record.tool_call_id is None:
+            index = 0 if messages and messages[0].role == "assistant" else None
+        elif record.tool_call_id is not None:
+            index = result_of.get(record.tool_call_id)
+        if index is not None and (index in taken or messages[index].tool_name != record.tool_name):
+            index = None
+        if index is not None:
+            taken.add(index)
+        carriers.append(index)
+    return carriers
+
+
 def _step_params(
     session_id: str,
     run_id: str,
@@ -699,6 +771,11 @@ def _step_params(
     head_messages: int,
 ) -> dict[str, Any]:
     message_rows = [{"ord": i, **message_record(m)} for i, m in enumerate(messages)]
+    usage_rows = [usage_record(r, agent_name) for r in usage]
+    for row, ord_ in zip(usage_rows, _usage_carriers(messages, usage, step), strict=True):
+        if ord_ is not None:  # its message carries it
+            message_rows[ord_].update({c: row[c] for c in _CARRIED})
+            row["ord"] = ord_
     return {
         "sid": session_id,
         "rid": run_id,
@@ -708,7 +785,7 @@ def _step_params(
         "nmsg": len(message_rows),
         "nhead": head_messages,
         "rows": _json(message_rows),
-        "usage": _json([usage_record(r, agent_name) for r in usage]),
+        "usage": _json(usage_rows),
         "nchunk": len(chunks),
         "chunks": _chunk_records(chunks),
     }

@@ -1,6 +1,7 @@
-"""Rolling a run back (double texting's `rollback`): its messages and usage leave the
-session's visible history for audit tables, its checkpoints leave the timeline, and the
-session's state goes back to what it was when the run started."""
+"""Rolling a run back (double texting's `rollback`): its messages and usage (its rows and
+the usage its messages carry) leave the session's visible history for audit tables, its
+checkpoints leave the timeline, and the session's state goes back to what it was when the
+run started."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ _LIVE = "('running', 'waiting', 'paused')"
 # `rolled_back_messages` was made like it, so a positional copy would misplace it.
 _COLUMNS = (
     "session_id, seq, run_id, role, content, tool_calls, tool_call_id, tool_name, thinking, "
-    "is_error, created_at, parts"
+    "is_error, created_at, parts, step"
+)
+# A usage row's columns: `helix.messages` has them too, set on a message that carries
+# usage (migration 0027), so a rolled-back run's usage moves as rows wherever it was.
+_USAGE = (
+    "usage_id, session_id, run_id, agent_name, step, kind, model, input_tokens, "
+    "output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, tool_name, "
+    "duration_ms, success, created_at, cost_usd"
 )
 
 
@@ -29,9 +37,12 @@ _ROLL_BACK = _sql(
     "RETURNING *), "
     f"mi AS (INSERT INTO helix.rolled_back_messages ({_COLUMNS}, rolled_back_by) "
     f"SELECT {_COLUMNS}, :mid FROM m RETURNING 1), "
-    "u AS (DELETE FROM helix.usage WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
+    # ONLY: the messages are a child of `usage_rows`; they leave through `m`.
+    "u AS (DELETE FROM ONLY helix.usage_rows WHERE run_id = :rid AND EXISTS (SELECT 1 FROM r) "
     "RETURNING *), "
-    "ui AS (INSERT INTO helix.rolled_back_usage SELECT u.*, :mid FROM u RETURNING 1), "
+    f"ui AS (INSERT INTO helix.rolled_back_usage ({_USAGE}, rolled_back_by) "
+    f"SELECT {_USAGE}, :mid FROM u UNION ALL SELECT {_USAGE}, :mid FROM m "
+    "WHERE m.usage_id IS NOT NULL RETURNING 1), "
     "s AS (UPDATE helix.sessions SET state = COALESCE(r.state_at_start, sessions.state), "
     "updated_at = now() FROM r WHERE sessions.session_id = r.session_id RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM r), (SELECT count(*) FROM mi), (SELECT count(*) FROM ui)"

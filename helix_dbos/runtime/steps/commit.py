@@ -142,6 +142,7 @@ class StepCommit:
                     tool_name=call.name,
                     duration_ms=outcome.duration_ms,
                     success=outcome.success,
+                    tool_call_id=call.id,
                 )
             )
         for i, event in enumerate(outcome.events):

@@ -32,14 +32,15 @@ _LATEST = _sql(
     "WHERE m.session_id = s.session_id AND m.seq <= s.covers_through_seq) "
     "ORDER BY s.covers_through_seq DESC LIMIT 1"
 )
-# The summary and, only when this execution wrote it, the call's `llm` usage row (so
+# The summary and, only when this execution wrote it, the call's `llm` usage row (in
+# `helix.usage_rows`: no message carries it, migration 0027; so
 # usage queries, costs and usage limits count summaries; docs/database.md), in one
 # statement: a crash leaves both or neither, and a step run again adds no second row.
 _INSERT = _sql(
     "WITH s AS (INSERT INTO helix.summaries (session_id, covers_through_seq, covers_messages, "
     "text, model, input_tokens, output_tokens, run_id, step) VALUES (:sid, :seq, :n, :text, "
     ":model, :inp, :out, :rid, :step) ON CONFLICT (session_id, covers_through_seq) DO NOTHING "
-    "RETURNING 1) INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, "
+    "RETURNING 1) INSERT INTO helix.usage_rows (session_id, run_id, usage_id, agent_name, step, "
     "kind, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
     "reasoning_tokens, success, cost_usd) SELECT :sid, :rid, :uid, :agent, :step, 'llm', "
     ":model, :inp, :out, :cread, :cwrite, :reason, true, CAST(:cost AS numeric) FROM s "
