@@ -107,16 +107,21 @@ def test_rows_written_before_the_migration_read_the_same_and_match_new_ones(
         assert sql(url, per_run, new_run) == sql(url, per_run, old_run)
 
 
-async def test_a_fork_copies_messages_but_not_their_usage(
-    helix, make_agent, mock_llm, database_url
-) -> None:
+async def one_lookup(helix: Any, make_agent: Any, mock_llm: Any) -> tuple[Any, Any]:
+    """An agent, and its finished run of one tool call: two LLM calls, one tool call."""
     agent = make_agent(tools=[lookup])
     mock_llm.add_responses(
         calls(("l1", "lookup", {"query": "x"})),
         {"type": "text", "content": "done"},
         agent=agent.name,
     )
-    result = await (await helix.execute(agent, "look")).result()
+    return agent, await (await helix.execute(agent, "look")).result()
+
+
+async def test_a_fork_copies_messages_but_not_their_usage(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    agent, result = await one_lookup(helix, make_agent, mock_llm)
     source = await helix.get_usage(session_id=result.session_id)
     assert (source.llm_calls, source.tool_calls) == (2, 1)
     cps = await helix.checkpoints.list(result.session_id)
@@ -204,13 +209,7 @@ async def test_older_builds_statements_on_the_view_still_work(
     """An older build writes `INSERT INTO helix.usage ... ON CONFLICT (usage_id) DO NOTHING`
     (and its rollback deletes from it): the view takes both, never twice the same id, and
     a delete of carried usage leaves the message."""
-    agent = make_agent(tools=[lookup])
-    mock_llm.add_responses(
-        calls(("l1", "lookup", {"query": "x"})),
-        {"type": "text", "content": "done"},
-        agent=agent.name,
-    )
-    result = await (await helix.execute(agent, "look")).result()
+    agent, result = await one_lookup(helix, make_agent, mock_llm)
     rid, sid = result.run_id, result.session_id
     old_insert = (
         "INSERT INTO helix.usage (session_id, run_id, usage_id, agent_name, step, kind, "
