@@ -370,11 +370,11 @@ _MESSAGE_FIELDS = (
     "m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.thinking, "
     "m.is_error IS TRUE, m.parts"
 )
-_MESSAGE_RECORDSET = (
-    "jsonb_to_recordset(CAST(:rows AS jsonb)) AS m(ord int, role text, content text, "
-    "tool_calls jsonb, tool_call_id text, tool_name text, thinking jsonb, is_error bool, "
-    "parts jsonb)"
+_MESSAGE_TYPES = (
+    "ord int, role text, content text, tool_calls jsonb, tool_call_id text, tool_name text, "
+    "thinking jsonb, is_error bool, parts jsonb"
 )
+_MESSAGE_RECORDSET = f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS m({_MESSAGE_TYPES})"
 
 
 _MESSAGE_VALIDATOR = Message.__pydantic_validator__
@@ -442,18 +442,31 @@ def usage_record(record: UsageRecord, agent_name: str) -> dict[str, Any]:
     }
 
 
+# A usage record's columns as `usage_record` gives them, and their SQL types: one list for
+# the step's usage rows and for the message columns that carry usage (migration 0027).
+_USAGE_TYPES = (
+    ("usage_id", "text"),
+    ("agent_name", "text"),
+    ("step", "int"),
+    ("kind", "text"),
+    ("model", "text"),
+    ("input_tokens", "int"),
+    ("output_tokens", "int"),
+    ("cache_read_tokens", "int"),
+    ("cache_write_tokens", "int"),
+    ("reasoning_tokens", "int"),
+    ("tool_name", "text"),
+    ("duration_ms", "double precision"),
+    ("success", "boolean"),
+    ("cost_usd", "numeric"),
+)
 # `ord`: the step's message that carries the record (see `_step_params`), NULL for none.
 _USAGE_RECORDSET = (
-    "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x(usage_id text, agent_name text, step int, "
-    "kind text, model text, input_tokens int, output_tokens int, cache_read_tokens int, "
-    "cache_write_tokens int, reasoning_tokens int, tool_name text, duration_ms double precision, "
-    "success boolean, cost_usd numeric, ord int)"
+    "jsonb_to_recordset(CAST(:usage AS jsonb)) AS x("
+    + ", ".join(f"{name} {kind}" for name, kind in _USAGE_TYPES)
+    + ", ord int)"
 )
-_USAGE_COLUMNS = (
-    "x.usage_id, x.agent_name, x.step, x.kind, x.model, x.input_tokens, x.output_tokens, "
-    "x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens, x.tool_name, "
-    "x.duration_ms, x.success, x.cost_usd"
-)
+_USAGE_COLUMNS = ", ".join(f"x.{name}" for name, _ in _USAGE_TYPES)
 
 
 # A session and every session below it (its sub-agents, theirs, ...).
@@ -660,25 +673,12 @@ INSERT_STEP_USAGE = (
 # A step's messages: `_MESSAGE_RECORDSET` with the usage a message carries, in the usage
 # columns `helix.messages` has as a child of `helix.usage_rows` (migration 0027); its
 # session, run, step, tool_name and created_at are the message's own.
-_CARRIED = (
-    "usage_id",
-    "agent_name",
-    "kind",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "duration_ms",
-    "success",
-    "cost_usd",
-)
-_STEP_MESSAGE_RECORDSET = _MESSAGE_RECORDSET.replace(
-    "parts jsonb)",
-    "parts jsonb, usage_id text, agent_name text, kind text, model text, input_tokens int, "
-    "output_tokens int, cache_read_tokens int, cache_write_tokens int, reasoning_tokens int, "
-    "duration_ms double precision, success boolean, cost_usd numeric)",
+_CARRIED_TYPES = tuple((n, t) for n, t in _USAGE_TYPES if n not in ("step", "tool_name"))
+_CARRIED = tuple(name for name, _ in _CARRIED_TYPES)
+_STEP_MESSAGE_RECORDSET = (
+    f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS m({_MESSAGE_TYPES}, "
+    + ", ".join(f"{name} {kind}" for name, kind in _CARRIED_TYPES)
+    + ")"
 )
 
 
@@ -742,15 +742,18 @@ def _usage_carriers(
         for i, m in reversed(list(enumerate(messages)))
         if m.role == "tool" and m.tool_call_id is not None
     }
+    head = 0 if messages and messages[0].role == "assistant" else None
+
+    def candidate(record: UsageRecord) -> int | None:
+        if record.step != step:
+            return None
+        if record.tool_call_id is not None:
+            return result_of.get(record.tool_call_id)
+        return head if record.kind == "llm" else None
+
     carriers: list[int | None] = []
     for record in usage:
-        index: int | None = None
-        if record.step != step:
-            index = None
-        elif record.kind == "llm" and record.tool_call_id is None:
-            index = 0 if messages and messages[0].role == "assistant" else None
-        elif record.tool_call_id is not None:
-            index = result_of.get(record.tool_call_id)
+        index = candidate(record)
         if index is not None and (index in taken or messages[index].tool_name != record.tool_name):
             index = None
         if index is not None:
