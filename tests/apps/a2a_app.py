@@ -8,10 +8,10 @@ the topic starts with "fast") and answers "<topic>: <tool result>"; `guarded` ca
 `delete_file`, which needs an approval, and answers with its result or the denial;
 `lead` delegates its message to the A2A agent `reader` at CHILD_URL
 (`remote_sub_agent_tool(..., protocol="a2a")`) and answers "lead got: <result>".
-The server authenticates with the bearer token "a2a-secret", and holds an A2A
-request naming a "held" topic until the test releases it (`app_marks.holding_starts`). The LLM is a function of the
-transcript, so a relaunched process answers as the killed one would have; every tool
-execution and LLM call is appended to a file in MARKER_DIR.
+The server authenticates with the bearer token "a2a-secret", and holds an A2A request
+naming a "held" topic until the test releases it (`app_marks.holding_starts`). The LLM
+is a function of the transcript, so a relaunched process answers as the killed one would
+have; every tool execution and LLM call is appended to a file in MARKER_DIR.
 """
 
 from __future__ import annotations

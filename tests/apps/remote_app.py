@@ -9,12 +9,11 @@ delegates its message to `worker` at CHILD_URL and answers "lead got: <result>",
 variants whose tool has a wrong token (`lead_badauth`), names an agent the child does not
 serve (`lead_ghost`), or points at a port where nothing listens (`lead_down`), and
 `lead_limited`, whose 5-token limit only its remote child's spend can reach. Both
-authenticate with the bearer token "remote-secret". The child holds a start request whose body
-names a topic beginning with "held" until the test creates `release_start` (it marks
-`start_held.log` first): the window between a parent's start step sending its request
-and the child's run existing. The LLM is a function of the
-transcript, so a relaunched process answers as the killed one would have; every tool
-execution and LLM call is appended to a file in MARKER_DIR.
+authenticate with the bearer token "remote-secret". The child holds a start request whose
+body names a topic beginning with "held" until the test creates `release_start`
+(`app_marks.holding_starts`). The LLM is a function of the transcript, so a relaunched
+process answers as the killed one would have; every tool execution and LLM call is
+appended to a file in MARKER_DIR.
 """
 
 from __future__ import annotations
