@@ -45,7 +45,14 @@ async def main() -> None:
     before = backends()
     if HOW == "shutdown_async":
         await helix.shutdown_async()
-        after = backends()  # closed by the time it returned
+        # Closed by the time it returned: the loop runs nothing more (a blocking wait), so
+        # only what shutdown_async closed counts; the server drops a closed backend from
+        # pg_stat_activity a moment later (longer on a loaded machine).
+        deadline = time.monotonic() + 10
+        while (after := backends()) != {"listener": 0, "statements": 0}:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     else:
         helix.shutdown()  # on the loop its connections belong to: the closes are tasks
         deadline = time.monotonic() + 10
