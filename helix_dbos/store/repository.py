@@ -585,11 +585,13 @@ async def insert_chunks(
     )
 
 
-def _chunk_records(chunks: Sequence[tuple[str, str, Any]]) -> str | None:
-    """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1."""
+def _chunk_records(chunks: Sequence[tuple[str, str, Any]], *, grouped: int = 0) -> str | None:
+    """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1;
+    the first `grouped` marked for the step's one row (`helix.end_step_and_run`)."""
     return _json(
         [
             {"ord": i + 1, "key": key, "type": kind, "payload": payload}
+            | ({"grouped": True} if i < grouped else {})
             for i, (key, kind, payload) in enumerate(chunks)
         ]
     )
@@ -603,20 +605,38 @@ _INSERT_CHUNKS = (
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
 )
-# `_INSERT_CHUNKS` for a step's rows: only with its `claim`'s `rest` (see `_STEP_ROWS`).
+# A step's events, once a `claim` row with `rest` says this write is the step's first (see
+# `_STEP_ROWS`), without any already written (a `tool_start` shown live): the unique key
+# that skipped it when each event was a row cannot see inside a step's row.
+_STEP_EVENTS = (
+    "ev AS (SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload "
+    "FROM claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest AND NOT EXISTS "
+    "(SELECT 1 FROM helix.stream_chunks x WHERE x.chunk_key = c.key)), "
+)
+# The step's events as one row (migration 0028): the last event's seq, key, type and
+# payload, and the events before it in `prior_events`, each at its own seq.
 _INSERT_STEP_CHUNKS = (
     "INSERT INTO helix.stream_chunks "
-    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
-    "COALESCE(c.payload, '{}'::jsonb) FROM s, claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
-    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest "
-    "ON CONFLICT (chunk_key) DO NOTHING"
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload, prior_events) "
+    "SELECT :sid, s.chunk_base + e.ord, e.key, :rid, :agent, :step, e.type, e.payload, "
+    "(SELECT jsonb_agg(jsonb_build_object('seq', s.chunk_base + g.ord, 'key', g.key, "
+    "'type', g.type, 'payload', g.payload) ORDER BY g.ord) FROM ev g WHERE g.ord < e.ord) "
+    "FROM s, ev e WHERE e.ord = (SELECT max(ord) FROM ev) ON CONFLICT (chunk_key) DO NOTHING"
 )
 
 
 async def notify_run_end(conn: SQLConnection, run_id: str) -> None:
     """Wake the callers waiting for this run's result, when the transaction commits."""
     await conn.execute(_sql("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
+
+
+# A row's events (migration 0028): those of its `prior_events`, then its own.
+_ROW_EVENTS = (
+    "CROSS JOIN LATERAL (SELECT CAST(x ->> 'seq' AS bigint) AS seq, x ->> 'type' AS type, "
+    "x -> 'payload' AS payload FROM jsonb_array_elements(c.prior_events) AS x "
+    "UNION ALL SELECT c.seq, c.type, c.payload) e"
+)
 
 
 async def load_chunks(
@@ -628,13 +648,19 @@ async def load_chunks(
     limit: int = 500,
 ) -> list[tuple[Any, ...]]:
     """A session's chunks after `after_seq`: its own and, for a root session, copies of its
-    sub-agents' chunks (named by their own session); a run's own and its sub-agents'."""
+    sub-agents' chunks (named by their own session); a run's own and its sub-agents'.
+
+    One chunk per event: a step's row (its seq is its last event's) is unfolded, and its
+    events up to `after_seq` left out. `limit` rows hold at least `limit` events after
+    `after_seq`, and rows never interleave their seqs, so the first `limit` are these."""
     run_filter = " AND (run_id = :rid OR via_run_id = :rid)" if run_id else ""
     rows = await conn.execute(
         _sql(
-            "SELECT seq, COALESCE(source_session_id, session_id), run_id, agent_name, step, "
-            "type, payload, created_at, via_run_id FROM helix.stream_chunks "
-            f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit"
+            "SELECT e.seq, COALESCE(c.source_session_id, c.session_id), c.run_id, "
+            "c.agent_name, c.step, e.type, e.payload, c.created_at, c.via_run_id FROM "
+            "(SELECT * FROM helix.stream_chunks "
+            f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit) c "
+            f"{_ROW_EVENTS} WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"
         ),
         {"sid": session_id, "after": after_seq, "rid": run_id, "limit": limit},
     )
@@ -695,7 +721,7 @@ _STEP_ROWS = (
     f"FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
-    f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
+    f"{_STEP_EVENTS}c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
 )
 # The session's counters, moved past the rows a claimed write inserts.
 _STEP_COUNTERS = (

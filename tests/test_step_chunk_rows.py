@@ -1,0 +1,302 @@
+"""One durable stream-chunk row per agent step (issue 48, cut 3; migration 0028): a step's
+events are one `helix.stream_chunks` row, each event at its own seq, and every reader
+gets the same events as before, from any seq."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from helpers import calls, sql, wait_for
+from sqlalchemy.ext.asyncio import create_async_engine
+from test_crash import relaunch, sigkill, start_run
+
+from helix_dbos import ToolContext, sub_agent_tool, tool
+from helix_dbos.runtime.loop import slow_head
+from helix_dbos.runtime.steps import tool_step
+from helix_dbos.store import repository as repo
+from helix_dbos.store.database import sqlalchemy_url
+
+Event = tuple[int, str, str, dict[str, Any]]  # seq, session, type, payload
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return f"found {query}"
+
+
+@tool
+async def noisy(topic: str, ctx: ToolContext) -> str:
+    """Report progress twice, then answer."""
+    await ctx.emit("progress", {"topic": topic, "at": 1})
+    await ctx.emit("progress", {"topic": topic, "at": 2})
+    return f"noted {topic}"
+
+
+@pytest.fixture(autouse=True)
+def no_live_tool_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool past 0.1 s (any tool on a loaded box) has its `tool_start` written live, a
+    row of its own: these tests count rows, so here none is that slow."""
+    monkeypatch.setattr(tool_step, "LIVE_TOOL_START_SECONDS", 60.0)
+    monkeypatch.setattr(slow_head, "LIVE_TOOL_START_SECONDS", 60.0)
+
+
+async def stream(helix: Any, session_id: str, after: int = 0) -> list[Event]:
+    """What a resuming reader gets (`helix.stream`, the path of SSE, AG-UI, AI SDK, A2A)."""
+    return [
+        (c.seq, c.session_id, c.type, c.payload)
+        async for c in helix.stream(session_id, after_seq=after, follow=False)
+    ]
+
+
+def view(database_url: str, session_id: str) -> list[Event]:
+    """The same stream through `helix.stream_events`, the view SQL users read."""
+    rows = sql(
+        database_url,
+        "SELECT seq, COALESCE(source_session_id, session_id), type, payload "
+        "FROM helix.stream_events WHERE session_id = %s ORDER BY seq",
+        session_id,
+    )
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+async def assert_resumes_anywhere(helix: Any, session_id: str, events: list[Event]) -> None:
+    """From every seq, before, inside and after each row, a reader gets exactly the rest."""
+    seqs = [e[0] for e in events]
+    assert seqs == sorted(set(seqs)), "each event once, in order"
+    for after in range(0, seqs[-1] + 1):
+        assert await stream(helix, session_id, after) == [e for e in events if e[0] > after]
+
+
+async def paged(database_url: str, session_id: str, limit: int) -> list[int]:
+    """`load_chunks` page by page, `limit` events a page, as the SSE loop reads."""
+    engine = create_async_engine(sqlalchemy_url(database_url))
+    seen: list[int] = []
+    try:
+        async with engine.connect() as conn:
+            while True:
+                rows = await repo.load_chunks(
+                    conn, session_id, after_seq=seen[-1] if seen else 0, limit=limit
+                )
+                assert len(rows) <= limit
+                if not rows:
+                    return seen
+                seen += [r[0] for r in rows]
+    finally:
+        await engine.dispose()
+
+
+def step_rows(database_url: str, run_id: str) -> list[tuple[Any, ...]]:
+    return sql(
+        database_url,
+        "SELECT step, type, jsonb_array_length(prior_events) FROM helix.stream_chunks "
+        "WHERE run_id = %s ORDER BY seq",
+        run_id,
+    )
+
+
+async def test_a_steps_events_are_one_row_and_a_reader_resumes_after_any_of_them(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    agent = make_agent(tools=[lookup, noisy])
+    mock_llm.add_responses(
+        calls(("l1", "lookup", {"query": "a"}), ("n1", "noisy", {"topic": "b"})),
+        calls(("l2", "lookup", {"query": "c"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "go")).result()
+    assert result.status == "completed", result.error
+
+    assert step_rows(database_url, result.run_id) == [
+        (0, "run_started", None),
+        (1, "tool_end", 5),  # tool_start, tool_end of l1; tool_start, 2 custom, tool_end of n1
+        (2, "tool_end", 1),
+        (3, "text_delta", None),  # live, as ever
+        (3, "output", None),
+        (3, "run_completed", None),
+    ]
+    events = await stream(helix, result.session_id)
+    own = [e for e in events if e[2] != "run_started" or e[3]["turn"] == 1]
+    assert [(e[2], e[3].get("tool_call_id") or e[3].get("event")) for e in own] == [
+        ("run_started", None),
+        ("tool_start", "l1"),
+        ("tool_end", "l1"),
+        ("tool_start", "n1"),
+        ("custom", "progress"),
+        ("custom", "progress"),
+        ("tool_end", "n1"),
+        ("tool_start", "l2"),
+        ("tool_end", "l2"),
+        ("text_delta", None),
+        ("output", None),
+        ("run_completed", None),
+    ]
+    assert [e[0] for e in events] == list(range(events[0][0], events[0][0] + len(events))), (
+        "every event its own seq, numbered as before: no gap, none shared"
+    )
+    assert [e[3]["data"]["at"] for e in events if e[2] == "custom"] == [1, 2]
+    assert view(database_url, result.session_id) == events
+    await assert_resumes_anywhere(helix, result.session_id, events)
+    for limit in (1, 2, 3, 500):
+        assert await paged(database_url, result.session_id, limit) == [e[0] for e in events]
+
+
+async def test_a_step_writes_8_rows(helix, make_agent, mock_llm, database_url) -> None:
+    """Per step of one tool call: DBOS's 2 checkpoints, 2 messages, 1 checkpoint and 1
+    chunk row inserted (the run's and the session's rows are updated): a run of 6 such
+    steps inserts 4 × 6 rows more than one of 2."""
+    agent = make_agent(tools=[lookup])
+
+    async def inserted(steps: int) -> dict[str, int]:
+        for i in range(steps):
+            mock_llm.add_response(calls((f"c{i}", "lookup", {"query": str(i)})), agent=agent.name)
+        mock_llm.add_response({"type": "text", "content": "done"}, agent=agent.name)
+        result = await (await helix.execute(agent, f"{steps} steps")).result()
+        assert result.status == "completed", result.error
+        counts = sql(
+            database_url,
+            "SELECT (SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s), "
+            "(SELECT count(*) FROM helix.messages WHERE run_id = %s), "
+            "(SELECT count(*) FROM helix.checkpoints WHERE run_id = %s), "
+            "(SELECT count(*) FROM helix.stream_chunks WHERE run_id = %s), "
+            "(SELECT count(*) FROM ONLY helix.usage_rows WHERE run_id = %s), "
+            "(SELECT count(*) FROM helix.stream_events WHERE run_id = %s)",
+            f"helix-{result.run_id}",
+            *[result.run_id] * 5,
+        )[0]
+        names = ("operation_outputs", "messages", "checkpoints", "chunk_rows", "usage_rows")
+        return dict(zip((*names, "events"), counts, strict=True))
+
+    short, long = await inserted(2), await inserted(6)
+    per_step = {k: (long[k] - short[k]) / 4 for k in short}
+    assert per_step == {
+        "operation_outputs": 2,
+        "messages": 2,
+        "checkpoints": 1,
+        "chunk_rows": 1,  # was 2: tool_start and tool_end
+        "usage_rows": 0,
+        "events": 2,  # what readers get is unchanged
+    }
+
+
+async def test_a_sub_agents_step_row_is_copied_to_its_root_with_the_roots_seqs(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    child = make_agent(tools=[lookup, noisy])
+    parent = make_agent(tools=[sub_agent_tool(child), lookup])
+    name = f"subagent__{child.name}"
+    mock_llm.add_responses(
+        calls(("s1", name, {"message": "dig"}), ("p1", "lookup", {"query": "p"})),
+        {"type": "text", "content": "parent done"},
+        agent=parent.name,
+    )
+    mock_llm.add_responses(
+        calls(("k1", "noisy", {"topic": "x"}), ("k2", "lookup", {"query": "y"})),
+        {"type": "text", "content": "child done"},
+        agent=child.name,
+    )
+    result = await (await helix.execute(parent, "delegate")).result()
+    assert result.status == "completed", result.error
+    [(child_session,)] = sql(
+        database_url,
+        "SELECT session_id FROM helix.sessions WHERE parent_session_id = %s",
+        result.session_id,
+    )
+    root = await stream(helix, result.session_id)
+    mine = await stream(helix, child_session)
+    copied = [(t, p) for _, s, t, p in root if s == child_session]
+    assert copied == [(t, p) for _, _, t, p in mine], "the child's events, each once, in order"
+    assert [e[2] for e in mine].count("custom") == 2
+    assert sql(
+        database_url,
+        "SELECT jsonb_array_length(prior_events), chunk_key LIKE '%%@root' FROM "
+        "helix.stream_chunks WHERE session_id = %s AND source_session_id = %s "
+        "AND prior_events IS NOT NULL",
+        result.session_id,
+        child_session,
+    ) == [(5, True)], "the child's step is one row in the root's stream too"
+    keys = sql(
+        database_url,
+        "SELECT chunk_key FROM helix.stream_events WHERE session_id = %s",
+        result.session_id,
+    )
+    assert len(keys) == len({k for (k,) in keys}) == len(root)
+    assert view(database_url, result.session_id) == root
+    await assert_resumes_anywhere(helix, result.session_id, root)
+
+
+async def test_prune_removes_step_rows_and_counts_their_events(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    agent = make_agent(tools=[lookup, noisy])
+    mock_llm.add_responses(
+        calls(("l1", "lookup", {"query": "a"}), ("n1", "noisy", {"topic": "b"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "go")).result()
+    events = len(view(database_url, result.session_id))
+    assert events == 10 and len(step_rows(database_url, result.run_id)) == 5
+    for table, column in (("helix.stream_chunks", "created_at"), ("helix.runs", "finished_at")):
+        sql(
+            database_url,
+            f"UPDATE {table} SET {column} = {column} - interval '400 days' WHERE session_id = %s",
+            result.session_id,
+        )
+    report = await helix.checkpoints.prune(older_than=timedelta(days=300), keep_last=1)
+    assert report.stream_chunks >= events, "events, as readers counted them, not rows"
+    assert view(database_url, result.session_id) == []
+    assert await stream(helix, result.session_id) == []
+
+
+@pytest.mark.crash
+def test_a_kill_mid_step_leaves_each_event_once(database_url, tmp_path) -> None:
+    """Killed in a slow call of a parallel batch: the slow call's `tool_start` was written
+    live (a row of its own) and is also among the step's events; after recovery the step's
+    row leaves it out, and no event is missing or twice."""
+    proc, executor, run_id, session_id = start_run(database_url, "parallel", tmp_path)
+    wait_for(lambda: (tmp_path / "in_slow_b").exists())
+    live_start = (
+        "SELECT count(*) FROM helix.stream_chunks WHERE run_id = %s AND type = 'tool_start' "
+        "AND prior_events IS NULL"
+    )
+    wait_for(lambda: sql(database_url, live_start, run_id) == [(1,)])
+    sigkill(proc)
+    outcome = relaunch(database_url, executor, "parallel", tmp_path, run_id)
+    assert outcome["status"] == "completed", outcome
+
+    events = sql(
+        database_url,
+        "SELECT seq, chunk_key, type, payload ->> 'tool_call_id' FROM helix.stream_events "
+        "WHERE run_id = %s ORDER BY seq",
+        run_id,
+    )
+    assert len({e[0] for e in events}) == len({e[1] for e in events}) == len(events)
+    for kind in ("tool_start", "tool_end"):
+        ids = sorted(e[3] for e in events if e[2] == kind and e[3].startswith("p"))
+        assert ids == ["p0", "p1", "p2", "p3"], (kind, events)
+    assert sql(database_url, live_start, run_id) == [(1,)], "p2's, shown live, only"
+    assert sql(
+        database_url,
+        "SELECT count(*) FROM helix.stream_chunks WHERE run_id = %s AND step = 1 "
+        "AND prior_events IS NOT NULL",
+        run_id,
+    ) == [(1,)]
+
+    async def resumed() -> None:
+        engine = create_async_engine(sqlalchemy_url(database_url))
+        try:
+            async with engine.connect() as conn:
+                every = [r[0] for r in await repo.load_chunks(conn, session_id)]
+                assert every == sorted(set(every))
+                for after in range(0, every[-1] + 1):
+                    rest = [r[0] for r in await repo.load_chunks(conn, session_id, after_seq=after)]
+                    assert rest == [s for s in every if s > after]
+        finally:
+            await engine.dispose()
+
+    asyncio.run(resumed())
