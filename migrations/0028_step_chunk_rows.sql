@@ -1,17 +1,20 @@
 -- One durable stream-chunk row per agent step (issue 48, cut 3): the events a step's
 -- write adds to the stream (a fast call's `tool_start`, its `custom` events, `tool_end`,
 -- `state_patch`, ...) are one `helix.stream_chunks` row instead of one row each (9 rows
--- a step become 8).
+-- a step become 8). A run's lifecycle event among them (`run_interrupted`,
+-- `run_stopped`: the step that ends a run) stays a row of its own, so every reader, an
+-- older build's too, sees a run end; the events on each side of it are a row each, so
+-- rows never interleave their seqs.
 --
 -- Numbering does not change: every event keeps its own seq, taken from
 -- `sessions.chunk_seq` as before. The row is its LAST event: `seq`, `chunk_key`, `type`
--- and `payload` are that event's, and `prior_events` holds the step's events before it,
--- in order, each `{"seq", "key", "type", "payload"}` (NULL when the step had one event,
--- and on every row written before this migration or by a build before it). So a row
--- with seq N holds exactly the events up to N since the row before it: a reader resuming
--- after any event's seq reads the rows with `seq > after` and keeps their events with
--- `seq > after`. Rows of different statements never interleave their seqs (each
--- statement takes its block of seqs under the session's row lock).
+-- and `payload` are that event's, and `prior_events` holds the row's events before it,
+-- in order, each `{"seq", "key", "type", "payload"}` (NULL for a row of one event, as is
+-- every row written before this migration or by a build before it). So a row with seq N
+-- holds exactly the events up to N since the row before it: a reader resuming after any
+-- event's seq reads the rows with `seq > after` and keeps their events with
+-- `seq > after`. Rows never interleave their seqs: each statement takes its block of
+-- seqs under the session's row lock, and gives its rows consecutive stretches of it.
 --
 -- Readers: `helix.stream_events` is the stream one row per event, with the table's
 -- columns (what `helix.stream_chunks` was before: query it by `type`). A reader of an
@@ -19,7 +22,7 @@
 -- row with its own seq and nothing of the events before it (never a wrong seq, a
 -- duplicate or an unknown type). An older build keeps writing one row per chunk: its
 -- step statement is its own SQL, and its call of `helix.end_step_and_run` sends chunk
--- records without `grouped`, which this version writes one row each, as before.
+-- records without `grp`, which this version writes one row each, as before.
 ALTER TABLE helix.stream_chunks ADD COLUMN IF NOT EXISTS prior_events jsonb;
 COMMENT ON COLUMN helix.stream_chunks.prior_events IS
     'The events of this row before its own (seq, key, type, payload), in order; NULL: the row is one event. Read helix.stream_events for one row per event';
@@ -89,8 +92,8 @@ $$;
 
 
 -- A run's last write (migration 0027's function, same arguments): the step's chunks that
--- `p_chunks` marks `grouped` (the first `p_nstep`, from this build on) are one row, as
--- the step statement writes them; everything else as migration 0027 wrote it.
+-- `p_chunks` gives one `grp` (among the first `p_nstep`, from this build on) are one
+-- row, as the step statement writes them; everything else as migration 0027 wrote it.
 CREATE OR REPLACE FUNCTION helix.end_step_and_run(
     p_sid text, p_rid text, p_agent text, p_step int,
     p_rows text, p_nmsg int, p_nhead int, p_state text, p_usage text,
@@ -177,27 +180,26 @@ BEGIN
         RETURNING kind, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
                   reasoning_tokens),
     -- The chunks: end chunks (after the first `p_nstep`) one row each, as before; the
-    -- step's chunks marked `grouped` in one row (see above); unmarked ones (an older
-    -- build's) one row each. A grouped chunk already written (a `tool_start` shown live)
-    -- is left out, as the unique key left it out before.
+    -- step's chunks that share a `grp` in one row (see above); those without one (a
+    -- run's lifecycle chunk, and every chunk of an older build) one row each. A chunk
+    -- of a `grp` already written (a `tool_start` shown live) is left out, as the unique
+    -- key left it out before.
     ev AS (
-        SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload,
-               COALESCE(c.grouped, false) AS grouped
+        SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload, c.grp
         FROM jsonb_to_recordset(CAST(p_chunks AS jsonb))
-             AS c(ord int, key text, type text, payload jsonb, grouped boolean)
+             AS c(ord int, key text, type text, payload jsonb, grp int)
         WHERE (c.ord > p_nstep OR (SELECT rest FROM claim))
-          AND NOT (COALESCE(c.grouped, false) AND EXISTS (
+          AND NOT (c.grp IS NOT NULL AND EXISTS (
               SELECT 1 FROM helix.stream_chunks x WHERE x.chunk_key = c.key))),
     c AS (
         INSERT INTO helix.stream_chunks (session_id, seq, chunk_key, run_id, agent_name, step,
                                          type, payload, prior_events)
         SELECT p_sid, s.chunk_base + e.ord, e.key, p_rid, p_agent, p_step, e.type, e.payload,
-               CASE WHEN e.grouped THEN (
-                   SELECT jsonb_agg(jsonb_build_object('seq', s.chunk_base + g.ord,
-                              'key', g.key, 'type', g.type, 'payload', g.payload) ORDER BY g.ord)
-                   FROM ev g WHERE g.grouped AND g.ord < e.ord) END
+               (SELECT jsonb_agg(jsonb_build_object('seq', s.chunk_base + g.ord,
+                           'key', g.key, 'type', g.type, 'payload', g.payload) ORDER BY g.ord)
+                FROM ev g WHERE g.grp = e.grp AND g.ord < e.ord)
         FROM s, ev e
-        WHERE NOT e.grouped OR e.ord = (SELECT max(ord) FROM ev WHERE grouped)
+        WHERE e.grp IS NULL OR e.ord = (SELECT max(ord) FROM ev h WHERE h.grp = e.grp)
         ON CONFLICT (chunk_key) DO NOTHING)
     -- The owner check comes first in its AND, so it is evaluated whatever `k.live` is.
     -- The run's usage: what was there before this statement (the view), and what it

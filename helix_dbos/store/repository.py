@@ -587,14 +587,31 @@ async def insert_chunks(
 
 def _chunk_records(chunks: Sequence[tuple[str, str, Any]], *, grouped: int = 0) -> str | None:
     """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1;
-    the first `grouped` marked for the step's one row (`helix.end_step_and_run`)."""
+    the first `grouped` (a step's) with the `grp` of the row they go in (`_step_groups`)."""
+    groups = _step_groups([kind for _, kind, _ in chunks[:grouped]])
     return _json(
         [
             {"ord": i + 1, "key": key, "type": kind, "payload": payload}
-            | ({"grouped": True} if i < grouped else {})
+            | ({"grp": groups[i]} if i < grouped and groups[i] is not None else {})
             for i, (key, kind, payload) in enumerate(chunks)
         ]
     )
+
+
+def _step_groups(kinds: Sequence[str]) -> list[int | None]:
+    """Which row each of a step's events goes in (migration 0028): all in one, but a run's
+    lifecycle event (`run_interrupted`, `run_stopped`), a row of its own (None) so that
+    every reader, an older build's too, sees where the run ends, with the events on each
+    side of it a row each: rows never interleave their seqs."""
+    groups: list[int | None] = []
+    current = 0
+    for kind in kinds:
+        if kind.startswith("run_"):
+            groups.append(None)
+            current += 1
+        else:
+            groups.append(current)
+    return groups
 
 
 # Inserts :chunks after `s.chunk_base`, the session's chunk counter before this batch.
@@ -606,23 +623,27 @@ _INSERT_CHUNKS = (
     "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
 )
 # A step's events, once a `claim` row with `rest` says this write is the step's first (see
-# `_STEP_ROWS`), without any already written (a `tool_start` shown live): the unique key
-# that skipped it when each event was a row cannot see inside a step's row.
+# `_STEP_ROWS`), without any of a row (`grp`) already written (a `tool_start` shown live):
+# the unique key that skipped it when each event was a row cannot see inside a row.
 _STEP_EVENTS = (
-    "ev AS (SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload "
+    "ev AS (SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload, c.grp "
     "FROM claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
-    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest AND NOT EXISTS "
-    "(SELECT 1 FROM helix.stream_chunks x WHERE x.chunk_key = c.key)), "
+    "AS c(ord int, key text, type text, payload jsonb, grp int) WHERE claim.rest AND NOT "
+    "(c.grp IS NOT NULL AND EXISTS (SELECT 1 FROM helix.stream_chunks x "
+    "WHERE x.chunk_key = c.key))), "
 )
-# The step's events as one row (migration 0028): the last event's seq, key, type and
-# payload, and the events before it in `prior_events`, each at its own seq.
+# The step's events as rows (migration 0028): one per `grp`, its last event's seq, key,
+# type and payload, and the events before it in `prior_events`, each at its own seq; an
+# event without a `grp`, a row of its own.
 _INSERT_STEP_CHUNKS = (
     "INSERT INTO helix.stream_chunks "
     "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload, prior_events) "
     "SELECT :sid, s.chunk_base + e.ord, e.key, :rid, :agent, :step, e.type, e.payload, "
     "(SELECT jsonb_agg(jsonb_build_object('seq', s.chunk_base + g.ord, 'key', g.key, "
-    "'type', g.type, 'payload', g.payload) ORDER BY g.ord) FROM ev g WHERE g.ord < e.ord) "
-    "FROM s, ev e WHERE e.ord = (SELECT max(ord) FROM ev) ON CONFLICT (chunk_key) DO NOTHING"
+    "'type', g.type, 'payload', g.payload) ORDER BY g.ord) FROM ev g "
+    "WHERE g.grp = e.grp AND g.ord < e.ord) FROM s, ev e "
+    "WHERE e.grp IS NULL OR e.ord = (SELECT max(ord) FROM ev h WHERE h.grp = e.grp) "
+    "ON CONFLICT (chunk_key) DO NOTHING"
 )
 
 
@@ -816,7 +837,7 @@ def _step_params(
         "rows": _json(message_rows),
         "usage": _json(usage_rows),
         "nchunk": len(chunks),
-        "chunks": _chunk_records(chunks),
+        "chunks": _chunk_records(chunks, grouped=len(chunks)),
     }
 
 
