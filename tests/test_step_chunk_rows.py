@@ -5,11 +5,18 @@ gets the same events as before, from any seq."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from helpers import calls, sql, wait_for
+from pydantic import BaseModel
+from release_code import Interpreter, PreviousRelease, previous_code
 from sqlalchemy.ext.asyncio import create_async_engine
 from test_crash import relaunch, sigkill, start_run
 
@@ -18,6 +25,8 @@ from helix_dbos.runtime.loop import slow_head
 from helix_dbos.runtime.steps import tool_step
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
+from helix_dbos.store.migrations import applied_migrations, apply_migrations
+from helix_dbos.store.repository import _step_groups
 
 Event = tuple[int, str, str, dict[str, Any]]  # seq, session, type, payload
 
@@ -183,6 +192,51 @@ async def test_a_step_writes_8_rows(helix, make_agent, mock_llm, database_url) -
     }
 
 
+class Counter(BaseModel):
+    hits: int = 0
+
+
+@tool
+def hit(ctx: ToolContext) -> int:
+    """Count a hit in the state."""
+    hits = ctx.get_state().hits + 1
+    ctx.update_state({"hits": hits})
+    return hits
+
+
+def test_a_runs_lifecycle_event_is_a_row_of_its_own_between_the_steps_rows() -> None:
+    kinds = ["run_interrupted", "tool_start", "custom", "tool_end", "run_stopped", "x"]
+    assert _step_groups(kinds) == [None, 1, 1, 1, None, 2]
+    assert _step_groups(["tool_start", "tool_end", "state_patch"]) == [0, 0, 0]
+
+
+async def test_the_step_that_stops_a_run_keeps_its_end_visible_to_any_reader(
+    helix, make_agent, mock_llm, database_url
+) -> None:
+    """`run_stopped` comes after the step's events: a row of its own after the step's row,
+    so a reader of one row per chunk (an older build's) still sees the run stop."""
+    agent = make_agent(tools=[hit], state_schema=Counter, stop_when=lambda r, s: s.hits >= 2)
+    mock_llm.add_responses(calls(("h1", "hit", {})), calls(("h2", "hit", {})), agent=agent.name)
+    result = await (await helix.execute(agent, "go")).result()
+    assert result.stop_reason == "stop_when", result.error
+
+    assert step_rows(database_url, result.run_id)[1:] == [
+        (1, "state_patch", 2),  # tool_start, tool_end, then the state's patch
+        (2, "state_patch", 2),
+        (2, "run_stopped", None),
+        (2, "output", None),
+        (2, "run_completed", None),
+    ]
+    events = await stream(helix, result.session_id)
+    assert [e[2] for e in events] == ["run_started"] + [
+        "tool_start",
+        "tool_end",
+        "state_patch",
+    ] * 2 + ["run_stopped", "output", "run_completed"]
+    assert view(database_url, result.session_id) == events
+    await assert_resumes_anywhere(helix, result.session_id, events)
+
+
 async def test_a_sub_agents_step_row_is_copied_to_its_root_with_the_roots_seqs(
     helix, make_agent, mock_llm, database_url
 ) -> None:
@@ -300,3 +354,71 @@ def test_a_kill_mid_step_leaves_each_event_once(database_url, tmp_path) -> None:
             await engine.dispose()
 
     asyncio.run(resumed())
+
+
+# The last commit before migration 0028: its code writes one row per chunk.
+BEFORE = PreviousRelease("59ff1cf732032c21699e54db316e7ca70bfb835d", "before-0028")
+APP = Path(__file__).parent / "apps" / "chunk_rows_app.py"
+
+
+def _app(code: Interpreter, url: str, tmp: Path, *args: str) -> Any:
+    """Run tests/apps/chunk_rows_app.py on a build; its one JSON line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("HELIX_")}
+    if code.path is not None:
+        env["PYTHONPATH"] = code.path
+    tmp.mkdir(exist_ok=True)
+    done = forkserver.run(
+        [code.python, str(APP), url, *args],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _rows(url: str, session_id: str) -> list[list[Any]]:
+    """The session's rows as a reader of one row per chunk reads them."""
+    rows = sql(
+        url,
+        "SELECT seq, type, payload FROM helix.stream_chunks WHERE session_id = %s ORDER BY seq",
+        session_id,
+    )
+    return [list(r) for r in rows]
+
+
+@pytest.mark.crash
+def test_older_builds_keep_their_rows_and_read_new_ones_degraded(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    url = empty_database_url
+    old = previous_code(BEFORE, tmp_path / "old")
+    new = Interpreter(sys.executable, None)
+    old_sessions = _app(old, url, tmp_path / "w1", "write")
+    assert "0028_step_chunk_rows" not in applied_migrations(url)
+    written = {s: _rows(url, s) for s in old_sessions}
+
+    assert apply_migrations(url) == ["0028_step_chunk_rows"]
+    for s in old_sessions:  # rows written before the migration read as they were
+        assert _app(new, url, tmp_path / "r1", "read", s) == written[s]
+        assert [[e[0], e[2], e[3]] for e in view(url, s)] == written[s]
+
+    # This build writes the same events, at the same seqs, in fewer rows.
+    new_sessions = _app(new, url, tmp_path / "w2", "write")
+    for s, o in zip(new_sessions, old_sessions, strict=True):
+        assert _app(new, url, tmp_path / "r2", "read", s) == written[o]
+        assert len(_rows(url, s)) == len(written[o]) - 6, "steps 1 and 2: 6 + 2 events, 2 rows"
+    # An older build on the migrated database (a rolling upgrade) writes a row per chunk,
+    # its last step's through this migration's `helix.end_step_and_run` too.
+    again = _app(old, url, tmp_path / "w3", "write")
+    for s, o in zip(again, old_sessions, strict=True):
+        assert _rows(url, s) == written[o]
+        assert _app(new, url, tmp_path / "r3", "read", s) == written[o]
+    # An older build's reader shows each step row as its last event, at its own seq: no
+    # error, no duplicate, no seq moved; the events before it in the row it does not show.
+    for s in new_sessions:
+        shown = _app(old, url, tmp_path / "r4", "read", s)
+        assert shown == _rows(url, s)
+        assert [e[1] for e in shown][:4] == ["run_started", "tool_end", "tool_end", "text_delta"]
