@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import forkserver
+import httpx
 import pytest
 from helpers import calls, sql, wait_for
+from live_server import serve
 from pydantic import BaseModel
 from release_code import Interpreter, PreviousRelease, previous_code
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -23,6 +25,7 @@ from test_crash import relaunch, sigkill, start_run
 from helix_dbos import ToolContext, sub_agent_tool, tool
 from helix_dbos.runtime.loop import slow_head
 from helix_dbos.runtime.steps import tool_step
+from helix_dbos.server import create_app
 from helix_dbos.store import repository as repo
 from helix_dbos.store.database import sqlalchemy_url
 from helix_dbos.store.migrations import applied_migrations, apply_migrations
@@ -152,6 +155,48 @@ async def test_a_steps_events_are_one_row_and_a_reader_resumes_after_any_of_them
     await assert_resumes_anywhere(helix, result.session_id, events)
     for limit in (1, 2, 3, 500):
         assert await paged(database_url, result.session_id, limit) == [e[0] for e in events]
+
+
+def sse_events(url: str, session_id: str, run_id: str, last_event_id: int) -> list[tuple[int, str]]:
+    """(id, event) of each chunk `GET /sse` sends a client reconnecting with
+    `Last-Event-ID` (the `end` event is not a chunk)."""
+    response = httpx.get(
+        f"{url}/sse",
+        params={"session_id": session_id, "run_id": run_id},
+        headers={"Last-Event-ID": str(last_event_id)},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    events, seq = [], None
+    for line in response.text.splitlines():
+        if line.startswith("id: "):
+            seq = int(line[4:])
+        elif line.startswith("event: ") and seq is not None:
+            events.append((seq, line[7:]))
+            seq = None
+    return events
+
+
+async def test_sse_resumes_after_every_last_event_id_inside_a_step_row(
+    helix, make_agent, mock_llm
+) -> None:
+    agent = make_agent(tools=[lookup, noisy])
+    mock_llm.add_responses(
+        calls(("l1", "lookup", {"query": "a"}), ("n1", "noisy", {"topic": "b"})),
+        {"type": "text", "content": "done"},
+        agent=agent.name,
+    )
+    result = await (await helix.execute(agent, "go")).result()
+    events = [(e[0], e[2]) for e in await stream(helix, result.session_id)]
+    assert [t for _, t in events][1:7] == ["tool_start", "tool_end", "tool_start"] + [
+        "custom",
+        "custom",
+        "tool_end",
+    ]
+    with serve(create_app(helix, allow_unauthenticated=True)) as url:
+        for after in range(0, events[-1][0] + 1):
+            got = await asyncio.to_thread(sse_events, url, result.session_id, result.run_id, after)
+            assert got == [e for e in events if e[0] > after], after
 
 
 async def test_a_step_writes_8_rows(helix, make_agent, mock_llm, database_url) -> None:
