@@ -187,7 +187,7 @@ def test_a_tool_call_streams_its_call_and_result(server: Server) -> None:
     # Sent again with Last-Event-ID (the seq of the tool's result): the same run, after it.
     [(seq,)] = sql(
         server.database_url,
-        "SELECT seq FROM helix.stream_chunks WHERE session_id = %s AND type = 'tool_end'",
+        "SELECT seq FROM helix.stream_events WHERE session_id = %s AND type = 'tool_end'",
         args["threadId"],
     )
     again = {**args, "steps": [{"runId": "w1", "headers": {"Last-Event-ID": str(seq)}}]}

@@ -921,7 +921,7 @@ async def test_log_progress_records_a_milestone_without_changing_the_flow(
     ]
     chunks = sql(
         database_url,
-        "SELECT payload FROM helix.stream_chunks WHERE run_id = %s AND type = 'custom' ORDER BY seq",
+        "SELECT payload FROM helix.stream_events WHERE run_id = %s AND type = 'custom' ORDER BY seq",
         handle.run_id,
     )
     assert [c[0] for c in chunks] == [

@@ -496,7 +496,7 @@ def check_usage_and_chunks(
     terminal = dict(
         q(
             database_url,
-            "SELECT run_id, count(*) FROM helix.stream_chunks "
+            "SELECT run_id, count(*) FROM helix.stream_events "
             "WHERE run_id = ANY(%s) AND type = ANY(%s) GROUP BY run_id",
             run_ids,
             list(TERMINAL_CHUNKS),
@@ -507,7 +507,7 @@ def check_usage_and_chunks(
     assert figures["runs_without_terminal_chunk"] == 0
     tool_ends = q(
         database_url,
-        "SELECT run_id, payload ->> 'tool_call_id', count(*) FROM helix.stream_chunks "
+        "SELECT run_id, payload ->> 'tool_call_id', count(*) FROM helix.stream_events "
         "WHERE run_id = ANY(%s) AND type = 'tool_end' GROUP BY 1, 2",
         run_ids,
     )

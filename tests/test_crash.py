@@ -161,7 +161,7 @@ def test_kill_after_a_step_was_written_but_before_the_next_llm_step_was_checkpoi
     assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
     assert sql(
         database_url,
-        "SELECT count(*), count(DISTINCT chunk_key) FROM helix.stream_chunks WHERE run_id = %s "
+        "SELECT count(*), count(DISTINCT chunk_key) FROM helix.stream_events WHERE run_id = %s "
         "AND type = 'tool_end'",
         run_id,
     ) == [(1, 1)]
@@ -189,7 +189,7 @@ def test_kill_after_the_final_commit_before_its_checkpoint(database_url, tmp_pat
     assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(3,)]
     assert sql(
         database_url,
-        "SELECT type, count(*) FROM helix.stream_chunks WHERE run_id = %s "
+        "SELECT type, count(*) FROM helix.stream_events WHERE run_id = %s "
         "AND type IN ('output', 'run_completed', 'tool_end') GROUP BY type ORDER BY type",
         run_id,
     ) == [("output", 1), ("run_completed", 1), ("tool_end", 1)]
@@ -252,7 +252,7 @@ def test_kill_after_an_early_final_write_before_its_llm_steps_checkpoint(
     assert sql(database_url, "SELECT count(*) FROM helix.usage WHERE run_id = %s", run_id) == [(1,)]
     assert sql(
         database_url,
-        "SELECT type, count(*) FROM helix.stream_chunks WHERE run_id = %s "
+        "SELECT type, count(*) FROM helix.stream_events WHERE run_id = %s "
         "AND type IN ('output', 'run_completed') GROUP BY type ORDER BY type",
         run_id,
     ) == [("output", 1), ("run_completed", 1)]

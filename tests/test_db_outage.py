@@ -334,7 +334,7 @@ def check(fleet: Fleet, figures: dict[str, Any]) -> None:
     )[0][0]
     terminal = q(
         url,
-        "SELECT run_id, count(*) FROM helix.stream_chunks WHERE run_id = ANY(%s) "
+        "SELECT run_id, count(*) FROM helix.stream_events WHERE run_id = ANY(%s) "
         "AND type IN ('run_completed', 'run_failed') AND via_run_id IS NULL GROUP BY 1",
         every,
     )

@@ -141,7 +141,7 @@ def test_delegation_streams_through_and_rolls_up_usage(database_url, child_datab
     # Every chunk of the child's session came through, once; the row says how far.
     [(remote_chunks, remote_last)] = sql(
         child_database_url,
-        "SELECT count(*), max(seq) FROM helix.stream_chunks WHERE session_id = %s",
+        "SELECT count(*), max(seq) FROM helix.stream_events WHERE session_id = %s",
         child_session,
     )
     assert len(proxied) == remote_chunks and last_seq == remote_last

@@ -190,7 +190,7 @@ def test_a_companion_dispatch_failure_is_logged_once_across_a_recovery(database_
     assert lines(tmp_path, "dispatch_failed.log") == ["g0"]
     chunks = sql(
         database_url,
-        "SELECT payload->>'tool_call_id' FROM helix.stream_chunks "
+        "SELECT payload->>'tool_call_id' FROM helix.stream_events "
         "WHERE session_id = %s AND type = 'error'",
         session_id,
     )

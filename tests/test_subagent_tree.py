@@ -269,7 +269,7 @@ def error_chunks(database_url: str, session_id: str) -> list[dict]:
         p
         for (p,) in sql(
             database_url,
-            "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error' "
+            "SELECT payload FROM helix.stream_events WHERE session_id = %s AND type = 'error' "
             "ORDER BY seq",
             session_id,
         )

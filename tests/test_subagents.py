@@ -224,7 +224,7 @@ async def test_a_dispatch_failure_is_a_tool_error_with_an_error_chunk_and_log_ev
     assert len(events) == 1 and events[0].levelno == logging.ERROR
     [(payload,)] = sql(
         database_url,
-        "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error'",
+        "SELECT payload FROM helix.stream_events WHERE session_id = %s AND type = 'error'",
         result.session_id,
     )
     assert payload["tool_call_id"] == "g" and "could not be dispatched" in payload["error"]
@@ -295,7 +295,7 @@ async def test_a_child_whose_workflow_cannot_start_is_a_dispatch_failure_beside_
     assert [(e.levelno, e.tool_call_id) for e in events] == [(logging.ERROR, "x")]
     [(payload,)] = sql(
         database_url,
-        "SELECT payload FROM helix.stream_chunks WHERE session_id = %s AND type = 'error'",
+        "SELECT payload FROM helix.stream_events WHERE session_id = %s AND type = 'error'",
         result.session_id,
     )
     assert payload["tool_call_id"] == "x" and payload["error"] == content

@@ -215,7 +215,8 @@ _PRUNE_CHECKPOINTS = _sql(
     "SELECT count(*) FROM gone, (SELECT count(*) FROM keep) AS kept"
 )
 
-# One batch of stream chunks of ended runs that finished before the cutoff.
+# One batch of stream chunks of ended runs that finished before the cutoff: the rows
+# removed, and the events they held (a step's row holds several: migration 0028).
 _PRUNE_CHUNKS = _sql(
     "WITH victim AS (SELECT ch.session_id, ch.seq FROM helix.stream_chunks ch "
     "JOIN helix.runs r ON r.run_id = ch.run_id "
@@ -223,8 +224,9 @@ _PRUNE_CHUNKS = _sql(
     f"AND {QUIET.format(s='ch.session_id')} "
     "LIMIT :batch FOR UPDATE OF ch SKIP LOCKED), "
     "gone AS (DELETE FROM helix.stream_chunks ch USING victim v "
-    "WHERE ch.session_id = v.session_id AND ch.seq = v.seq RETURNING 1) "
-    "SELECT count(*) FROM gone"
+    "WHERE ch.session_id = v.session_id AND ch.seq = v.seq "
+    "RETURNING 1 + COALESCE(jsonb_array_length(ch.prior_events), 0) AS events) "
+    "SELECT count(*), COALESCE(sum(events), 0) FROM gone"
 )
 
 
@@ -233,6 +235,8 @@ async def prune_checkpoints(conn: SQLConnection, *, cutoff: datetime, keep: int,
     return int((await conn.execute(_PRUNE_CHECKPOINTS, params)).one()[0])
 
 
-async def prune_chunks(conn: SQLConnection, *, cutoff: datetime, batch: int) -> int:
+async def prune_chunks(conn: SQLConnection, *, cutoff: datetime, batch: int) -> tuple[int, int]:
+    """One batch: the rows removed (a full batch means more may be left) and their events."""
     params = {"cutoff": cutoff, "batch": batch}
-    return int((await conn.execute(_PRUNE_CHUNKS, params)).one()[0])
+    rows, events = (await conn.execute(_PRUNE_CHUNKS, params)).one()
+    return int(rows), int(events)

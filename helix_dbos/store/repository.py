@@ -585,14 +585,33 @@ async def insert_chunks(
     )
 
 
-def _chunk_records(chunks: Sequence[tuple[str, str, Any]]) -> str | None:
-    """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1."""
+def _chunk_records(chunks: Sequence[tuple[str, str, Any]], *, grouped: int = 0) -> str | None:
+    """(key, type, payload) chunks as the JSON rows `_INSERT_CHUNKS` reads, numbered from 1;
+    the first `grouped` (a step's) with the `grp` of the row they go in (`_step_groups`)."""
+    groups = _step_groups([kind for _, kind, _ in chunks[:grouped]])
     return _json(
         [
             {"ord": i + 1, "key": key, "type": kind, "payload": payload}
+            | ({"grp": groups[i]} if i < grouped and groups[i] is not None else {})
             for i, (key, kind, payload) in enumerate(chunks)
         ]
     )
+
+
+def _step_groups(kinds: Sequence[str]) -> list[int | None]:
+    """Which row each of a step's events goes in (migration 0028): all in one, but a run's
+    lifecycle event (`run_interrupted`, `run_stopped`), a row of its own (None) so that
+    every reader, an older build's too, sees where the run ends, with the events on each
+    side of it a row each: rows never interleave their seqs."""
+    groups: list[int | None] = []
+    current = 0
+    for kind in kinds:
+        if kind.startswith("run_"):
+            groups.append(None)
+            current += 1
+        else:
+            groups.append(current)
+    return groups
 
 
 # Inserts :chunks after `s.chunk_base`, the session's chunk counter before this batch.
@@ -603,13 +622,27 @@ _INSERT_CHUNKS = (
     "COALESCE(c.payload, '{}'::jsonb) FROM s, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
     "AS c(ord int, key text, type text, payload jsonb) ON CONFLICT (chunk_key) DO NOTHING"
 )
-# `_INSERT_CHUNKS` for a step's rows: only with its `claim`'s `rest` (see `_STEP_ROWS`).
+# A step's events, once a `claim` row with `rest` says this write is the step's first (see
+# `_STEP_ROWS`), without any of a row (`grp`) already written (a `tool_start` shown live):
+# the unique key that skipped it when each event was a row cannot see inside a row.
+_STEP_EVENTS = (
+    "ev AS (SELECT c.ord, c.key, c.type, COALESCE(c.payload, '{}'::jsonb) AS payload, c.grp "
+    "FROM claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
+    "AS c(ord int, key text, type text, payload jsonb, grp int) WHERE claim.rest AND NOT "
+    "(c.grp IS NOT NULL AND EXISTS (SELECT 1 FROM helix.stream_chunks x "
+    "WHERE x.chunk_key = c.key))), "
+)
+# The step's events as rows (migration 0028): one per `grp`, its last event's seq, key,
+# type and payload, and the events before it in `prior_events`, each at its own seq; an
+# event without a `grp`, a row of its own.
 _INSERT_STEP_CHUNKS = (
     "INSERT INTO helix.stream_chunks "
-    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload) "
-    "SELECT :sid, s.chunk_base + c.ord, c.key, :rid, :agent, :step, c.type, "
-    "COALESCE(c.payload, '{}'::jsonb) FROM s, claim, jsonb_to_recordset(CAST(:chunks AS jsonb)) "
-    "AS c(ord int, key text, type text, payload jsonb) WHERE claim.rest "
+    "(session_id, seq, chunk_key, run_id, agent_name, step, type, payload, prior_events) "
+    "SELECT :sid, s.chunk_base + e.ord, e.key, :rid, :agent, :step, e.type, e.payload, "
+    "(SELECT jsonb_agg(jsonb_build_object('seq', s.chunk_base + g.ord, 'key', g.key, "
+    "'type', g.type, 'payload', g.payload) ORDER BY g.ord) FROM ev g "
+    "WHERE g.grp = e.grp AND g.ord < e.ord) FROM s, ev e "
+    "WHERE e.grp IS NULL OR e.ord = (SELECT max(ord) FROM ev h WHERE h.grp = e.grp) "
     "ON CONFLICT (chunk_key) DO NOTHING"
 )
 
@@ -617,6 +650,14 @@ _INSERT_STEP_CHUNKS = (
 async def notify_run_end(conn: SQLConnection, run_id: str) -> None:
     """Wake the callers waiting for this run's result, when the transaction commits."""
     await conn.execute(_sql("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
+
+
+# A row's events (migration 0028): those of its `prior_events`, then its own.
+_ROW_EVENTS = (
+    "CROSS JOIN LATERAL (SELECT CAST(x ->> 'seq' AS bigint) AS seq, x ->> 'type' AS type, "
+    "x -> 'payload' AS payload FROM jsonb_array_elements(c.prior_events) AS x "
+    "UNION ALL SELECT c.seq, c.type, c.payload) e"
+)
 
 
 async def load_chunks(
@@ -628,13 +669,19 @@ async def load_chunks(
     limit: int = 500,
 ) -> list[tuple[Any, ...]]:
     """A session's chunks after `after_seq`: its own and, for a root session, copies of its
-    sub-agents' chunks (named by their own session); a run's own and its sub-agents'."""
+    sub-agents' chunks (named by their own session); a run's own and its sub-agents'.
+
+    One chunk per event: a step's row (its seq is its last event's) is unfolded, and its
+    events up to `after_seq` left out. `limit` rows hold at least `limit` events after
+    `after_seq`, and rows never interleave their seqs, so the first `limit` are these."""
     run_filter = " AND (run_id = :rid OR via_run_id = :rid)" if run_id else ""
     rows = await conn.execute(
         _sql(
-            "SELECT seq, COALESCE(source_session_id, session_id), run_id, agent_name, step, "
-            "type, payload, created_at, via_run_id FROM helix.stream_chunks "
-            f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit"
+            "SELECT e.seq, COALESCE(c.source_session_id, c.session_id), c.run_id, "
+            "c.agent_name, c.step, e.type, e.payload, c.created_at, c.via_run_id FROM "
+            "(SELECT * FROM helix.stream_chunks "
+            f"WHERE session_id = :sid AND seq > :after{run_filter} ORDER BY seq LIMIT :limit) c "
+            f"{_ROW_EVENTS} WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"
         ),
         {"sid": session_id, "after": after_seq, "rid": run_id, "limit": limit},
     )
@@ -695,7 +742,7 @@ _STEP_ROWS = (
     f"FROM s, claim, {_STEP_MESSAGE_RECORDSET} "
     "WHERE (m.ord >= :nhead OR claim.with_head) AND claim.rest RETURNING 1), "
     f"u AS ({INSERT_STEP_USAGE} RETURNING 1), "
-    f"c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
+    f"{_STEP_EVENTS}c AS ({_INSERT_STEP_CHUNKS} RETURNING 1) "
 )
 # The session's counters, moved past the rows a claimed write inserts.
 _STEP_COUNTERS = (
@@ -790,7 +837,7 @@ def _step_params(
         "rows": _json(message_rows),
         "usage": _json(usage_rows),
         "nchunk": len(chunks),
-        "chunks": _chunk_records(chunks),
+        "chunks": _chunk_records(chunks, grouped=len(chunks)),
     }
 
 

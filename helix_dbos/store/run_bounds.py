@@ -248,6 +248,8 @@ async def end_step_and_run(
         error=storable_text(error) if error is not None else None,
         stop=stop_reason,
         nstep=len(step_chunks),
+        # the step's chunks in one row (migration 0028), the end's one row each
+        chunks=_chunk_records([*step_chunks, *end_chunks], grouped=len(step_chunks)),
         notify=notify,
         dsc=drop_checkpoints_of,
     )

@@ -32,7 +32,7 @@ class PruneReport(BaseModel):
 
     cutoff: datetime
     checkpoints: int = 0
-    stream_chunks: int = 0
+    stream_chunks: int = 0  # events (a step's row holds several: migration 0028)
     workflows: int = 0
     memories: int = 0  # memory (issue 36): expired long-term memories
     batches: int = 0
@@ -160,8 +160,8 @@ class TimeTravel:
                 if n < batch_size:
                     break
             while True:
-                n = await sql.prune_chunks(conn, cutoff=cutoff, batch=batch_size)
-                report.stream_chunks += n
+                n, events = await sql.prune_chunks(conn, cutoff=cutoff, batch=batch_size)
+                report.stream_chunks += events  # what readers saw: events, not rows
                 report.batches += 1
                 if n < batch_size:
                     break
