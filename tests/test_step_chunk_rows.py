@@ -177,16 +177,22 @@ def sse_events(url: str, session_id: str, run_id: str, last_event_id: int) -> li
     return events
 
 
-async def test_sse_resumes_after_every_last_event_id_inside_a_step_row(
-    helix, make_agent, mock_llm
-) -> None:
+async def _one_step_of_two_calls(helix: Any, make_agent: Any, mock_llm: Any) -> Any:
+    """A run of one step calling `lookup` and `noisy` (whose events make a step row of
+    several), then a text reply; its result."""
     agent = make_agent(tools=[lookup, noisy])
     mock_llm.add_responses(
         calls(("l1", "lookup", {"query": "a"}), ("n1", "noisy", {"topic": "b"})),
         {"type": "text", "content": "done"},
         agent=agent.name,
     )
-    result = await (await helix.execute(agent, "go")).result()
+    return await (await helix.execute(agent, "go")).result()
+
+
+async def test_sse_resumes_after_every_last_event_id_inside_a_step_row(
+    helix, make_agent, mock_llm
+) -> None:
+    result = await _one_step_of_two_calls(helix, make_agent, mock_llm)
     events = [(e[0], e[2]) for e in await stream(helix, result.session_id)]
     assert [t for _, t in events][1:7] == ["tool_start", "tool_end", "tool_start"] + [
         "custom",
@@ -331,13 +337,7 @@ async def test_a_sub_agents_step_row_is_copied_to_its_root_with_the_roots_seqs(
 async def test_prune_removes_step_rows_and_counts_their_events(
     helix, make_agent, mock_llm, database_url
 ) -> None:
-    agent = make_agent(tools=[lookup, noisy])
-    mock_llm.add_responses(
-        calls(("l1", "lookup", {"query": "a"}), ("n1", "noisy", {"topic": "b"})),
-        {"type": "text", "content": "done"},
-        agent=agent.name,
-    )
-    result = await (await helix.execute(agent, "go")).result()
+    result = await _one_step_of_two_calls(helix, make_agent, mock_llm)
     events = len(view(database_url, result.session_id))
     assert events == 10 and len(step_rows(database_url, result.run_id)) == 5
     for table, column in (("helix.stream_chunks", "created_at"), ("helix.runs", "finished_at")):
