@@ -4,6 +4,7 @@ app in a background thread; `ServerProcess` runs one as a subprocess that can be
 from __future__ import annotations
 
 import functools
+import os
 import random
 import socket
 import subprocess
@@ -50,18 +51,39 @@ def serve(app, *, timeout: float = 20.0) -> Iterator[str]:
 # run of test_remote_subagents). A generator of its own: Hypothesis seeds `random`.
 _PORTS = range(20_000, 32_000)
 _pick = random.SystemRandom()
+# Nothing holds a port between its pick and its server's bind, so two picks could meet:
+# the parent and child servers of one remote sub-agent test got the same port once (CI),
+# the parent could not bind it, and the child answered the parent's readiness check and
+# its requests ("Agent 'lead_limited' is not registered ... (registered: worker)"). So a
+# pytest worker picks in a slice of the range of its own (gw0, gw1, ...), and never hands
+# out a port twice while the slice has others.
+_SLICES = 6
+_handed_out: set[int] = set()
+
+
+def _my_ports() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % _SLICES if worker.isdigit() else 0
+    size = len(_PORTS) // _SLICES
+    return range(_PORTS.start + index * size, _PORTS.start + (index + 1) * size)
 
 
 def free_port() -> int:
+    ports = _my_ports()
+    if len(_handed_out) > len(ports) // 2:
+        _handed_out.clear()  # a long session: old servers are gone
     for _ in range(200):
-        port = _pick.choice(_PORTS)
+        port = _pick.choice(ports)
+        if port in _handed_out:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue  # taken (or in TIME_WAIT): another
+            _handed_out.add(port)
             return port
-    raise RuntimeError(f"no free port in {_PORTS}")
+    raise RuntimeError(f"no free port in {ports}")
 
 
 @functools.cache
