@@ -652,7 +652,9 @@ async def notify_run_end(conn: SQLConnection, run_id: str) -> None:
     await conn.execute(_sql("SELECT pg_notify('helix_run_end', :rid)"), {"rid": run_id})
 
 
-# A row's events (migration 0028): those of its `prior_events`, then its own.
+# A row's events (migration 0028): those of its `prior_events`, then its own. The view
+# `helix.stream_events` unfolds rows the same way, but a filter on its (event) seq cannot
+# use the `(session_id, seq)` index: `load_chunks` limits rows first, then unfolds them.
 _ROW_EVENTS = (
     "CROSS JOIN LATERAL (SELECT CAST(x ->> 'seq' AS bigint) AS seq, x ->> 'type' AS type, "
     "x -> 'payload' AS payload FROM jsonb_array_elements(c.prior_events) AS x "
