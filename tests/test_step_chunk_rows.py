@@ -445,7 +445,7 @@ def test_older_builds_keep_their_rows_and_read_new_ones_degraded(
     assert "0028_step_chunk_rows" not in applied_migrations(url)
     written = {s: _rows(url, s) for s in old_sessions}
 
-    assert apply_migrations(url) == ["0028_step_chunk_rows"]
+    assert apply_migrations(url)[0] == "0028_step_chunk_rows"  # and those after it
     for s in old_sessions:  # rows written before the migration read as they were
         assert _app(new, url, tmp_path / "r1", "read", s) == written[s]
         assert [[e[0], e[2], e[3]] for e in view(url, s)] == written[s]

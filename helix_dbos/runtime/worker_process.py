@@ -368,6 +368,7 @@ class WorkerProcess:
         if self.waits.notifier_started is not None:
             self._close_on_target_loop(self.waits.notifier_started.stop)
             self.waits.notifier_started = None
+        self._close_on_target_loop(self.runtime.wake_ups.close)  # before its pool
         self._close_on_target_loop(self.runtime.statement_pool.close)
         self._recheck.stop()
         self.runtime.serves_version = None

@@ -544,6 +544,9 @@ async def run_usage_total(conn: SQLConnection, run_id: str) -> tuple[LLMUsage, f
 # --- stream chunks (custom events) -----------------------------------------
 
 
+_NOTIFY_CHUNKS = "pg_notify('helix_chunks', :sid)"
+
+
 async def insert_chunks(
     conn: SQLConnection,
     session_id: str,
@@ -553,11 +556,13 @@ async def insert_chunks(
     chunks: Sequence[tuple[str, str, Any]],
     *,
     owner: Owner | None = None,
+    notify: bool = True,
 ) -> None:
     """Insert (chunk_key, type, payload) rows at the session's next sequence numbers.
 
     The counter lives on the session row, so allocation locks it until commit and
-    chunks of a session commit in sequence order; NOTIFY wakes live readers then.
+    chunks of a session commit in sequence order; NOTIFY wakes live readers then
+    (`notify` False: the caller wakes them after its commit, `WakeUps`).
     One statement for the whole batch. Its commit waits for the WAL flush, live chunks'
     too: a chunk is visible the moment it commits, so one a crash could lose would
     have its seq handed to another chunk, which a reader resuming after that seq never
@@ -571,7 +576,7 @@ async def insert_chunks(
             "WITH s AS (UPDATE helix.sessions SET chunk_seq = chunk_seq + :nchunk "
             "WHERE session_id = :sid RETURNING chunk_seq - :nchunk AS chunk_base), "
             f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-            f"SELECT pg_notify('helix_chunks', :sid), {OWNED}"
+            f"SELECT {_NOTIFY_CHUNKS if notify else 'NULL'}, {OWNED}"
         ),
         {
             **owner_params(owner),
@@ -867,7 +872,8 @@ async def commit_step_rows(
     themselves). With `workflow_id`, the same round trip also answers
     whether an interrupt is pending and the state, for the LLM step that writes. Its
     commit waits for the WAL flush: its chunks are visible once it commits, and a seq a
-    reader saw must never be handed out again (see `insert_chunks`).
+    reader saw must never be handed out again (see `insert_chunks`). It sends no
+    NOTIFY: the caller wakes the session's readers after it (`WakeUps`).
     """
     params = _step_params(
         session_id, run_id, agent_name, step, messages, usage, chunks, state, head_messages
@@ -897,7 +903,6 @@ async def commit_step_rows(
                 "COALESCE((SELECT state FROM s), "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid)), "
                 f"{_INTERRUPT_PENDING}, "
-                "CASE WHEN count(*) > 0 AND :nchunk > 0 THEN pg_notify('helix_chunks', :sid) END, "
                 "bool_or(claim.with_head), "
                 "(SELECT status FROM helix.runs WHERE run_id = :rid) NOT IN "
                 f"('running', 'waiting', 'paused'), {OWNED}, {STEER_PENDING}"
@@ -911,9 +916,9 @@ async def commit_step_rows(
         first_seq=int(row[1]) if wrote else None,
         state=dict(row[2] or {}),
         interrupted=bool(row[3]),
-        with_head=bool(row[5]) if wrote else False,
-        run_ended=bool(row[6]),
-        steer_pending=bool(row[8]),
+        with_head=bool(row[4]) if wrote else False,
+        run_ended=bool(row[5]),
+        steer_pending=bool(row[7]),
     )
 
 

@@ -52,7 +52,7 @@ _OPEN_NEW_SESSION_RUN = _sql(
     f"{_MESSAGE_FIELDS} "
     f"FROM {_MESSAGE_RECORDSET} RETURNING 1), "
     f"ins AS ({_INSERT_CHUNKS} RETURNING 1) "
-    "SELECT pg_advisory_lock(hashtextextended(:rid, 0)), pg_notify('helix_chunks', :sid)"
+    "SELECT pg_advisory_lock(hashtextextended(:rid, 0))"
 )
 
 
@@ -70,7 +70,8 @@ async def open_new_session_run(
 ) -> None:
     """Create a session with its first run and take the run's start lock, in one
     autocommit statement on `conn` (which must stay open until the lock is released).
-    The lock is held even if the statement fails: release it either way."""
+    The lock is held even if the statement fails: release it either way. It sends no
+    NOTIFY: the caller wakes the session's readers after it (`WakeUps`)."""
     chunks = [(f"{run_id}:started", "run_started", {"turn": 1})]
     await conn.execute(
         _OPEN_NEW_SESSION_RUN,
@@ -202,7 +203,7 @@ _END_STEP_AND_RUN = _sql(
     "SELECT * FROM helix.end_step_and_run(:sid, :rid, :agent, CAST(:step AS int), :rows, "
     "CAST(:nmsg AS int), CAST(:nhead AS int), :state, :usage, :chunks, CAST(:nchunk AS int), "
     "CAST(:nstep AS int), :status, :output, :error, :stop, CAST(:notify AS boolean), :dsc, "
-    ":ow, :ox)"
+    ":ow, :ox, CAST(:wake AS boolean))"
 )
 
 
@@ -226,11 +227,14 @@ async def end_step_and_run(
     notify: bool,
     owner: Owner | None = None,
     drop_checkpoints_of: str | None = None,
+    wake: bool = True,
 ) -> EndedRun:
     """The run's last step (`commit_step_rows`) and its end (`end_run`) in one autocommit
-    call of `helix.end_step_and_run`: one round trip and one commit fewer on every run. `drop_checkpoints_of`:
-    a workflow whose DBOS datasource checkpoints it deletes too, under the same owner
-    guard (`dbos_internals.checkpoints_workflow`)."""
+    call of `helix.end_step_and_run`: one round trip and one commit fewer on every run.
+    `drop_checkpoints_of`: a workflow whose DBOS datasource checkpoints it deletes too,
+    under the same owner guard (`dbos_internals.checkpoints_workflow`). `wake` False: it
+    sends no NOTIFY (the session's chunks; with `notify`, the run's end), and the caller
+    sends them after it (`WakeUps`)."""
     params = _step_params(
         session_id,
         run_id,
@@ -252,6 +256,7 @@ async def end_step_and_run(
         chunks=_chunk_records([*step_chunks, *end_chunks], grouped=len(step_chunks)),
         notify=notify,
         dsc=drop_checkpoints_of,
+        wake=wake,
     )
     params.update(owner_params(owner))
     row = (await conn.execute(_END_STEP_AND_RUN, params)).one()

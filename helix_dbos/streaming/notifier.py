@@ -1,8 +1,10 @@
 """One LISTEN connection per process wakes every local stream reader.
 
-Writers `pg_notify('helix_chunks', session_id)` in the transaction that adds
-chunks, so a reader is woken exactly when new rows are visible; the transaction
-that ends a run also sends `pg_notify('helix_run_end', run_id)`, so a caller
+Writers `pg_notify('helix_chunks', session_id)` once the chunks they added have
+committed (the hot paths through `runtime/process/wake_ups.py`, just after their
+commit; rarer writes in the transaction itself), so a reader is woken when new rows
+are visible;
+the end of a run also sends `pg_notify('helix_run_end', run_id)`, so a caller
 waiting for a result is woken once, not at every chunk. Waiters still re-check
 every few seconds, which covers a dropped listener connection; when the listener
 connects again (a database restart), every waiter is woken to look at once, and

@@ -1,5 +1,6 @@
 """One worker process's state: the `Runtime` every step reads (`process_runtime.py`), the event
 loop bridge, idle-connection pool, outage detection, parked waits, the worker rows and
-leases, model rate limits and the named step-sequence patches. Nothing here knows what an
+leases, model rate limits, the named step-sequence patches and the wake-ups (NOTIFY)
+sent after commits. Nothing here knows what an
 agent run is.
 """

@@ -27,6 +27,7 @@ from helix_dbos.runtime.dbos import dbos_internals
 from helix_dbos.runtime.process.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
 from helix_dbos.runtime.process.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.runtime.process.wait_parking import WaitParking
+from helix_dbos.runtime.process.wake_ups import WakeUps
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverConnection
 from helix_dbos.store.pooler import DIRECT, PoolerSettings
@@ -161,6 +162,8 @@ class Runtime:
         self.pooler = pooler  # behind a transaction pooler: no session-level locks
         self.engine = engine  # transactions: DBOS's datasource, and a few of helix's own
         self.statement_pool = statement_pool  # every other statement (`statements()`)
+        # NOTIFYs sent after the writes they announce, not inside them (`wake_ups.py`).
+        self.wake_ups = WakeUps(statement_pool)
         self.datasource = datasource
         self.llm_override = llm
         self._adapter_factory = adapter_factory

@@ -239,10 +239,13 @@ class AlreadyRunning:
     workflow_id: str
 
 
-async def open_run(conn: repo.SQLConnection, request: OpenRunRequest) -> OpenedRun | AlreadyRunning:
+async def open_run(
+    conn: repo.SQLConnection, request: OpenRunRequest, *, wake: bool = True
+) -> OpenedRun | AlreadyRunning:
     """Open the run in the caller's transaction: create the session or lock it (and
     refuse another agent's session, or report its live run), insert the run, add the
-    input, start the session's new turn and announce it with a `run_started` chunk."""
+    input, start the session's new turn and announce it with a `run_started` chunk
+    (`wake` False: with no NOTIFY, which the caller sends after its commit)."""
     sid = request.session_id
     first_turn = 0
     if request.creates_session:
@@ -289,7 +292,9 @@ async def open_run(conn: repo.SQLConnection, request: OpenRunRequest) -> OpenedR
         fields["state"] = request.state
     await repo.update_session(conn, sid, **fields)
     started = (f"{request.run_id}:started", "run_started", {"turn": turn})
-    await repo.insert_chunks(conn, sid, request.run_id, request.agent_name, 0, [started])
+    await repo.insert_chunks(
+        conn, sid, request.run_id, request.agent_name, 0, [started], notify=wake
+    )
     return OpenedRun(sid, request.run_id, request.workflow_id, turn)
 
 

@@ -55,6 +55,7 @@ from helix_dbos.store import repository as repo
 from helix_dbos.store.features import queued_messages as queue_sql
 from helix_dbos.store.features.queued_messages import QueuedMessage
 from helix_dbos.store.storable import check_storable
+from helix_dbos.streaming.notifier import CHANNEL
 
 # DBOS's statuses of a workflow that has ended.
 DBOS_TERMINAL = frozenset({"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
@@ -351,17 +352,22 @@ class RunStarts:
         except BaseException:  # the open failed, or the caller was cancelled
             await asyncio.wait({write})  # done before the lock is released
             raise
+        self.runtime.wake_ups.send_soon(CHANNEL, sid)  # its `run_started` committed
         return opened, task
 
     async def _open(self, request: OpenRunRequest) -> OpenedRun:
         try:
-            return await self.runtime.transaction("helix.open_run", open_or_refuse, request)
+            opened = await self.runtime.transaction("helix.open_run", open_or_refuse, request)
         except AgentAlreadyRunningError as exc:
             if DBOS.workflow_id is not None or exc.run_id is None:
                 raise
             if not await self.close_if_stale(exc.run_id):
                 raise
-            return await self.runtime.transaction("helix.open_run", open_or_refuse, request)
+            opened = await self.runtime.transaction("helix.open_run", open_or_refuse, request)
+        # Its `run_started` chunk has committed: wake the session's readers now (a NOTIFY
+        # in the open's transaction would hold every NOTIFY's commit lock through it).
+        self.runtime.wake_ups.send_soon(CHANNEL, request.session_id)
+        return opened
 
     async def close_if_stale(self, run_id: str) -> bool:
         """Close a live run whose workflow never started (and nobody is starting it) or
@@ -421,8 +427,9 @@ class RunStarts:
 
 
 async def open_or_refuse(conn: repo.SQLConnection, request: OpenRunRequest) -> OpenedRun:
-    """The body of `helix.open_run`: `open_run`, refusing a session with a live run."""
-    opened = await open_run(conn, request)
+    """The body of `helix.open_run`: `open_run` (its caller wakes the session's readers
+    after the commit), refusing a session with a live run."""
+    opened = await open_run(conn, request, wake=False)
     if isinstance(opened, AlreadyRunning):
         raise AgentAlreadyRunningError(request.session_id, opened.run_id)
     return opened

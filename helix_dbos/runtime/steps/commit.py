@@ -27,6 +27,7 @@ from helix_dbos.runtime.steps.step_types import ChunkRecord, FinalStatus, ToolOu
 from helix_dbos.store import repository as repo
 from helix_dbos.store.repository import StepWrite, UsageRecord
 from helix_dbos.store.run_bounds import EndedRun, end_run, end_step_and_run
+from helix_dbos.streaming.notifier import CHANNEL, RUN_END_CHANNEL
 
 
 class StepKey(TypedDict):
@@ -178,7 +179,7 @@ async def write_step_rows(
     nor by a durable commit after it on the same connection: its chunks are visible at
     once, and a seq a reader saw must never be handed out again (issue 46).
     """
-    return await repo.commit_step_rows(
+    written = await repo.commit_step_rows(
         conn,
         **commit.key(),
         **commit.rows(),
@@ -186,6 +187,20 @@ async def write_step_rows(
         workflow_id=workflow_id,
         owner=execution_owner(),  # a fenced worker's late write cannot land
     )
+    if written.first_seq is not None and commit.events:
+        wake_readers(commit.session_id)
+    return written
+
+
+def wake_readers(session_id: str, ended_run: str | None = None) -> None:
+    """Tell the session's stream readers (and, with `ended_run`, the callers waiting for
+    that run's result) to look, once the write they announce has committed: a NOTIFY
+    inside a step's write would make every such commit in the cluster wait for the one
+    before (`runtime/process/wake_ups.py`)."""
+    wake_ups = current_runtime().wake_ups
+    wake_ups.send_soon(CHANNEL, session_id)
+    if ended_run is not None:
+        wake_ups.send_soon(RUN_END_CHANNEL, ended_run)
 
 
 async def write_head(conn: repo.SQLConnection, commit: StepCommit) -> bool:
@@ -306,7 +321,7 @@ async def _commit_final(
 ) -> EndedRun:
     chunks = terminal_chunks(commit)
     if pending is None and commit.has_rows:  # the usual end: one statement
-        return await end_step_and_run(
+        ended = await end_step_and_run(
             session,
             **commit.key(),
             **commit.rows(),
@@ -316,7 +331,10 @@ async def _commit_final(
             notify=notify,
             owner=execution_owner(),
             drop_checkpoints_of=checkpoints_workflow(),
+            wake=False,
         )
+        wake_readers(commit.session_id, commit.run_id if notify else None)
+        return ended
     if pending is not None:
         await write_step_rows(session, pending)
     if commit.has_rows:
@@ -337,8 +355,4 @@ async def announce_run_end(run_id: str) -> None:
     """Wake the callers waiting for this run's result. Sent after everything the run
     does at its end (the final write, its hooks, its span), so a caller that wakes
     finds it all done; a lost wake-up only costs a waiting caller its next poll."""
-    try:
-        async with current_runtime().statements() as conn:
-            await repo.notify_run_end(conn, run_id)
-    except Exception as exc:
-        logger.warning("helix could not announce the end of run %s: %s", run_id, exc)
+    await current_runtime().wake_ups.send(RUN_END_CHANNEL, run_id)

@@ -20,6 +20,7 @@ from helix_dbos.runtime.dbos.dbos_internals import execution_owner
 from helix_dbos.runtime.process.process_runtime import Runtime
 from helix_dbos.runtime.steps.step_types import ChunkRecord
 from helix_dbos.store import repository as repo
+from helix_dbos.streaming.notifier import CHANNEL
 
 logger = logging.getLogger("helix_dbos")
 
@@ -46,10 +47,11 @@ async def write_chunks(
         await rt.on_connection(
             "a live chunk",
             lambda conn: repo.insert_chunks(
-                conn, session_id, run_id, agent_name, step, chunks, owner=owner
+                conn, session_id, run_id, agent_name, step, chunks, owner=owner, notify=False
             ),
             wait=wait,
         )
+        rt.wake_ups.send_soon(CHANNEL, session_id)  # after the commit (see `WakeUps`)
 
 
 def runs_at_once(agent: Agent, call: ToolCall) -> bool:
@@ -129,7 +131,9 @@ class DeltaWriter:
                 self._step,
                 [chunk],
                 owner=self._owner,
+                notify=False,
             ),
             wait=wait,
         )
         self._pending = None
+        self._rt.wake_ups.send_soon(CHANNEL, self._session_id)
