@@ -4,6 +4,8 @@ never handed out again."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -98,3 +100,40 @@ async def test_a_closed_pool_opens_again_on_its_next_use(pool: StatementPool) ->
     await pool.close()
     async with pool.connection() as fast:
         assert (await fast.execute(text("SELECT 2"))).scalar_one() == 2
+
+
+async def _hold(pool: StatementPool, held: asyncio.Event, release: asyncio.Event) -> None:
+    async with pool.connection():
+        held.set()
+        await release.wait()
+
+
+async def _queue_up(pool: StatementPool, release: asyncio.Event) -> int:
+    """Let the holder go and ask for its connection at once: the holder's return then
+    finds this checkout waiting (in the same loop pass as it settles in)."""
+    release.set()
+    async with pool.connection(timeout=5) as fast:
+        return int((await fast.execute(text("SELECT 1"))).scalar_one())
+
+
+async def test_a_cancelled_return_neither_loses_its_connection_nor_strands_a_waiter(
+    pool: StatementPool,
+) -> None:
+    """A task cancelled while it gives its connection back (a step's `SlowHead` or
+    `AbortWatch` stopped as its statement ends) must still hand it on. psycopg_pool's
+    return is not cancellation-safe: it takes the next waiter off its queue, then awaits
+    that waiter's lock, so a cancel there drops the connection and leaves that waiter
+    asleep until its checkout timeout (the benchmark's 60 s "waiting for the database"
+    with the database up). The cancel is tried at each point of the return."""
+    for hops in range(8):
+        held, release = asyncio.Event(), asyncio.Event()
+        holder = asyncio.create_task(_hold(pool, held, release))  # the only connection
+        await held.wait()
+        waiter = asyncio.create_task(_queue_up(pool, release))
+        for _ in range(hops):
+            await asyncio.sleep(0)
+        holder.cancel()  # somewhere in the holder's return, or after it
+        await asyncio.gather(holder, return_exceptions=True)
+        started = time.monotonic()
+        assert await waiter == 1, hops
+        assert time.monotonic() - started < 2, f"the waiter was stranded ({hops} hops)"

@@ -67,6 +67,7 @@ class StatementPool:
         self._pool = self._new_pool()
         self._born = time.monotonic()  # when this generation's pool was made
         self._retiring: set[asyncio.Task[None]] = set()
+        self._returning: set[asyncio.Task[None]] = set()  # returns under way (_give_back)
         self.generations = 1  # how many pools this one has had (a restart adds one)
 
     def _new_pool(self) -> Pool:
@@ -93,13 +94,30 @@ class StatementPool:
         pool = self._pool
         if pool.closed:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
-        async with pool.connection(timeout=timeout) as raw:
-            try:
-                yield DriverConnection(raw)
-            except DBAPIError as exc:
-                if exc.connection_invalidated and pool is self._pool:
-                    self._retire("a statement lost its connection")
-                raise
+        raw = await pool.getconn(timeout=timeout)
+        try:
+            async with raw:  # as psycopg_pool's connection(): ends a transaction left open
+                try:
+                    yield DriverConnection(raw)
+                except DBAPIError as exc:
+                    if exc.connection_invalidated and pool is self._pool:
+                        self._retire("a statement lost its connection")
+                    raise
+        finally:
+            await self._give_back(pool, raw)
+
+    async def _give_back(self, pool: Pool, raw: psycopg.AsyncConnection[Any]) -> None:
+        """Return `raw` in a task of its own, which cancelling the caller does not stop.
+
+        psycopg_pool's return takes the next waiting checkout off its queue, then awaits
+        that waiter's lock (held while the waiter settles in): a return cancelled there
+        (a step's `SlowHead` or `AbortWatch` stopped as its statement ends) drops the
+        connection, and the waiter it took sleeps until its checkout times out (60 s,
+        the database up). Cancelled on the pool's own lock, the connection is lost."""
+        task = asyncio.get_running_loop().create_task(pool.putconn(raw))
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
+        await asyncio.shield(task)
 
     async def why_unavailable(self) -> str:
         """Why a checkout timed out, said plainly: one connection of its own tells a
@@ -133,4 +151,4 @@ class StatementPool:
         """Close every connection; a later use opens a new pool (a pool does not reopen)."""
         pool, self._pool = self._pool, self._new_pool()
         await pool.close()
-        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await asyncio.gather(*self._retiring, *self._returning, return_exceptions=True)
