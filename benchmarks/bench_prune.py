@@ -98,6 +98,12 @@ def age_half(url: str, sessions: list[str]) -> None:
             "WHERE session_id = ANY(%s)",
             (old,),
         )
+        # A derived checkpoint's time is its step's last message's (migration 0030).
+        conn.execute(
+            "UPDATE helix.messages SET created_at = created_at - interval '40 days' "
+            "WHERE session_id = ANY(%s)",
+            (old,),
+        )
         conn.execute(
             "UPDATE helix.runs SET finished_at = finished_at - interval '40 days' "
             "WHERE session_id = ANY(%s)",

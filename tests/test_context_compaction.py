@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from checkpoint_shadow import shadow_checkpoints  # noqa: F401 - autouse: as the trigger gave
 from helpers import sql
 
 from helix_dbos import (

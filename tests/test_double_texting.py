@@ -10,6 +10,7 @@ import sys
 
 import forkserver
 import pytest
+from checkpoint_shadow import shadow_checkpoints  # noqa: F401 - autouse: as the trigger gave
 from helpers import sql
 
 from helix_dbos import AgentAlreadyRunningError, HelixDBOS
@@ -218,9 +219,13 @@ async def test_rollback_removes_the_live_run_from_the_visible_history(
         first.run_id,
     ) == [(True,)]
     checkpoints = sql(
-        database_url, "SELECT count(*) FROM helix.checkpoints WHERE run_id = %s", first.run_id
+        database_url,
+        "SELECT (SELECT count(*) FROM helix.checkpoints WHERE run_id = %s), "
+        "(SELECT count(*) FROM helix.session_checkpoints WHERE run_id = %s)",
+        first.run_id,
+        first.run_id,
     )
-    assert checkpoints == [(0,)], "the rolled-back run leaves the timeline too"
+    assert checkpoints == [(0, 0)], "the rolled-back run leaves the timeline too"
     last = sql(
         database_url,
         "SELECT llm_calls, state FROM helix.session_checkpoints WHERE session_id = %s "

@@ -9,6 +9,7 @@ import threading
 
 import forkserver
 import pytest
+from checkpoint_shadow import shadow_checkpoints  # noqa: F401 - autouse: as the trigger gave
 from dbos import DBOS
 from helpers import calls, sql, wait_until_waiting
 

@@ -205,10 +205,11 @@ async def test_sse_resumes_after_every_last_event_id_inside_a_step_row(
             assert got == [e for e in events if e[0] > after], after
 
 
-async def test_a_step_writes_8_rows(helix, make_agent, mock_llm, database_url) -> None:
-    """Per step of one tool call: DBOS's 2 checkpoints, 2 messages, 1 checkpoint and 1
-    chunk row inserted (the run's and the session's rows are updated): a run of 6 such
-    steps inserts 4 × 6 rows more than one of 2."""
+async def test_a_step_writes_7_rows(helix, make_agent, mock_llm, database_url) -> None:
+    """Per step of one tool call: DBOS's 2 checkpoints, 2 messages and 1 chunk row
+    inserted (the run's and the session's rows are updated), and its checkpoint derived,
+    not stored (migration 0030): a run of 6 such steps inserts 4 × 5 rows more than one
+    of 2, and lists 4 checkpoints more."""
     agent = make_agent(tools=[lookup])
 
     async def inserted(steps: int) -> dict[str, int]:
@@ -224,22 +225,24 @@ async def test_a_step_writes_8_rows(helix, make_agent, mock_llm, database_url) -
             "(SELECT count(*) FROM helix.checkpoints WHERE run_id = %s), "
             "(SELECT count(*) FROM helix.stream_chunks WHERE run_id = %s), "
             "(SELECT count(*) FROM ONLY helix.usage_rows WHERE run_id = %s), "
-            "(SELECT count(*) FROM helix.stream_events WHERE run_id = %s)",
+            "(SELECT count(*) FROM helix.stream_events WHERE run_id = %s), "
+            "(SELECT count(*) FROM helix.session_checkpoints WHERE run_id = %s)",
             f"helix-{result.run_id}",
-            *[result.run_id] * 5,
+            *[result.run_id] * 6,
         )[0]
         names = ("operation_outputs", "messages", "checkpoints", "chunk_rows", "usage_rows")
-        return dict(zip((*names, "events"), counts, strict=True))
+        return dict(zip((*names, "events", "listed"), counts, strict=True))
 
     short, long = await inserted(2), await inserted(6)
     per_step = {k: (long[k] - short[k]) / 4 for k in short}
     assert per_step == {
         "operation_outputs": 2,
         "messages": 2,
-        "checkpoints": 1,
+        "checkpoints": 0,  # was 1, by the trigger: derived (migration 0030)
         "chunk_rows": 1,  # was 2: tool_start and tool_end
         "usage_rows": 0,
         "events": 2,  # what readers get is unchanged
+        "listed": 1,  # a checkpoint a step, as before
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+from checkpoint_shadow import shadow_checkpoints  # noqa: F401 - autouse: as the trigger gave
 from helpers import calls, sql
 
 from helix_dbos import sub_agent_tool, tool

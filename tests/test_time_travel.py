@@ -15,6 +15,7 @@ from pathlib import Path
 
 import forkserver
 import pytest
+from checkpoint_shadow import shadow_checkpoints  # noqa: F401 - autouse: as the trigger gave
 from helpers import calls, sql, wait_for, wait_until_waiting
 from pydantic import BaseModel
 from test_crash import sigkill
@@ -103,7 +104,9 @@ async def test_a_checkpoint_per_committed_step_with_state_only_when_it_changed(
         "SELECT step, state IS NOT NULL FROM helix.checkpoints WHERE run_id = %s ORDER BY ord",
         result.run_id,
     )
-    assert stored == [(1, True), (2, False), (3, True), (4, False)], "state only when changed"
+    # Stored (migration 0030): the run's first step, step 3 (it wrote the state) and the
+    # last one (the run's end), step 3's and step 1's with their state; step 2 is derived.
+    assert stored == [(1, True), (3, True), (4, False)], "state only when changed"
     assert [c.usage.llm_calls for c in cps] == [1, 2, 3, 4]
     assert [c.usage.tool_calls for c in cps] == [1, 2, 3, 3]
     usage = await helix.get_usage(session_id=result.session_id)
@@ -326,9 +329,12 @@ async def test_unknown_and_bad_ids_are_clear_errors(helix, make_agent, mock_llm)
 
 
 async def test_sessions_without_checkpoints_read_as_none(helix, make_agent, mock_llm, database_url):
-    """A session from before migration 0013 has no checkpoint rows: they are not derived."""
+    """A session from before migration 0013 has no checkpoint rows: they are not derived
+    (nor are a run's from before migration 0030: `derived_after` is NULL)."""
     _, result = await three_step_session(helix, make_agent, mock_llm)
-    sql(database_url, "DELETE FROM helix.checkpoints WHERE session_id = %s", result.session_id)
+    sql(database_url, "UPDATE helix.runs SET derived_after = NULL WHERE run_id = %s", result.run_id)
+    for table in ("helix.checkpoints", "test_shadow.checkpoints"):
+        sql(database_url, f"DELETE FROM {table} WHERE session_id = %s", result.session_id)
     assert await helix.checkpoints.list(result.session_id) == []
     assert len(await helix.get_messages(result.session_id)) == 8
 
@@ -337,9 +343,11 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
     helix, make_agent, mock_llm, database_url, monkeypatch
 ):
     agent, old = await three_step_session(helix, make_agent, mock_llm)
-    # age the session's rows by a day
+    # age the session's rows by a day (a derived checkpoint's time is its last message's)
     for table, column in (
         ("helix.checkpoints", "created_at"),
+        ("test_shadow.checkpoints", "created_at"),
+        ("helix.messages", "created_at"),
         ("helix.stream_chunks", "created_at"),
         ("helix.runs", "finished_at"),
     ):
@@ -373,12 +381,12 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
         if kinds == ["step", "head"]:  # step 1, and step 2's head (its tool holds)
             break
         await asyncio.sleep(0.05)
-    sql(
-        database_url,
-        "UPDATE helix.checkpoints SET created_at = created_at - interval '2 days' "
-        "WHERE session_id = %s",
-        live.session_id,
-    )
+    for table in ("helix.checkpoints", "test_shadow.checkpoints", "helix.messages"):
+        sql(
+            database_url,
+            f"UPDATE {table} SET created_at = created_at - interval '2 days' WHERE session_id = %s",
+            live.session_id,
+        )
     live_before = sql(
         database_url,
         "SELECT (SELECT count(*) FROM helix.checkpoints WHERE session_id = %s), "
@@ -464,8 +472,8 @@ def test_sigkill_during_a_forks_first_run_recovers_and_completes_once(database_u
     assert [r[0] for r in fork_rows] == list(range(1, 7))
     assert sql(
         database_url,
-        "SELECT count(*), count(DISTINCT step) FROM helix.checkpoints WHERE run_id = %s "
-        "AND kind = 'step'",
+        "SELECT count(*), count(DISTINCT step) FROM helix.session_checkpoints "
+        "WHERE run_id = %s AND kind = 'step'",
         started["run_id"],
     ) == [(2, 2)], "one checkpoint per step of the recovered run"
     assert sql(

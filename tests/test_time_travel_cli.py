@@ -96,12 +96,13 @@ async def workflow_done(database_url: str, workflow_id: str) -> None:
 async def test_prune_from_the_cli(database_url, finished):
     result, _ = finished
     await workflow_done(database_url, f"helix-{result.run_id}")
-    sql(
-        database_url,
-        "UPDATE helix.checkpoints SET created_at = created_at - interval '40 days' "
-        "WHERE session_id = %s",
-        result.session_id,
-    )
+    for table in ("helix.checkpoints", "helix.messages"):  # a derived one's: its messages'
+        sql(
+            database_url,
+            f"UPDATE {table} SET created_at = created_at - interval '40 days' "
+            "WHERE session_id = %s",
+            result.session_id,
+        )
     sql(
         database_url,
         "UPDATE helix.runs SET finished_at = finished_at - interval '40 days' WHERE run_id = %s",
@@ -114,7 +115,9 @@ async def test_prune_from_the_cli(database_url, finished):
     report = json.loads(proc.stdout)
     assert report["checkpoints"] >= 1 and report["workflows"] >= 1
     assert sql(
-        database_url, "SELECT step FROM helix.checkpoints WHERE session_id = %s", result.session_id
+        database_url,
+        "SELECT step FROM helix.session_checkpoints WHERE session_id = %s",
+        result.session_id,
     ) == [(2,)]
     assert sql(
         database_url,

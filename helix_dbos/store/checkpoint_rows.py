@@ -1,9 +1,12 @@
 """Checkpoints (issue 30): reading them, forking a session from one, pruning old ones.
 
-The rows themselves are written by the `helix.runs` trigger of migration 0013, in the
-statement that commits a step's rows (no round trip of their own). A checkpoint covers
-its session's messages up to `message_seq`; its state is stored only when it changed,
-`state_ord` names the checkpoint whose state is in effect.
+A checkpoint covers its session's messages up to `message_seq`. Most step checkpoints are
+derived at read time from the step's messages and usage (migration 0030, issue 48's cut
+4); the others are `helix.checkpoints` rows, written by the `helix.runs` trigger in the
+statement that commits a step's rows (no round trip of their own): a step that wrote a
+state, a run's first write, a head, a run's last step, a step without messages, a fork.
+`helix.session_checkpoints` lists both, each with its id, the state in effect and the
+usage so far; everything here reads it.
 """
 
 from __future__ import annotations
@@ -192,27 +195,54 @@ QUIET = (
     f"NOT EXISTS (SELECT 1 FROM helix.runs lr WHERE lr.session_id = {{s}} AND lr.status IN {_LIVE})"
 )
 
-# One batch of checkpoints older than the cutoff, of ended runs (or a fork's root), at or
-# below each session's (K+1)-th newest (`edge`: the last K stay). A checkpoint that stays
-# and points at the state of one that goes gets a copy of that state first, in the same
-# statement. Rows are taken with SKIP LOCKED, so a batch never waits on (or blocks) a row
-# someone holds.
-_PRUNE_CHECKPOINTS = _sql(
-    "WITH victim AS (SELECT c.session_id, c.ord, c.state FROM helix.checkpoints c, LATERAL "
-    "(SELECT k.ord AS edge FROM helix.checkpoints k WHERE k.session_id = c.session_id "
-    "ORDER BY k.ord DESC OFFSET :keep LIMIT 1) e "
-    "WHERE c.created_at < :cutoff AND c.ord <= e.edge "
-    f"AND {QUIET.format(s='c.session_id')} "
-    "AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.run_id = c.run_id "
-    f"AND r.status NOT IN {_LIVE})) "
-    "LIMIT :batch FOR UPDATE OF c SKIP LOCKED), "
-    "keep AS (UPDATE helix.checkpoints k SET state = v.state, state_ord = k.ord "
-    "FROM victim v WHERE k.session_id = v.session_id AND k.state_ord = v.ord "
-    "AND k.ord <> v.ord AND NOT EXISTS (SELECT 1 FROM victim w "
-    "WHERE w.session_id = k.session_id AND w.ord = k.ord) RETURNING 1), "
-    "gone AS (DELETE FROM helix.checkpoints c USING victim v "
-    "WHERE c.session_id = v.session_id AND c.ord = v.ord RETURNING 1) "
-    "SELECT count(*) FROM gone, (SELECT count(*) FROM keep) AS kept"
+# Checkpoints are pruned a session at a time (migration 0030): a derived checkpoint has no
+# row to delete, so prune hides the session's checkpoints up to an edge behind a `base`
+# row there, which the view never lists and which holds what the checkpoints after it
+# read: the state in effect at the edge and the usage of the steps up to it. The edge is
+# the newest checkpoint older than the cutoff at or below the session's (K+1)-th newest
+# (`keep`: the last K stay); every stored row below it goes, a row at it becomes the base,
+# and a kept row whose state lived below it points at the base's.
+
+# The sessions that may have checkpoints to prune, after `:after` (keyset order): quiet,
+# with a stored checkpoint older than the cutoff, or a run started before it whose steps
+# may be derived.
+_PRUNABLE_SESSIONS = _sql(
+    "SELECT s.session_id FROM helix.sessions s WHERE s.session_id > :after "
+    f"AND {QUIET.format(s='s.session_id')} "
+    "AND (EXISTS (SELECT 1 FROM helix.checkpoints c WHERE c.session_id = s.session_id "
+    "AND c.kind <> 'base' AND c.created_at < :cutoff) "
+    "OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.session_id = s.session_id "
+    "AND r.derived_after IS NOT NULL AND r.started_at < :cutoff)) "
+    "ORDER BY s.session_id LIMIT :batch"
+)
+
+_STEPS_USAGE = ", ".join(f"{col} = e.steps_{col}" for col in USAGE_COLUMNS)
+
+# One session (see above), in one statement, under its row lock taken with SKIP LOCKED
+# (a run opening meanwhile is left alone, and so is its session): how many checkpoints
+# are no longer listed.
+_PRUNE_SESSION = _sql(
+    "WITH q AS (SELECT 1 FROM helix.sessions s WHERE s.session_id = :sid "
+    f"AND {QUIET.format(s='s.session_id')} FOR UPDATE OF s SKIP LOCKED), "
+    "tl AS (SELECT t.* FROM helix.checkpoint_timeline t WHERE t.session_id = :sid), "
+    "vis AS (SELECT t.ord, t.created_at FROM tl t WHERE t.listed AND EXISTS (TABLE q)), "
+    "top AS (SELECT k.ord FROM vis k ORDER BY k.ord DESC OFFSET :keep LIMIT 1), "
+    "e AS (SELECT t.* FROM tl t WHERE t.ord = (SELECT max(v.ord) FROM vis v, top "
+    "WHERE v.ord <= top.ord AND v.created_at < :cutoff)), "
+    "gone AS (DELETE FROM helix.checkpoints c USING e "
+    "WHERE c.session_id = :sid AND c.ord < e.ord RETURNING 1), "
+    "made AS (UPDATE helix.checkpoints c SET kind = 'base', state = e.state, "
+    f"state_ord = c.ord, {_STEPS_USAGE} FROM e "
+    "WHERE c.session_id = :sid AND c.ord = e.ord RETURNING 1), "
+    "added AS (INSERT INTO helix.checkpoints (session_id, ord, run_id, step, kind, "
+    f"message_seq, state, state_ord, {', '.join(USAGE_COLUMNS)}, created_at) "
+    "SELECT :sid, e.ord, e.run_id, e.step, 'base', e.message_seq, e.state, e.ord, "
+    f"{', '.join('e.steps_' + c for c in USAGE_COLUMNS)}, e.created_at FROM e "
+    "WHERE NOT e.stored RETURNING 1), "
+    "kept AS (UPDATE helix.checkpoints c SET state_ord = e.ord FROM e "
+    "WHERE c.session_id = :sid AND c.ord > e.ord AND c.state_ord < e.ord RETURNING 1) "
+    "SELECT (SELECT count(*) FROM vis, e WHERE vis.ord <= e.ord), (SELECT count(*) FROM gone), "
+    "(SELECT count(*) FROM made) + (SELECT count(*) FROM added), (SELECT count(*) FROM kept)"
 )
 
 # One batch of stream chunks of ended runs that finished before the cutoff: the rows
@@ -230,9 +260,21 @@ _PRUNE_CHUNKS = _sql(
 )
 
 
-async def prune_checkpoints(conn: SQLConnection, *, cutoff: datetime, keep: int, batch: int) -> int:
-    params = {"cutoff": cutoff, "keep": keep, "batch": batch}
-    return int((await conn.execute(_PRUNE_CHECKPOINTS, params)).one()[0])
+async def prunable_sessions(
+    conn: SQLConnection, *, cutoff: datetime, after: str, batch: int
+) -> list[str]:
+    """Up to `batch` sessions after `after` whose checkpoints `prune_session` may prune."""
+    params = {"cutoff": cutoff, "after": after, "batch": batch}
+    return [str(r[0]) for r in await conn.execute(_PRUNABLE_SESSIONS, params)]
+
+
+async def prune_session(
+    conn: SQLConnection, session_id: str, *, cutoff: datetime, keep: int
+) -> int:
+    """Prune one session's checkpoints (see `_PRUNE_SESSION`): how many are no longer
+    listed (stored rows deleted and derived ones hidden alike)."""
+    params = {"sid": session_id, "cutoff": cutoff, "keep": keep}
+    return int((await conn.execute(_PRUNE_SESSION, params)).one()[0])
 
 
 async def prune_chunks(conn: SQLConnection, *, cutoff: datetime, batch: int) -> tuple[int, int]:

@@ -764,6 +764,20 @@ _STEP_COUNTERS = (
 )
 
 
+# Whether the step's checkpoint is left to be derived (migration 0030): `unstored_step`
+# names the step, and the checkpoint trigger stores no row for it, when the step writes
+# no state, is not its run's first write (`prior.committed_head` 0: the first checkpoint
+# of a run holds the state it started with), writes at least one message (its last
+# message's seq is then its checkpoint's `message_seq`), and its run derives. Evaluated
+# in the claim's UPDATE, before its new values: `prior` is the row as it was.
+_UNSTORED_STEP = (
+    "unstored_step = CASE WHEN CAST(:state AS jsonb) IS NULL AND derived_after IS NOT NULL "
+    "AND (SELECT committed_head > 0 AND CASE WHEN NOT (live OR committed_head < :step) "
+    "THEN 0 WHEN committed_head < :step THEN :nmsg ELSE :nmsg - :nhead END > 0 FROM prior) "
+    "THEN :step ELSE unstored_step END"
+)
+
+
 # The writing execution still owns the run's workflow (see migration 0012), evaluated in
 # the statement's select list, so it runs even when the keyed write finds nothing to do,
 # and raises (SQLSTATE `OWNER_LOST`), rolling the whole statement back, when it does not.
@@ -892,7 +906,8 @@ async def commit_step_rows(
                 "FOR UPDATE), "
                 "claim AS (UPDATE helix.runs SET committed_step = :step, "
                 "committed_head = GREATEST(committed_head, :step), step_count = "
-                "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END "
+                "CASE WHEN status IN ('running', 'waiting', 'paused') THEN :step ELSE step_count END, "
+                f"{_UNSTORED_STEP} "
                 "WHERE run_id = :rid AND committed_step < :step AND EXISTS (SELECT 1 FROM prior) "
                 "RETURNING (SELECT committed_head FROM prior) < :step AS with_head, "
                 "(SELECT live OR committed_head < :step FROM prior) AS rest), "

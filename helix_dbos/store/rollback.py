@@ -58,13 +58,16 @@ class RolledBack:
 
 async def roll_back_run(conn: Executor, run_id: str, message_id: str) -> RolledBack:
     """Remove an ended run from its session's visible history (see `_ROLL_BACK`), its
-    checkpoints too (time travel's timeline: derived rows, so dropped, not kept). They go
-    in a statement of their own: moving the step keys fires the checkpoint trigger at the
-    end of `_ROLL_BACK`, whose row goes with the rest."""
+    checkpoints too (time travel's timeline: derived rows, so dropped, not kept). Its
+    derived checkpoints go with its messages; its stored rows go in a statement of their
+    own: moving the step keys fires the checkpoint trigger at the end of `_ROLL_BACK`,
+    whose row goes with the rest. A prune's `base` row stays: the checkpoints after it
+    read their state and usage from it (migration 0030)."""
     row = (await conn.execute(_ROLL_BACK, {"rid": run_id, "mid": message_id})).one()
     rolled = RolledBack(bool(row[0]), int(row[1]), int(row[2]))
     if rolled.done:
         await conn.execute(
-            _sql("DELETE FROM helix.checkpoints WHERE run_id = :rid"), {"rid": run_id}
+            _sql("DELETE FROM helix.checkpoints WHERE run_id = :rid AND kind <> 'base'"),
+            {"rid": run_id},
         )
     return rolled

@@ -151,14 +151,19 @@ class TimeTravel:
         cutoff = (now or datetime.now(timezone.utc)) - older_than
         report = PruneReport(cutoff=cutoff)
         async with self._connect() as conn:
+            after = ""  # checkpoints: a session per statement, sessions in keyset batches
             while True:
-                n = await sql.prune_checkpoints(
-                    conn, cutoff=cutoff, keep=keep_last, batch=batch_size
+                sessions = await sql.prunable_sessions(
+                    conn, cutoff=cutoff, after=after, batch=batch_size
                 )
-                report.checkpoints += n
                 report.batches += 1
-                if n < batch_size:
+                for session_id in sessions:
+                    report.checkpoints += await sql.prune_session(
+                        conn, session_id, cutoff=cutoff, keep=keep_last
+                    )
+                if len(sessions) < batch_size:
                     break
+                after = sessions[-1]
             while True:
                 n, events = await sql.prune_chunks(conn, cutoff=cutoff, batch=batch_size)
                 report.stream_chunks += events  # what readers saw: events, not rows
