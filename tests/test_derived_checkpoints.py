@@ -275,7 +275,7 @@ def test_runs_spanning_the_migration_and_older_builds_list_what_the_trigger_gave
     before = {k: _listed_and_stored(url, sid) for k, (sid, _) in ids.items()}
     assert before == {"approve": (3, 3), "crash": (1, 1)}, "a:1, a:2, a:3's head; c:1"
 
-    assert apply_migrations(url)[-1] == "0030_derived_checkpoints"
+    assert "0030_derived_checkpoints" in apply_migrations(url)
     assert compare(url)  # as they were
     assert _run(new, url, executor, marks, "finish") == {
         "approve": "completed",
