@@ -25,6 +25,7 @@ from helpers import (
     pending_calls,
     set_version,
     sql,
+    wait_for,
 )
 
 from helix_dbos import RunOnOtherVersionError, tool
@@ -226,10 +227,14 @@ def test_a_live_worker_slow_to_heartbeat_still_serves_its_version(helix, databas
         assert sql(database_url, served) == [(False,)]
         with psycopg.connect(
             libpq_url(database_url), application_name=heartbeat_application_name(executor)
-        ):
+        ) as heartbeat:
+            pid = heartbeat.info.backend_pid
             assert sql(database_url, served) == [(True,)]  # silent 10 s, but connected
             beat(16)
             assert sql(database_url, served) == [(False,)]  # its lease lapsed
+        # The server lists a closed connection's backend a moment longer (under load).
+        gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
+        wait_for(lambda: sql(database_url, gone, pid) == [(True,)])
         beat(5)  # no connection seen (an older build, a pooler): two fifths of the lease
         assert sql(database_url, served) == [(True,)]
         beat(7)
