@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -43,7 +44,7 @@ from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
 
 import helix_dbos
-from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, tool
+from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, ToolContext, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.loop import agent_loop, tool_batch
 from helix_dbos.runtime.loop import llm_step as llm_step_module
@@ -93,6 +94,41 @@ async def ping() -> str:
     return "pong"
 
 
+@tool
+async def tick(ctx: ToolContext) -> str:
+    """Answers at once, and changes the session's state (one key)."""
+    ctx.update_state({"ticks": ctx.state_dict.get("ticks", 0) + 1})
+    return "tock"
+
+
+def session_state(size: int) -> dict[str, Any]:
+    """A session state of about `size` bytes of JSON: notes of varied text (pseudo-random
+    words, so not the run of one character that would compress to nothing), the shape of
+    what an agent keeps (facts, a plan, a few counters)."""
+    if size <= 0:
+        return {}
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "user",
+        "order",
+        "refund",
+        "invoice",
+        "shipped",
+        "pending",
+        "note",
+        "plan",
+    ]
+    rng = random.Random(size)
+    state: dict[str, Any] = {"customer": {"id": "cus_0042", "tier": "gold"}, "notes": []}
+    while len(json.dumps(state)) < size:
+        note = " ".join(rng.choice(words) for _ in range(6)) + f" #{rng.randrange(10**6)}"
+        state["notes"].append(note)
+    return state
+
+
 class Script:
     """The model: a tool call per step until the run's step budget, then a text reply.
 
@@ -100,8 +136,9 @@ class Script:
     is exactly one agent step (LLM step, tool step, commit, next LLM step's read).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tool_name: str = "ping") -> None:
         self.steps = 1
+        self.tool_name = tool_name
         self.calls: list[float] = []
 
     def start(self, steps: int) -> None:
@@ -113,7 +150,7 @@ class Script:
         last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
         done = sum(1 for m in request.messages[last_user:] if m.role == "assistant")
         if done < self.steps - 1:
-            call = {"id": f"t{done}", "name": "ping", "arguments": {}}
+            call = {"id": f"t{done}", "name": self.tool_name, "arguments": {}}
             return {"type": "tool_calls", "tool_calls": [call]}
         return {"type": "text", "content": "done"}
 
@@ -153,6 +190,7 @@ class Bench:
         self.mock = mock
         self.script = script
         self.database_url = database_url
+        self.state: dict[str, Any] = {}  # of each session the benchmark creates
         self.sql = psycopg.connect(
             libpq_url(database_url), autocommit=True, prepare_threshold=None
         )  # seeding only; no prepared statement, so it works through a pooler too
@@ -195,7 +233,7 @@ class Bench:
         )
 
     def session_with_history(self, count: int) -> str:
-        return create_session_with_history(self.sql, count)
+        return create_session_with_history(self.sql, count, self.state)
 
 
 # --- database -------------------------------------------------------------------
@@ -246,14 +284,18 @@ def history_rows(count: int) -> list[tuple[Any, ...]]:
     return rows
 
 
-def create_session_with_history(conn: psycopg.Connection[Any], count: int) -> str:
-    """A completed session whose transcript already holds `count` messages."""
+def create_session_with_history(
+    conn: psycopg.Connection[Any], count: int, state: dict[str, Any] | None = None
+) -> str:
+    """A completed session whose transcript already holds `count` messages (and whose
+    state is `state`)."""
     session_id = f"ses_bench_{uuid.uuid4().hex}"
     rows = history_rows(count)
     with conn.transaction():
         conn.execute(
-            "INSERT INTO helix.sessions (session_id, agent_name, status) VALUES (%s, %s, 'completed')",
-            (session_id, AGENT_NAME),
+            "INSERT INTO helix.sessions (session_id, agent_name, status, state) "
+            "VALUES (%s, %s, 'completed', %s::jsonb)",
+            (session_id, AGENT_NAME, json.dumps(state or {})),
         )
         with conn.cursor() as cur:
             cur.executemany(
@@ -638,14 +680,21 @@ def print_report(
 KNOWN_WINDOW_TOKENS = 10**9
 
 
-def launch_bench(database_url: str, known_window: bool = False) -> Bench:
+def launch_bench(
+    database_url: str, known_window: bool = False, state_writes: bool = False
+) -> Bench:
     """The ping agent on a scripted model, launched on the running event loop (workflows,
-    steps and the benchmark share it)."""
-    script = Script()
+    steps and the benchmark share it). With `state_writes`, its tool is `tick`, which
+    changes the session's state at every step."""
+    script = Script("tick" if state_writes else "ping")
     mock = MockLLM(script)
     history = HistoryPolicy(max_input_tokens=KNOWN_WINDOW_TOKENS if known_window else None)
     agent = Agent(
-        AGENT_NAME, system_prompt="You ping.", tools=[ping], max_steps=10_000, history=history
+        AGENT_NAME,
+        system_prompt="You ping.",
+        tools=[tick if state_writes else ping],
+        max_steps=10_000,
+        history=history,
     )
     helix = HelixDBOS(
         [agent],

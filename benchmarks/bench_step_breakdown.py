@@ -19,6 +19,11 @@ never the shared server's configuration.
 usage: .venv/bin/python benchmarks/bench_step_breakdown.py [--short 5] [--long 205]
        [--py-spy PREFIX]   also sample Python CPU (py-spy --gil --idle) of one long run
                            per history size into PREFIX-<history>.txt and summarise it
+       [--state-bytes N]   each session's state: about N bytes of JSON (default 0: `{}`),
+                           kept by the steps (the session's row holds it)
+       [--state-writes]    the tool changes the state at every step (one key)
+       [--no-autovacuum]   no autovacuum in the benchmark's cluster: WAL per step without
+                           a vacuum's WAL in some windows and not in others
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from bench_agent_loop import (
     RunTiming,
     fresh_database,
     launch_bench,
+    session_state,
 )
 from bench_common import rounded
 
@@ -76,9 +82,10 @@ def _as_cluster_user(argv: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def own_cluster() -> Iterator[str]:
+def own_cluster(autovacuum: bool = True) -> Iterator[str]:
     """A fresh PostgreSQL 15 cluster with pg_stat_statements (track = all); yields the
-    URL of its `postgres` database."""
+    URL of its `postgres` database. Without `autovacuum`, no vacuum's WAL lands in a
+    run's window (the seeded history sets it off at a time of its own)."""
     folder = Path(tempfile.mkdtemp(prefix="helix-step-breakdown-"))
     data, log = folder / "data", folder / "server.log"
     port = _free_port()
@@ -94,6 +101,8 @@ def own_cluster() -> Iterator[str]:
             "pg_stat_statements.track = all\npg_stat_statements.track_utility = on\n"
             "pg_stat_statements.max = 10000\n"
         )
+        if not autovacuum:
+            conf.write("autovacuum = off\n")
     ctl = [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(log), "-w"]
     subprocess.run(_as_cluster_user([*ctl, "start"]), check=True, capture_output=True, timeout=120)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
@@ -370,13 +379,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ["uptime"], capture_output=True, text=True, check=False
         ).stdout.strip()
     }
-    with own_cluster() as server, fresh_database(server) as database_url:
-        bench = launch_bench(database_url)
+    with own_cluster(not args.no_autovacuum) as server, fresh_database(server) as database_url:
+        bench = launch_bench(database_url, state_writes=args.state_writes)
+        bench.state = session_state(args.state_bytes)
         helix = bench.helix
         bench.sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # its views
         try:
             for size in (SMALL_HISTORY, LARGE_HISTORY):  # warm-up: pools, plans, caches
-                await bench.agent_run(args.short, bench.session_with_history(size))
+                warm = bench.session_with_history(size)
+                await bench.agent_run(args.short, warm)
+            state_row = bench.sql.execute(
+                "SELECT pg_column_size(state), pg_column_size(s.*), state ? 'ticks' "
+                "FROM helix.sessions s WHERE session_id = %s",
+                (warm,),
+            ).fetchone()
+            assert state_row is not None
+            result["state"] = {
+                "state_bytes": state_row[0],
+                "session_row_bytes": state_row[1],
+                "written_by_steps": state_row[2],
+            }
+            print(
+                f"session state: {state_row[0]} bytes stored, the session's row "
+                f"{state_row[1]} bytes; changed by the steps: {state_row[2]}"
+            )
             idle = await idle_window(bench, IDLE_WINDOW_S)
             background = {name for name, row in idle.tables.items() if any(row)}
             print(f"idle process, {IDLE_WINDOW_S:.0f} s (background, not charged to steps):")
@@ -403,8 +429,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "per_step": statements_json(per_step),
                     "fixed": statements_json(fixed),
                 }
+                helix_step = [
+                    st for st in _top(per_step) if owner(st.text) == "helix" and st.calls >= 0.5
+                ]
                 result[str(size)] = {
                     "statements_per_step": sum(st.calls for st in _top(per_step)),
+                    "server_ms_per_step": sum(st.exec_ms for st in _top(per_step)),
+                    "helix_server_ms_per_step": sum(st.exec_ms for st in helix_step),
                     "rows_per_step": sum(sum(v) for v in per_step.tables.values()),
                     "fixed_rows": sum(r[1] + r[2] + r[3] for r in _table_rows(fixed, background)),
                     "commits_per_step": per_step.commits,
@@ -451,6 +482,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--py-spy", metavar="PREFIX", help="also sample Python CPU with py-spy")
     parser.add_argument("--py-spy-runs", type=int, default=4, help="long runs sampled per size")
     parser.add_argument("--statements", metavar="PATH", help="write every statement's full text")
+    parser.add_argument(
+        "--state-bytes", type=int, default=0, help="each session's state, in bytes of JSON"
+    )
+    parser.add_argument(
+        "--state-writes", action="store_true", help="the tool changes the state at every step"
+    )
+    parser.add_argument(
+        "--no-autovacuum",
+        action="store_true",
+        help="the cluster runs no autovacuum (its WAL otherwise falls in some runs' windows)",
+    )
     args = parser.parse_args(argv)
     if not 3 <= args.short < args.long:
         parser.error("need 3 <= --short < --long")
