@@ -178,6 +178,11 @@ class ExecutorIdInUseError(HelixError):
         )
 
 
+class HelixShutDownError(HelixError, RuntimeError):
+    """A statement of helix's after `shutdown()` in this process (which launches helix
+    once): refused, rather than opening connections that no one would close."""
+
+
 class RunOnOtherVersionError(HelixError):
     """The run was started by an application version that no live worker executes: an
     answer or an interrupt sent to it would be accepted and never taken. Nothing was

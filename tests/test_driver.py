@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError, NoResultFound, OperationalError, Prog
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from helix_dbos import HelixDBOS
+from helix_dbos.errors import HelixShutDownError
 from helix_dbos.runtime.process.process_runtime import is_transient_db_error
 from helix_dbos.store.database import libpq_url, sqlalchemy_url
 from helix_dbos.store.statement_pool import StatementPool
@@ -93,13 +94,38 @@ async def test_a_discarded_connection_takes_its_session_lock_with_it(
         await fast.execute(text("SELECT pg_advisory_unlock(4242)"))
 
 
-async def test_a_closed_pool_opens_again_on_its_next_use(pool: StatementPool) -> None:
-    """`HelixDBOS.shutdown()` closes the pool; a later launch finds it usable."""
+async def test_a_closed_pool_refuses_checkouts_and_closes_what_comes_back(
+    pool: StatementPool, database_url: str
+) -> None:
+    """`HelixDBOS.shutdown()` closes the pool: a statement after it (a workflow's tail
+    still running) is refused rather than opening a pool no one closes, and a connection
+    in use then is closed when it comes back."""
     async with pool.connection() as fast:
         assert (await fast.execute(text("SELECT 1"))).scalar_one() == 1
+    release = asyncio.Event()
+
+    async def in_use(started: asyncio.Future[int]) -> None:
+        async with pool.connection() as fast:
+            started.set_result(
+                int((await fast.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+            )
+            await release.wait()
+
+    started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    holder = asyncio.create_task(in_use(started))
+    pid = await started
     await pool.close()
-    async with pool.connection() as fast:
-        assert (await fast.execute(text("SELECT 2"))).scalar_one() == 2
+    with pytest.raises(HelixShutDownError):
+        async with pool.connection():
+            pass
+    release.set()
+    await holder
+    for _ in range(200):
+        if not sql(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the connection in use at the close was not closed")
 
 
 async def _hold(pool: StatementPool, held: asyncio.Event, release: asyncio.Event) -> None:

@@ -1,7 +1,9 @@
 """Shutting helix down from async code closes helix's connections, not only DBOS: the
-live-chunk listener and the statement pool. `shutdown()` called on helix's own event
-loop (an async app's shutdown) closes them in tasks on that loop; `shutdown_async()`
-closes them before it returns."""
+live-chunk listener, the statement pool and the transaction engine. `shutdown()` called
+on helix's own event loop (an async app's shutdown) closes them in tasks on that loop;
+`shutdown_async()` closes them before it returns. A statement after that (the tail of a
+workflow still running: the start of its session's next stored message comes after its
+run's end is announced) is refused rather than opening a pool that no one closes."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ SCRIPT = """
 import asyncio, json, os, sys, time
 import psycopg
 from helix_dbos import Agent, HelixDBOS, MockLLM
+from helix_dbos.runtime.process.process_runtime import current_runtime
+from helix_dbos.store.features import queued_messages as store
+from helix_dbos.errors import HelixShutDownError
 
 URL, HOW, TAG = sys.argv[1], sys.argv[2], os.environ["PGAPPNAME"]
 agent = Agent("shutdown_probe", system_prompt="Answer.")
@@ -34,10 +39,12 @@ def backends() -> dict[str, int]:
             return conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
                 "AND query LIKE %s", (TAG, query_like)).fetchone()[0]
-        return {"listener": count("LISTEN%"), "statements": count("%helix.%")}
+        return {"listener": count("LISTEN%"), "statements": count("%helix.%"),
+                "all": count("%")}
 
 async def main() -> None:
     helix.launch()  # on this loop
+    runtime = current_runtime()
     handle = await helix.execute(agent, "hello")
     chunks = [c async for c in helix.stream(handle.session_id, run_id=handle.run_id)]
     result = await handle.result()
@@ -49,18 +56,24 @@ async def main() -> None:
         # only what shutdown_async closed counts; the server drops a closed backend from
         # pg_stat_activity a moment later (longer on a loaded machine).
         deadline = time.monotonic() + 10
-        while (after := backends()) != {"listener": 0, "statements": 0}:
+        while (after := backends()) != {"listener": 0, "statements": 0, "all": 0}:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
     else:
         helix.shutdown()  # on the loop its connections belong to: the closes are tasks
         deadline = time.monotonic() + 10
-        while (after := backends()) != {"listener": 0, "statements": 0}:
+        while (after := backends()) != {"listener": 0, "statements": 0, "all": 0}:
             if time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.05)
-    print(json.dumps({"before": before, "after": after}))
+    try:  # what a workflow's tail still running would read
+        await runtime.read(store.has_waiting, handle.session_id)
+        late = "read"
+    except HelixShutDownError:
+        late = "refused"
+    time.sleep(0.5)  # a connection it opened would show by now
+    print(json.dumps({"before": before, "after": after, "late": late, "then": backends()}))
 
 asyncio.run(main())
 """
@@ -83,6 +96,8 @@ def test_shutting_down_from_async_code_closes_the_listener_and_the_statement_poo
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     # While running: one LISTEN connection, and idle connections whose last query was
-    # one of helix's (the open, the final write); none of either once shut down.
+    # one of helix's (the open, the final write); none at all once shut down.
     assert counts["before"]["listener"] == 1 and counts["before"]["statements"] >= 1
-    assert counts["after"] == {"listener": 0, "statements": 0}
+    assert counts["after"] == {"listener": 0, "statements": 0, "all": 0}
+    assert counts["late"] == "refused"
+    assert counts["then"] == {"listener": 0, "statements": 0, "all": 0}

@@ -356,6 +356,9 @@ class WorkerProcess:
         DBOS.listen_queues(self.dispatch.listen_list(me.agents) + model_limits.queue_names(served))
 
     def shutdown(self) -> None:
+        # At once, before the closes below get to run: a workflow's tail still running
+        # (or a sweep) must not open the pool again, with connections no one would close.
+        self.runtime.statement_pool.shut()
         if self._sweep is not None:  # first: it would open the statement pool again
             if running_loop() is self._sweep.get_loop():
                 # At once: a callback would come after DBOS is gone, and a sweep that woke
@@ -370,6 +373,7 @@ class WorkerProcess:
             self.waits.notifier_started = None
         self._close_on_target_loop(self.runtime.wake_ups.close)  # before its pool
         self._close_on_target_loop(self.runtime.statement_pool.close)
+        self._close_on_target_loop(self.runtime.engine.dispose)  # its idle connections
         self._recheck.stop()
         self.runtime.serves_version = None
         set_runtime(None)

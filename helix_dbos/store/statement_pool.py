@@ -15,6 +15,11 @@ on, with psycopg's backoff while the server is still down), and the old one clos
 each of its connections as it comes back. A restart costs each statement in flight
 then, and the one that finds out, one failure; none after.
 
+Once helix is shut down in a process (a process launches it once), the pool refuses
+checkouts (`HelixShutDownError`): the tail of a workflow still running then (the start
+of a session's next stored message, after its run's end was announced) would otherwise
+open a new pool whose connections no one closes.
+
 An idle process keeps one connection here: the pool opens more under load and closes
 each one idle for `IDLE_SECONDS` (an idle worker's connections are other applications'
 `max_connections`).
@@ -33,6 +38,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.exc import DBAPIError
 
+from helix_dbos.errors import HelixShutDownError
 from helix_dbos.store.driver import DriverConnection
 
 logger = logging.getLogger("helix_dbos")
@@ -69,6 +75,7 @@ class StatementPool:
         self._retiring: set[asyncio.Task[None]] = set()
         self._returning: set[asyncio.Task[None]] = set()  # returns under way (_give_back)
         self.generations = 1  # how many pools this one has had (a restart adds one)
+        self._shut = False  # shut down: checkouts refused from then on
 
     def _new_pool(self) -> Pool:
         return AsyncConnectionPool(
@@ -91,6 +98,10 @@ class StatementPool:
         the server refuses new connections, as when its `max_connections` is taken, the
         pool keeps trying meanwhile)."""
         timeout = self.timeout if timeout is None else timeout
+        if self._shut:
+            raise HelixShutDownError(
+                "helix was shut down in this process: its statements are refused"
+            )
         pool = self._pool
         if pool.closed:
             await pool.open()  # the first use; open() is idempotent under concurrent calls
@@ -147,8 +158,12 @@ class StatementPool:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
+    def shut(self) -> None:
+        """Refuse checkouts from now on (a shutdown, before `close()` gets to run)."""
+        self._shut = True
+
     async def close(self) -> None:
-        """Close every connection; a later use opens a new pool (a pool does not reopen)."""
-        pool, self._pool = self._pool, self._new_pool()
-        await pool.close()
+        """Refuse checkouts, and close every connection: the ones in use as they come back."""
+        self._shut = True
+        await self._pool.close()
         await asyncio.gather(*self._retiring, *self._returning, return_exceptions=True)

@@ -76,6 +76,12 @@ class DatabaseUnavailable(dbos_errors.DBOSWorkflowCancelledError):
     DBOS records no step output for it, and the workflow stops unrecorded (PENDING)."""
 
 
+class ProcessShutDown(dbos_errors.DBOSWorkflowCancelledError):
+    """Workflow code that needed the database after helix was shut down in its process: a
+    `BaseException` like `DatabaseUnavailable`, so the workflow stops unrecorded (PENDING)
+    and recovery finishes it, as after a crash at that point."""
+
+
 class OutageWait:
     """Runs a database operation until it gets through or the horizon passes."""
 

@@ -19,12 +19,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from helix_dbos.definitions.agent import Agent
-from helix_dbos.errors import AgentNotRegisteredError, LLMConfigurationError
+from helix_dbos.errors import AgentNotRegisteredError, HelixShutDownError, LLMConfigurationError
 from helix_dbos.llm.base import LLMAdapter, SelfChecking
 from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import Message
 from helix_dbos.runtime.dbos import dbos_internals
-from helix_dbos.runtime.process.outage import DEFAULT_OUTAGE_SECONDS, OutageWait
+from helix_dbos.runtime.process.outage import DEFAULT_OUTAGE_SECONDS, OutageWait, ProcessShutDown
 from helix_dbos.runtime.process.outage import is_transient_db_error as is_transient_db_error
 from helix_dbos.runtime.process.wait_parking import WaitParking
 from helix_dbos.runtime.process.wake_ups import WakeUps
@@ -298,9 +298,10 @@ class Runtime:
         """A pooled connection on which each statement commits by itself, sent straight
         to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
         on their own and need no transaction around them."""
-        async with self.statement_pool.connection() as conn:
-            with owner_lost_stops_execution():
-                yield conn
+        with shut_down_stops_execution():
+            async with self.statement_pool.connection() as conn:
+                with owner_lost_stops_execution():
+                    yield conn
 
     async def on_connection(
         self,
@@ -314,9 +315,10 @@ class Runtime:
         (`OutageWait`): for keyed or guarded writes, and reads."""
 
         async def once(checkout_seconds: float | None = None) -> T:
-            async with self.statement_pool.connection(checkout_seconds) as conn:
-                with owner_lost_stops_execution():
-                    return await body(conn)
+            with shut_down_stops_execution():
+                async with self.statement_pool.connection(checkout_seconds) as conn:
+                    with owner_lost_stops_execution():
+                        return await body(conn)
 
         return await self.outage.run(what, once) if wait else await once()
 
@@ -349,6 +351,18 @@ def owner_lost_stops_execution() -> Iterator[None]:
             raise
         owner = dbos_internals.execution_owner()
         raise dbos_internals.WorkflowNotOwnedError(owner[0] if owner else "") from exc
+
+
+@contextmanager
+def shut_down_stops_execution() -> Iterator[None]:
+    """A statement refused because helix was shut down in this process stops workflow
+    code where it is, unrecorded (`ProcessShutDown`); other callers get the error."""
+    try:
+        yield
+    except HelixShutDownError as exc:
+        if DBOS.workflow_id is None:
+            raise
+        raise ProcessShutDown(f"{exc} (workflow {DBOS.workflow_id} stays pending)") from exc
 
 
 async def no_lease() -> None:
