@@ -477,3 +477,19 @@ async def test_parallel_guardrail(helix, make_agent, mock_llm, database_url):
     assert result.status == "completed" and result.output == "done"
     roots = {"run": workflow_of(database_url, result.run_id)}
     check("parallel_guardrail", await record(database_url, roots, roles(agent)))
+
+
+async def test_client_call_timed_out(helix, make_agent, mock_llm, database_url):
+    @tool(execute="client", client_timeout_seconds=0.5)
+    def confirm(question: str) -> dict:
+        """Ask the client to confirm."""
+
+    agent = make_agent(tools=[confirm])
+    mock_llm.add_responses(
+        calls(("c1", "confirm", {"question": "sure?"})), text("done"), agent=agent.name
+    )
+    handle = await helix.execute(agent, "ask")
+    result = await handle.result()  # nobody answers: the call times out
+    assert result.status == "completed"
+    roots = {"run": workflow_of(database_url, handle.run_id)}
+    check("client_call_timed_out", await record(database_url, roots, roles(agent)))

@@ -74,3 +74,10 @@ class WorkflowPatches:
 AGENT_RUN = WorkflowPatches("helix.agent_run")
 SCHEDULED_FIRING = WorkflowPatches("helix.scheduled_firing")
 MODEL_SLOT = WorkflowPatches("helix.llm_slot")
+
+# Patches checked where the code branches, for a path a run rarely takes: its marker is
+# written only there (`await DBOS.patch_async(name)`), never on a run's hot path.
+#
+# A `recv` for a human's answer that returned nothing before its deadline (a late
+# notification woke it) waits again; before, every empty `recv` was a timeout.
+RECV_WOKEN_EARLY = "helix.recv_woken_early"

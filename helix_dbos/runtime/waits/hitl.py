@@ -5,7 +5,14 @@ with a deadline, announced with a stream chunk, and answered by a DBOS message
 (`helix.approval`, `helix.tool_result`, `helix.human_input`). The wait is
 `recv_async`, so a waiting run holds no thread. Deadlines come from the database
 clock in the suspend transaction (checkpointed); whether a wait timed out is read
-from `recv`'s recorded result, so a replay takes the same path.
+from `recv`'s recorded result and, when it holds nothing, a recorded clock, so a replay
+takes the same path.
+
+DBOS's `recv` returns nothing before its timeout when a late notification wakes it: its
+check at the start finds a message already stored and takes it, and that message's
+NOTIFY (sent after the commit, coalesced) then wakes the next `recv` on the topic, which
+finds nothing to take. A pending call must not time out for it (patch
+`RECV_WOKEN_EARLY`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from helix_dbos.log_events import RUN_RESUMED, RUN_SUSPENDED, gate_event, log_ev
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.types import ToolCall
 from helix_dbos.runtime.dbos.dbos_internals import execution_owner
+from helix_dbos.runtime.process.patches import RECV_WOKEN_EARLY
 from helix_dbos.runtime.process.process_runtime import Runtime, current_runtime
 from helix_dbos.runtime.steps.commit import StepCommit, write_head
 from helix_dbos.runtime.steps.step_types import ChunkRecord, GateDecision, GateKind, ToolOutcome
@@ -297,6 +305,16 @@ def _log_resolutions(
         log_event(RUN_RESUMED, tool_call_ids=[r.tool_call_id for r in resolutions], **ids)
 
 
+async def _woken_early(deadline: float) -> bool:
+    """Whether a `recv` that returned nothing did so before `deadline` (a late
+    notification woke it), by a clock recorded as a step. A history recorded before the
+    patch holds its next step here: it replays its old reading, a timeout."""
+    if not await DBOS.patch_async(RECV_WOKEN_EARLY):
+        return False
+    now = await DBOS.run_step_async({"name": "helix.wait_clock"}, time.time)
+    return bool(now < deadline)
+
+
 class HumanWait:
     """Suspend a run on some pending calls and collect one answer for each."""
 
@@ -384,6 +402,8 @@ class HumanWait:
             with self.rt.parking.waiting(topic, timeout, on_park=self._forget_transcript):
                 message = await DBOS.recv_async(topic, timeout_seconds=timeout)
             if message is None:
+                if await _woken_early(soonest):
+                    continue
                 for call_id in [c for c in waiting if deadlines[c] <= soonest]:
                     answers[call_id] = Answer(kind, None, (deadlines[call_id] - started) * 1000)
                     waiting.discard(call_id)
