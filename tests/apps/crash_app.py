@@ -22,8 +22,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from app_marks import marker
 from dbos import DBOS
@@ -53,6 +55,19 @@ mark = marker(markers)
 
 def first_life() -> bool:
     return mode == "start"
+
+
+# Set once the first life has printed its run's ids: under load, the run can reach the
+# point where it kills this process before `execute()` has returned to print them. (The
+# run is on DBOS's loop, in another thread than `main()`'s.)
+STARTED = threading.Event()
+
+
+async def die(name: str) -> None:
+    """Mark `name` and SIGKILL this process, once the test has the run's ids."""
+    await asyncio.to_thread(STARTED.wait, 60)
+    mark(name)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Report(BaseModel):
@@ -105,7 +120,7 @@ def guarded_delete(path: str) -> str:
     return f"deleted {path}"
 
 
-def respond(request: LLMRequest) -> dict:
+def respond(request: LLMRequest) -> Any:
     mark("llm.log", str(len(request.messages)))
     if scenario == "pdf":  # the PDF's bytes as this process's model call got them
         parts = [a for m in request.messages for a in m.attachments]
@@ -115,8 +130,7 @@ def respond(request: LLMRequest) -> dict:
         )
     if scenario == "written" and first_life() and any(m.role == "tool" for m in request.messages):
         # Step 1's rows were written by this LLM step, which is not checkpointed yet.
-        mark("crashed_in_model_call")
-        os.kill(os.getpid(), signal.SIGKILL)
+        return die("crashed_in_model_call")  # awaited by MockLLM
     if scenario == "early":  # the first life answers at once; a second would run a tool
         if first_life():
             call = {"id": "fin", "name": "__finish__", "arguments": {"summary": "first life"}}
@@ -164,8 +178,7 @@ if scenario == "commit" and first_life():
 
     async def crashing_write(conn, commit, **options):  # type: ignore[no-untyped-def]
         if commit.messages and any(m.role == "tool" for m in commit.messages):
-            mark("crashed_before_commit")
-            os.kill(os.getpid(), signal.SIGKILL)
+            await die("crashed_before_commit")
         return await original_write(conn, commit, **options)
 
     step_commit.write_step_rows = crashing_write  # type: ignore[assignment]
@@ -186,8 +199,7 @@ if scenario == "final" and first_life():
 
     async def crash_after_final(commit, pending, *more):  # type: ignore[no-untyped-def]
         out = await original_final(commit, pending, *more)
-        mark("crashed_after_final_commit")  # committed, not yet checkpointed
-        os.kill(os.getpid(), signal.SIGKILL)
+        await die("crashed_after_final_commit")  # committed, not yet checkpointed
         return out
 
     final_write.final_step = crash_after_final  # type: ignore[assignment]
@@ -202,8 +214,7 @@ if scenario == "early" and first_life():
 
     async def crash_after_early_final(commit, pending, *more):  # type: ignore[no-untyped-def]
         out = await original_early_final(commit, pending, *more)
-        mark("crashed_after_early_final")  # committed; the LLM step's checkpoint is held
-        os.kill(os.getpid(), signal.SIGKILL)
+        await die("crashed_after_early_final")  # committed; the LLM step's checkpoint is held
         return out
 
     early_loop.final_step = crash_after_early_final  # type: ignore[assignment]
@@ -365,6 +376,7 @@ async def main() -> None:
     elif mode == "start":
         handle = await helix.execute(agent, run_input())
         print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+        STARTED.set()
         await asyncio.sleep(3600)  # killed by the test (or by itself) before this ends
     else:
         run_id = sys.argv[6]
