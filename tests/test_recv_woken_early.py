@@ -14,12 +14,11 @@ after it) replays its old reading.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
 import pytest
 from dbos import DBOS
-from helpers import calls, wait_until_waiting
+from helpers import approval_gated_delete, calls, wait_until_waiting
 
 from helix_dbos import tool
 from helix_dbos.runtime.process.event_loop import on_target_loop
@@ -52,21 +51,11 @@ def _late_notification(database_url: str, workflow_id: str, topic: str) -> None:
         )
 
 
-def _deleter(ran: list[str]) -> Any:
-    @tool(require_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
-    return delete_file
-
-
 async def test_a_late_notification_leaves_the_call_waiting(
     helix, make_agent, mock_llm, database_url
 ):
     ran: list[str] = []
-    agent = make_agent(tools=[_deleter(ran)])
+    agent = make_agent(tools=[approval_gated_delete(ran)])
     mock_llm.add_responses(
         calls(("a1", "delete_file", {"path": "a"})),
         {"type": "text", "content": "done"},
@@ -116,7 +105,7 @@ async def test_a_run_recorded_before_the_patch_replays_its_timeout(
         """Ask the client to confirm."""
 
     ran: list[str] = []
-    agent = make_agent(tools=[confirm, _deleter(ran)])
+    agent = make_agent(tools=[confirm, approval_gated_delete(ran)])
     mock_llm.add_responses(
         calls(("c1", "confirm", {"question": "sure?"})),
         calls(("a1", "delete_file", {"path": "a"})),
