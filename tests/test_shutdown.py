@@ -16,6 +16,9 @@ import forkserver
 import pytest
 from conftest import REPO
 
+from helix_dbos.errors import HelixShutDownError
+from helix_dbos.server.http.error_responses import status_for
+
 # Run in a process of its own: DBOS is one per process, and the test session's is in use.
 # Every connection the script opens carries its application_name (PGAPPNAME), so the
 # script counts its own backends from a connection under another name.
@@ -101,3 +104,8 @@ def test_shutting_down_from_async_code_closes_the_listener_and_the_statement_poo
     assert counts["after"] == {"listener": 0, "statements": 0, "all": 0}
     assert counts["late"] == "refused"
     assert counts["then"] == {"listener": 0, "statements": 0, "all": 0}
+
+
+def test_a_request_after_the_shutdown_is_answered_503() -> None:
+    """A request still served while its process shuts down is one to retry elsewhere."""
+    assert status_for(HelixShutDownError("shut down")) == 503

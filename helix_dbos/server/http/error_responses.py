@@ -1,4 +1,5 @@
-"""Helix errors as HTTP statuses: unknown ids 404, conflicts 409, bad answers 422."""
+"""Helix errors as HTTP statuses: unknown ids 404, conflicts 409, bad answers 422, a
+process shutting down 503 (a load balancer retries elsewhere)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from helix_dbos.errors import (
     CheckpointNotFoundError,
     ContentTooLargeError,
     HelixError,
+    HelixShutDownError,
     InvalidAnswerError,
     InvalidInputError,
     QueuedMessageNotFoundError,
@@ -53,6 +55,7 @@ STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (InvalidInputError, 422),
     (StateUpdateError, 422),
     (AgentDefinitionError, 422),
+    (HelixShutDownError, 503),
 )
 
 
