@@ -8,11 +8,16 @@ themselves), and 0013's view over the shadow table. The autouse fixture `shadow_
 (imported into a test module) installs it and, after each test, asserts that every session
 the test touched lists exactly the shadow's checkpoints: the same ids, in the same order,
 with the same message_seq, state, usage and created_at. A pruned session lists the
-shadow's last ones; a rolled-back run's shadow rows go as its stored rows do."""
+shadow's last ones; a rolled-back run's shadow rows go as its stored rows do. It also
+asserts that each checkpoint read alone (`helix.session_checkpoint`, as `checkpoints.get`
+reads it since migration 0032) is the one listed, and that the whole timeline
+(`helix.checkpoint_timeline`: unlisted rows and prune's columns too) is what migration
+0030's view, kept here verbatim, gives."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -149,6 +154,37 @@ _COLUMNS = (
 )
 
 
+# Migration 0030's view `helix.checkpoint_timeline`, verbatim but for its name: migration
+# 0032 computes the same rows another way, and `compare` checks it did (every column,
+# prune's and the unlisted rows too).
+_MIGRATION_0030 = (
+    Path(__file__).resolve().parent.parent / "migrations" / "0030_derived_checkpoints.sql"
+).read_text()
+_VIEW_AT = _MIGRATION_0030.index("CREATE OR REPLACE VIEW helix.checkpoint_timeline AS")
+_VIEW_END = _MIGRATION_0030.index("COMMENT ON VIEW helix.checkpoint_timeline")
+_TIMELINE_0030 = _MIGRATION_0030[_VIEW_AT:_VIEW_END].replace(
+    "VIEW helix.checkpoint_timeline AS", "VIEW test_shadow.timeline_0030 AS"
+)
+
+
+def _install_timeline_0030(database_url: str) -> bool:
+    """Migration 0030's timeline view beside this build's, once 0030 is applied."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT to_regprocedure('helix.checkpoint_ord_at(integer)')"
+        ).fetchone()
+        if not found or found[0] is None:
+            return False
+        conn.execute("SELECT pg_advisory_lock(4242)")
+        try:
+            exists = conn.execute("SELECT to_regclass('test_shadow.timeline_0030')").fetchone()
+            if not exists or exists[0] is None:
+                conn.execute(_TIMELINE_0030)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(4242)")
+    return True
+
+
 def install(database_url: str) -> None:
     """Install the shadow (idempotent); on a database without helix's schema yet, after
     applying the migrations (as `launch` would)."""
@@ -173,6 +209,7 @@ def compare(database_url: str, *, since: int = 0) -> dict[str, int]:
     """Assert that each session with shadow rows past `since` lists the shadow's
     checkpoints, read in one snapshot; how many each session listed."""
     listed: dict[str, int] = {}
+    with_0030 = _install_timeline_0030(database_url)
     with psycopg.connect(libpq_url(database_url)) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         sessions = [
@@ -192,8 +229,45 @@ def compare(database_url: str, *, since: int = 0) -> dict[str, int]:
             if pruned and pruned[0]:
                 shadow = shadow[len(shadow) - len(derived) :] if derived else []
             assert derived == shadow, (sid, _diff(derived, shadow))
+            if with_0030:
+                now = _timeline(conn, "helix.checkpoint_timeline", sid)
+                before = _timeline(conn, "test_shadow.timeline_0030", sid)
+                assert now == before, (sid, _diff(now, before))
+            one_by_one = _one_by_one(conn, sid)
+            if one_by_one is not None:
+                assert one_by_one == derived, (sid, _diff(one_by_one, derived))
             listed[sid] = len(derived)
     return listed
+
+
+def _timeline(conn: psycopg.Connection[Any], view: str, sid: str) -> list[tuple[Any, ...]]:
+    return list(conn.execute(f"SELECT * FROM {view} WHERE session_id = %s ORDER BY ord", (sid,)))
+
+
+def _one_by_one(conn: psycopg.Connection[Any], sid: str) -> list[tuple[Any, ...]] | None:
+    """Each listed checkpoint as `helix.session_checkpoint` reads it alone (what
+    `checkpoints.get` and a fork read: computed without the session's windows, migration
+    0032), in the view's order; None on a database from before that migration. An id
+    the session does not have reads nothing."""
+    found = conn.execute(
+        "SELECT to_regprocedure('helix.session_checkpoint(text, text)')"
+    ).fetchone()
+    if not found or found[0] is None:
+        return None
+    columns = ", ".join(f"c.{col.strip()}" for col in _COLUMNS.split(","))
+    rows = list(
+        conn.execute(
+            f"SELECT {columns} FROM helix.session_checkpoints v "
+            "CROSS JOIN LATERAL helix.session_checkpoint(v.session_id, v.checkpoint_id) c "
+            "WHERE v.session_id = %s ORDER BY v.ord",
+            (sid,),
+        )
+    )
+    none = conn.execute(
+        "SELECT count(*) FROM helix.session_checkpoint(%s, %s)", (sid, "run_none:1")
+    ).fetchone()
+    assert none == (0,), sid
+    return rows
 
 
 def _rows(conn: psycopg.Connection[Any], view: str, sid: str) -> list[tuple[Any, ...]]:

@@ -6,7 +6,10 @@ derived at read time from the step's messages and usage (migration 0030, issue 4
 statement that commits a step's rows (no round trip of their own): a step that wrote a
 state, a run's first write, a head, a run's last step, a step without messages, a fork.
 `helix.session_checkpoints` lists both, each with its id, the state in effect and the
-usage so far; everything here reads it.
+usage so far. Everything here reads one session's through the functions behind that view
+(migration 0032): `helix.session_checkpoints_of` (a session's), `helix.session_checkpoint`
+(one by id, computed alone from the session's rows up to it) and
+`helix.checkpoint_timeline_of` (with prune's columns).
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ class CheckpointRow:
 
 
 # The checkpoint with its id and its state resolved (the view of migration 0013).
-_SELECT = (
+_COLUMNS = (
     "SELECT c.checkpoint_id, c.session_id, c.run_id, c.step, c.kind, c.message_seq, "
     "COALESCE(c.state, '{}'::jsonb), "
     + ", ".join(f"c.{col}" for col in USAGE_COLUMNS)
-    + ", c.created_at FROM helix.session_checkpoints c "
+    + ", c.created_at "
 )
+_LIST = _sql(_COLUMNS + "FROM helix.session_checkpoints_of(:sid) c ORDER BY c.ord")
+_GET = _sql(_COLUMNS + "FROM helix.session_checkpoint(:sid, :cid) c")
 
 
 def _row(row: Any) -> CheckpointRow:
@@ -72,21 +77,14 @@ def _row(row: Any) -> CheckpointRow:
 
 async def list_checkpoints(conn: SQLConnection, session_id: str) -> list[CheckpointRow]:
     """The session's checkpoints, oldest first."""
-    rows = await conn.execute(
-        _sql(_SELECT + "WHERE c.session_id = :sid ORDER BY c.ord"), {"sid": session_id}
-    )
+    rows = await conn.execute(_LIST, {"sid": session_id})
     return [_row(r) for r in rows]
 
 
 async def get_checkpoint(
     conn: SQLConnection, session_id: str, checkpoint_id: str
 ) -> CheckpointRow | None:
-    row = (
-        await conn.execute(
-            _sql(_SELECT + "WHERE c.session_id = :sid AND c.checkpoint_id = :cid"),
-            {"sid": session_id, "cid": checkpoint_id},
-        )
-    ).first()
+    row = (await conn.execute(_GET, {"sid": session_id, "cid": checkpoint_id})).first()
     return _row(row) if row else None
 
 
@@ -108,8 +106,7 @@ async def messages_until(conn: SQLConnection, session_id: str, message_seq: int)
 # the run waited) is paired with an error result, so the invariant holds in the fork.
 # The fork's own first checkpoint ('fork') lets a fork of the fork start at its root.
 _FORK = _sql(
-    "WITH src AS (SELECT c.message_seq, c.state FROM helix.session_checkpoints c "
-    "WHERE c.session_id = :src AND c.checkpoint_id = :cid), "
+    "WITH src AS (SELECT c.message_seq, c.state FROM helix.session_checkpoint(:src, :cid) c), "
     "ses AS (SELECT agent_name FROM helix.sessions WHERE session_id = :src), "
     "copied AS (SELECT m.* FROM helix.messages m, src WHERE m.session_id = :src "
     "AND m.seq <= src.message_seq), "
@@ -224,7 +221,7 @@ _STEPS_USAGE = ", ".join(f"{col} = e.steps_{col}" for col in USAGE_COLUMNS)
 _PRUNE_SESSION = _sql(
     "WITH q AS (SELECT 1 FROM helix.sessions s WHERE s.session_id = :sid "
     f"AND {QUIET.format(s='s.session_id')} FOR UPDATE OF s SKIP LOCKED), "
-    "tl AS (SELECT t.* FROM helix.checkpoint_timeline t WHERE t.session_id = :sid), "
+    "tl AS (SELECT t.* FROM helix.checkpoint_timeline_of(:sid) t), "
     "vis AS (SELECT t.ord, t.created_at FROM tl t WHERE t.listed AND EXISTS (TABLE q)), "
     "top AS (SELECT k.ord FROM vis k ORDER BY k.ord DESC OFFSET :keep LIMIT 1), "
     "e AS (SELECT t.* FROM tl t WHERE t.ord = (SELECT max(v.ord) FROM vis v, top "
