@@ -37,9 +37,10 @@ from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
+from bench_common import launched_helix
 
 import helix_dbos
-from helix_dbos import Agent, HelixDBOS, MockLLM, tool
+from helix_dbos import Agent, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.store import checkpoint_rows
 from helix_dbos.store.database import libpq_url, redact_url
@@ -147,15 +148,7 @@ def main() -> None:
     server, kind = server_url(args.database_url)
     with fresh_database(server) as url:
         agent, llm = make_agent(args.steps)
-        helix = HelixDBOS(
-            [agent],
-            database_url=url,
-            llm=llm,
-            executor_id=f"bench-ckread-{uuid.uuid4().hex[:6]}",
-            application_version="bench-ckread",
-        )
-        helix.launch()
-        try:
+        with launched_helix(url, agent, llm, "ckread") as helix:
 
             async def go() -> dict[str, Any]:
                 began = time.monotonic()
@@ -214,8 +207,6 @@ def main() -> None:
                 }
 
             figures = asyncio.run(go())
-        finally:
-            helix.shutdown()
     plans = figures.pop("plans")
     figures.update(
         {

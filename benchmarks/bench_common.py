@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import resource
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from helix_dbos import Agent, HelixDBOS
+from helix_dbos.llm.base import LLMAdapter
 
 
 def rounded(value: Any) -> Any:
@@ -68,3 +72,21 @@ def profiled(prefix: str | None, phase: str) -> Iterator[None]:
     path = Path(f"{prefix}-{phase}.txt")
     path.write_text(profiler.output_text(unicode=False, color=False))
     print(f"pyinstrument profile of {phase}: {path}", flush=True)
+
+
+@contextmanager
+def launched_helix(url: str, agent: Agent, llm: LLMAdapter, name: str) -> Iterator[HelixDBOS]:
+    """A `HelixDBOS` of one agent on `url`, launched (an executor id of its own), and
+    shut down after."""
+    helix = HelixDBOS(
+        [agent],
+        database_url=url,
+        llm=llm,
+        executor_id=f"bench-{name}-{uuid.uuid4().hex[:6]}",
+        application_version=f"bench-{name}",
+    )
+    helix.launch()
+    try:
+        yield helix
+    finally:
+        helix.shutdown()

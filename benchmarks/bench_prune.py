@@ -22,13 +22,13 @@ import asyncio
 import json
 import sys
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from bench_agent_loop import fresh_database, server_url
+from bench_common import launched_helix
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -166,15 +166,7 @@ def main() -> None:
     server, kind = server_url(args.database_url)
     with fresh_database(server) as url:
         agent, llm = make_agent(args.steps)
-        helix = HelixDBOS(
-            [agent],
-            database_url=url,
-            llm=llm,
-            executor_id=f"bench-prune-{uuid.uuid4().hex[:6]}",
-            application_version="bench-prune",
-        )
-        helix.launch()
-        try:
+        with launched_helix(url, agent, llm, "prune") as helix:
 
             async def go() -> dict[str, Any]:
                 began = time.monotonic()
@@ -205,8 +197,6 @@ def main() -> None:
                 }
 
             figures = asyncio.run(go())
-        finally:
-            helix.shutdown()
     print(f"database: {kind} ({redact_url(server)})")
     print(
         f"{figures['steps']:,} steps in {figures['sessions']} sessions, filled in "
