@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from helpers import sql
+from helpers import sql, wait_for
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, NoResultFound, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -120,12 +120,11 @@ async def test_a_closed_pool_refuses_checkouts_and_closes_what_comes_back(
             pass
     release.set()
     await holder
-    for _ in range(200):
-        if not sql(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the connection in use at the close was not closed")
+    # The connection in use at the close was closed once it came back.
+    wait_for(
+        lambda: not sql(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+        timeout=10,
+    )
 
 
 async def _hold(pool: StatementPool, held: asyncio.Event, release: asyncio.Event) -> None:

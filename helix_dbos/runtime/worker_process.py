@@ -359,7 +359,7 @@ class WorkerProcess:
         # At once, before the closes below get to run: a workflow's tail still running
         # (or a sweep) must not open the pool again, with connections no one would close.
         self.runtime.statement_pool.shut()
-        if self._sweep is not None:  # first: it would open the statement pool again
+        if self._sweep is not None:  # its statements are refused from here on
             if running_loop() is self._sweep.get_loop():
                 # At once: a callback would come after DBOS is gone, and a sweep that woke
                 # first would warn that it could not reconcile.

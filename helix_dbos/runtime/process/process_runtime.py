@@ -294,12 +294,15 @@ class Runtime:
             self.history.take_new_run(session_id, run_id)
 
     @asynccontextmanager
-    async def statements(self) -> AsyncIterator[DriverConnection]:
+    async def statements(
+        self, checkout_seconds: float | None = None
+    ) -> AsyncIterator[DriverConnection]:
         """A pooled connection on which each statement commits by itself, sent straight
         to psycopg (`store.driver`): for reads, and for writes that are keyed or guarded
-        on their own and need no transaction around them."""
+        on their own and need no transaction around them. `checkout_seconds`: the wait
+        for a free connection (the pool's own by default)."""
         with shut_down_stops_execution():
-            async with self.statement_pool.connection() as conn:
+            async with self.statement_pool.connection(checkout_seconds) as conn:
                 with owner_lost_stops_execution():
                     yield conn
 
@@ -315,10 +318,8 @@ class Runtime:
         (`OutageWait`): for keyed or guarded writes, and reads."""
 
         async def once(checkout_seconds: float | None = None) -> T:
-            with shut_down_stops_execution():
-                async with self.statement_pool.connection(checkout_seconds) as conn:
-                    with owner_lost_stops_execution():
-                        return await body(conn)
+            async with self.statements(checkout_seconds) as conn:
+                return await body(conn)
 
         return await self.outage.run(what, once) if wait else await once()
 
