@@ -215,6 +215,30 @@ def approval_gated_delete(ran: list[str] | None = None) -> Tool:
     return delete_file
 
 
+def client_confirm(timeout_seconds: float | None = None) -> Tool:
+    """A `confirm` tool the client executes; unanswered, it times out after
+    `timeout_seconds` (the process's client-tool timeout when None)."""
+
+    @tool(execute="client", client_timeout_seconds=timeout_seconds)
+    def confirm(question: str) -> dict:
+        """Ask the client to confirm."""
+
+    return confirm
+
+
+async def park_waiting_runs(helix: HelixDBOS) -> None:
+    """Park the process's waiting runs, once one waits in memory: each execution lets go,
+    and its answer resumes it by a replay from its first step."""
+    parking = helix.runtime.parking
+    for _ in range(600):
+        if parking.in_memory >= 1:
+            break
+        await asyncio.sleep(0.05)
+    parked = parking.parked_total
+    assert parking.park_all() >= 1 and parking.parked_total > parked
+    await asyncio.sleep(0.2)  # the parked tasks end
+
+
 def lines(markers: Path, name: str) -> list[str]:
     """The lines of a crash app's marker file (none yet: [])."""
     path = markers / name

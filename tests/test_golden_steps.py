@@ -24,7 +24,15 @@ from typing import Any
 import pytest
 from dbos import DBOS
 from golden_steps import check, record
-from helpers import approval_gated_delete, calls, pending_calls, sql, wait_for
+from helpers import (
+    approval_gated_delete,
+    calls,
+    client_confirm,
+    park_waiting_runs,
+    pending_calls,
+    sql,
+    wait_for,
+)
 from live_server import serve
 from schedule_support import firings_run_here  # noqa: F401 - autouse fixture
 
@@ -180,16 +188,9 @@ async def test_approval_answered(helix, make_agent, mock_llm, database_url):
 async def test_parked_wait_resumed(helix: HelixDBOS, make_agent, mock_llm, database_url):
     ran: list[str] = []
     agent = _gated(make_agent, mock_llm, ran)
-    parking = helix.runtime.parking
-    parked = parking.parked_total
     handle = await helix.execute(agent, "delete it")
     await pending_calls(helix, handle.session_id)
-    for _ in range(600):
-        if parking.in_memory >= 1:
-            break
-        await asyncio.sleep(0.05)
-    assert parking.park_all() >= 1 and parking.parked_total > parked
-    await asyncio.sleep(0.2)  # its task ends
+    await park_waiting_runs(helix)
     await helix.approve(handle.session_id, "d1")
     assert (await handle.result()).status == "completed" and ran == ["/tmp/x"]
     roots = {"run": workflow_of(database_url, handle.run_id)}
@@ -480,11 +481,7 @@ async def test_parallel_guardrail(helix, make_agent, mock_llm, database_url):
 
 
 async def test_client_call_timed_out(helix, make_agent, mock_llm, database_url):
-    @tool(execute="client", client_timeout_seconds=0.5)
-    def confirm(question: str) -> dict:
-        """Ask the client to confirm."""
-
-    agent = make_agent(tools=[confirm])
+    agent = make_agent(tools=[client_confirm(0.5)])
     mock_llm.add_responses(
         calls(("c1", "confirm", {"question": "sure?"})), text("done"), agent=agent.name
     )

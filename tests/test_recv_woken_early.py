@@ -18,9 +18,14 @@ import asyncio
 import psycopg
 import pytest
 from dbos import DBOS
-from helpers import approval_gated_delete, calls, wait_until_waiting
+from helpers import (
+    approval_gated_delete,
+    calls,
+    client_confirm,
+    park_waiting_runs,
+    wait_until_waiting,
+)
 
-from helix_dbos import tool
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.process.patches import RECV_WOKEN_EARLY
 from helix_dbos.runtime.waits import hitl
@@ -79,11 +84,7 @@ async def test_a_late_notification_leaves_the_call_waiting(
 
 
 async def test_a_deadline_that_passed_still_times_the_call_out(helix, make_agent, mock_llm):
-    @tool(execute="client", client_timeout_seconds=0.5)
-    def confirm(question: str) -> dict:
-        """Ask the client to confirm."""
-
-    agent = make_agent(tools=[confirm])
+    agent = make_agent(tools=[client_confirm(0.5)])
     mock_llm.add_responses(
         calls(("c1", "confirm", {"question": "sure?"})),
         {"type": "text", "content": "done"},
@@ -100,12 +101,8 @@ async def test_a_deadline_that_passed_still_times_the_call_out(helix, make_agent
 async def test_a_run_recorded_before_the_patch_replays_its_timeout(
     helix, make_agent, mock_llm, monkeypatch: pytest.MonkeyPatch
 ):
-    @tool(execute="client", client_timeout_seconds=0.5)
-    def confirm(question: str) -> dict:
-        """Ask the client to confirm."""
-
     ran: list[str] = []
-    agent = make_agent(tools=[confirm, approval_gated_delete(ran)])
+    agent = make_agent(tools=[client_confirm(0.5), approval_gated_delete(ran)])
     mock_llm.add_responses(
         calls(("c1", "confirm", {"question": "sure?"})),
         calls(("a1", "delete_file", {"path": "a"})),
@@ -128,14 +125,7 @@ async def test_a_run_recorded_before_the_patch_replays_its_timeout(
 
     # A replay of the whole history on the patched code: the parked wait lets go of its
     # execution, and the answer resumes it from the first step.
-    parking = helix.runtime.parking
-    for _ in range(600):
-        if parking.in_memory >= 1:
-            break
-        await asyncio.sleep(0.05)
-    parked = parking.parked_total
-    assert parking.park_all() >= 1 and parking.parked_total > parked
-    await asyncio.sleep(0.2)
+    await park_waiting_runs(helix)
     await helix.approve(handle.session_id, "a1")
     result = await handle.result()
     assert result.status == "completed" and ran == ["a"]
