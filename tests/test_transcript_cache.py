@@ -92,7 +92,7 @@ async def test_ids_reused_across_steps_and_runs_are_rekeyed_from_the_cache(
     assert len(set(ids)) == len(ids)
     # The process's cached transcript is the stored one up to the run's final answer
     # (the final write's row, read by the session's next run), and so is what it derived.
-    cached = helix.runtime.history._entries[first.session_id][1]
+    cached = helix.runtime.history._entries[first.session_id].transcript
     assert cached.messages == stored[:-1] and stored[-1].content == "done again"
     assert cached.call_ids == transcript_call_ids(stored) == set(ids)
     assert cached.for_llm == [m for m in stored[:-1] if m.role != "system"]

@@ -992,6 +992,10 @@ STEER_PENDING = (
 )
 # A `helix.interrupt` message sent to the run's workflow and not yet received.
 _INTERRUPT_PENDING = "EXISTS (SELECT 1 FROM helix.unreceived_interrupts(:wid))"
+# Rolled-back runs of the session (migration 0033's partial index: one entry a rollback).
+_ROLLBACKS = (
+    "(SELECT count(*) FROM helix.runs WHERE session_id = :sid AND rolled_back_at IS NOT NULL)"
+)
 
 
 async def interrupt_pending(conn: SQLConnection, workflow_id: str) -> bool:
@@ -1014,21 +1018,25 @@ class FirstRead:
     state: dict[str, Any]
     messages: list[tuple[int, Message]]
     steer_pending: bool = False  # a steer message waits for the next model input
+    # How many of the session's runs were ever rolled back (`rollback.py`): a transcript
+    # cached while there were fewer may hold messages a rollback has removed since.
+    rollbacks: int = 0
 
 
 async def first_read(
     conn: SQLConnection, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
 ) -> FirstRead:
     """`FirstRead` in one round trip: a header row at seq 0, which no message has, then
-    the messages."""
+    the messages after `after_seq`."""
     rows = (
         await conn.execute(
             _sql(
                 f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
-                f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING}, NULL "
+                f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING}, "
+                f"{_ROLLBACKS}, NULL "
                 "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
-                "thinking, is_error, NULL, NULL, NULL, parts FROM helix.messages "
+                "thinking, is_error, NULL, NULL, NULL, NULL, parts FROM helix.messages "
                 "WHERE session_id = :sid AND seq > :after ORDER BY 1"
             ),
             {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},
@@ -1042,6 +1050,7 @@ async def first_read(
         state=dict(header[8] or {}),
         messages=[_message_from_row(r) for r in messages],
         steer_pending=bool(header[10]),
+        rollbacks=int(header[11]),
     )
 
 

@@ -12,6 +12,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource
@@ -39,6 +40,16 @@ P = ParamSpec("P")
 logger = logging.getLogger("helix_dbos")
 
 
+@dataclass(slots=True)
+class _Cached:
+    """A session's cached transcript: its messages through `last_seq`, read while the
+    session had `rollbacks` rolled-back runs."""
+
+    last_seq: int
+    transcript: Transcript
+    rollbacks: int
+
+
 class HistoryCache:
     """Per-process cache of session transcripts, topped up with new rows only.
 
@@ -47,10 +58,16 @@ class HistoryCache:
     appended in place (`Transcript`, with the call ids and model messages derived
     from them), so neither does its Python. A fresh process simply reads everything
     once.
+
+    Messages are only ever appended, except by a rollback (double texting), which any
+    process of the fleet may run, and not always on the session's newest messages (an
+    `interrupt` message's run may come between). So a run's first read also counts the
+    session's rolled-back runs, and reads the transcript whole when that count moved
+    since the cached one was read.
     """
 
     def __init__(self, max_sessions: int = 1024) -> None:
-        self._entries: OrderedDict[str, tuple[int, Transcript]] = OrderedDict()
+        self._entries: OrderedDict[str, _Cached] = OrderedDict()
         self._max = max_sessions
         # Runs on a new session that this process opened and runs: their first step's
         # transcript and state are what the open wrote, so it reads nothing.
@@ -60,7 +77,7 @@ class HistoryCache:
         self, session_id: str, run_id: str, messages: list[Message], state: dict[str, Any]
     ) -> None:
         """Remember what a new session's first run starts from (its whole transcript)."""
-        self._keep(session_id, len(messages), Transcript(messages))
+        self._keep(session_id, _Cached(len(messages), Transcript(messages), 0))
         self._new_runs[run_id] = state
         while len(self._new_runs) > self._max:
             self._new_runs.popitem(last=False)
@@ -78,45 +95,54 @@ class HistoryCache:
         entry = self._entries.get(session_id)
         if state is None or entry is None:
             return None
-        return entry[1], state
+        return entry.transcript, state
 
     async def read(self, conn: repo.SQLConnection, session_id: str) -> tuple[Transcript, int]:
-        last_seq, transcript = self._entries.pop(session_id, (0, None))
+        """A live run's transcript after a step whose rows the cache did not take. No run
+        of the session but this one can be rolled back while it is live."""
+        entry = self._entries.pop(session_id, None)
+        last_seq = entry.last_seq if entry else 0
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
-        transcript, last_seq = self._top_up(session_id, last_seq, transcript, rows)
-        return transcript, last_seq + 1
+        kept = self._top_up(session_id, entry, rows, entry.rollbacks if entry else 0)
+        return kept.transcript, kept.last_seq + 1
 
     async def read_first(
         self, conn: repo.SQLConnection, workflow_id: str | None, session_id: str, run_id: str
     ) -> tuple[repo.FirstRead, Transcript]:
         """A run's first read (`repo.first_read`) in one round trip, and the transcript
-        topped up."""
-        last_seq, transcript = self._entries.pop(session_id, (0, None))
-        read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=last_seq)
-        transcript, _ = self._top_up(session_id, last_seq, transcript, read.messages)
-        return read, transcript
+        topped up; a second, whole read if a run of the session was rolled back since the
+        cached transcript was read."""
+        entry = self._entries.pop(session_id, None)
+        after = entry.last_seq if entry else 0
+        read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=after)
+        if entry is not None and read.rollbacks != entry.rollbacks:
+            entry = None
+            read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=0)
+        kept = self._top_up(session_id, entry, read.messages, read.rollbacks)
+        return read, kept.transcript
 
     def _top_up(
         self,
         session_id: str,
-        last_seq: int,
-        transcript: Transcript | None,
+        entry: _Cached | None,
         rows: list[tuple[int, Message]],
-    ) -> tuple[Transcript, int]:
+        rollbacks: int,
+    ) -> _Cached:
         """The cached transcript with the rows read after it, kept as the new entry.
 
         The entry was popped before the read's await: a transcript read while another
         read of the session was under way is not the one that read appends to."""
-        if transcript is None:
-            transcript = Transcript()
+        if entry is None:
+            entry = _Cached(0, Transcript(), rollbacks)
         if rows:
-            transcript.extend(m for _, m in rows)
-            last_seq = rows[-1][0]
-        self._keep(session_id, last_seq, transcript)
-        return transcript, last_seq
+            entry.transcript.extend(m for _, m in rows)
+            entry.last_seq = rows[-1][0]
+        entry.rollbacks = rollbacks
+        self._keep(session_id, entry)
+        return entry
 
-    def _keep(self, session_id: str, last_seq: int, transcript: Transcript) -> None:
-        self._entries[session_id] = (last_seq, transcript)
+    def _keep(self, session_id: str, entry: _Cached) -> None:
+        self._entries[session_id] = entry
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
@@ -126,14 +152,12 @@ class HistoryCache:
         """The transcript without a query, if `written` (first seq, messages this process
         just appended) directly follows what the cache holds; else None."""
         entry = self._entries.get(session_id)
-        if entry is None or written[0] != entry[0] + 1:
+        if entry is None or written[0] != entry.last_seq + 1:
             return None
-        last_seq = entry[0] + len(written[1])
-        transcript = entry[1]
-        transcript.extend(written[1])
-        self._entries.pop(session_id)
-        self._entries[session_id] = (last_seq, transcript)
-        return transcript, last_seq + 1
+        entry.last_seq += len(written[1])
+        entry.transcript.extend(written[1])
+        self._entries.move_to_end(session_id)
+        return entry.transcript, entry.last_seq + 1
 
     def forget(self, session_id: str) -> None:
         """Drop a session's transcript (rows written elsewhere; a parked run's, which may

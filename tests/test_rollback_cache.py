@@ -1,0 +1,118 @@
+"""A rollback removes messages a process may hold in its cached transcript (issue 48's
+history cache): a run's first read counts the session's rolled-back runs and reads the
+transcript whole when that count moved, so no model is shown a rolled-back message.
+
+Not beside the other double-texting tests: their checkpoint shadow (migration 0013's
+trigger) stored the interrupting run's checkpoint with the aborted run's usage in it,
+before the rollback removed that usage; the derived checkpoints (migration 0030) sum the
+visible usage, without it, as `helix.usage` does. The last test here pins that."""
+
+from __future__ import annotations
+
+from helpers import sql
+
+pytest_plugins = ["double_texting_support"]  # the gate and the scripted model
+
+
+def last_user_of(request) -> str:
+    return next(m.content or "" for m in reversed(request.messages) if m.role == "user")
+
+
+async def test_a_rollback_after_an_interrupting_run_leaves_nothing_in_the_cached_transcript(
+    helix, make_agent, scripted, gate, database_url
+):
+    """An `interrupt` message, then a `rollback` one, sent to the same live run: the
+    interrupting run starts first and reads the live run's messages (this process caches
+    them); the rolling-back run then removes them from the middle of that transcript, and
+    its model must not see them (it did, from the cache, before the first read counted
+    the session's rolled-back runs)."""
+    agent = make_agent(tools=[gate.tool, gate.bump])
+    first = await helix.execute(agent, "bump then hold")
+    await gate.wait_entered()
+    sid = first.session_id
+    between = await helix.execute(
+        agent, "in between", session_id=sid, multitask_strategy="interrupt"
+    )
+    over = await helix.execute(agent, "start over", session_id=sid, multitask_strategy="rollback")
+    gate.release.set()
+    r1, r2, r3 = await first.result(), await between.result(), await over.result()
+    assert (r1.status, r2.output, r3.output) == ("aborted", "re: in between", "re: start over")
+    sent = {
+        last_user_of(r): [(m.role, m.content) for m in r.messages if m.role != "system"]
+        for r in scripted.inputs
+        if r.agent_name == agent.name
+    }
+    # The interrupting run saw the aborted run's messages (not yet rolled back) ...
+    assert ("user", "bump then hold") in sent["in between"]
+    # ... the rolling-back run sees only what the session's visible history holds.
+    stored = [(m.role, m.content) for m in await helix.get_messages(sid)]
+    assert sent["start over"] == stored[:-1]
+    assert sent["start over"] == [
+        ("user", "in between"),
+        ("assistant", "re: in between"),
+        ("user", "start over"),
+    ]
+    # A later run in this process reads on from the cache (the count has not moved).
+    again = await (await helix.execute(agent, "and again", session_id=sid)).result()
+    assert again.output == "re: and again"
+    last = [r for r in scripted.inputs if r.agent_name == agent.name][-1]
+    assert [(m.role, m.content) for m in last.messages if m.role != "system"] == stored + [
+        ("user", "and again")
+    ]
+
+
+async def test_a_rollback_elsewhere_is_seen_by_the_next_run_here(
+    helix, make_agent, scripted, gate, database_url
+):
+    """The run that rolls back may run in another process of the fleet: this one's
+    cached transcript still holds the rolled-back run's messages. Another process's
+    rollback is its SQL (`rollback.roll_back_run`), done here on a connection of its
+    own, behind this process's back."""
+    agent = make_agent(tools=[gate.tool, gate.bump])
+    warm = await (await helix.execute(agent, "warm up")).result()
+    sid = warm.session_id
+    gone = await (await helix.execute(agent, "forget this", session_id=sid)).result()
+    assert gone.output == "re: forget this"
+    assert sid in helix.runtime.history._entries  # what the next run would read on from
+    sql(
+        database_url,
+        "WITH r AS (UPDATE helix.runs SET rolled_back_at = now() WHERE run_id = %s "
+        "RETURNING run_id) DELETE FROM helix.messages WHERE run_id IN (SELECT run_id FROM r)",
+        gone.run_id,
+    )
+    after = await (await helix.execute(agent, "what now?", session_id=sid)).result()
+    assert after.output == "re: what now?"
+    last = [r for r in scripted.inputs if r.agent_name == agent.name][-1]
+    assert [(m.role, m.content) for m in last.messages if m.role != "system"] == [
+        ("user", "warm up"),
+        ("assistant", "re: warm up"),
+        ("user", "what now?"),
+    ]
+
+
+async def test_the_interrupting_runs_checkpoint_counts_only_visible_usage(
+    helix, make_agent, scripted, gate, database_url
+):
+    """Time travel's checkpoints after such a rollback: each one's usage is the session's
+    visible usage through it, so the interrupting run's checkpoint no longer counts the
+    rolled-back run's model calls (migration 0013's stored rows did)."""
+    agent = make_agent(tools=[gate.tool, gate.bump])
+    first = await helix.execute(agent, "bump then hold")
+    await gate.wait_entered()
+    sid = first.session_id
+    between = await helix.execute(
+        agent, "in between", session_id=sid, multitask_strategy="interrupt"
+    )
+    over = await helix.execute(agent, "start over", session_id=sid, multitask_strategy="rollback")
+    gate.release.set()
+    await first.result(), await between.result(), await over.result()
+    listed = sql(
+        database_url,
+        "SELECT run_id, llm_calls, tool_calls FROM helix.session_checkpoints "
+        "WHERE session_id = %s ORDER BY ord",
+        sid,
+    )
+    assert [r[0] for r in listed] == [between.run_id, over.run_id]
+    assert [(r[1], r[2]) for r in listed] == [(1, 0), (2, 0)]
+    usage = await helix.get_usage(session_id=sid)
+    assert (usage.llm_calls, usage.tool_calls) == (2, 0)
