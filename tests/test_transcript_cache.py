@@ -14,6 +14,7 @@ from helpers import calls
 from helix_dbos import tool
 from helix_dbos.orchestration.call_ids import helix_call_id, transcript_call_ids
 from helix_dbos.orchestration.messages import build_messages_for_llm, with_system_prompt
+from helix_dbos.orchestration.parts import StoredBlob
 from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.process.event_loop import on_target_loop
@@ -46,6 +47,12 @@ def test_a_transcript_built_in_parts_derives_what_a_walk_of_it_does():
     assert with_system_prompt(transcript.for_llm, prompt, 7) == build_messages_for_llm(
         whole, prompt, 7
     )
+    assert not transcript.holds_parts  # no request built from it has a part to resolve
+    blob = StoredBlob(sha256="0" * 64, media_type="image/png", size=3)
+    transcript.extend(iter([Message(role="user", content="look", attachments=[blob])]))
+    assert transcript.holds_parts
+    transcript.extend(iter([Message(role="assistant", content="a cat")]))
+    assert transcript.holds_parts  # once it holds one, it does for good
 
 
 @tool

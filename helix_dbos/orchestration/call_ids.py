@@ -44,11 +44,9 @@ def is_safe_call_id(call_id: str) -> bool:
 
 def transcript_call_ids(messages: Iterable[Message]) -> set[str]:
     """Every tool-call id a transcript already holds (calls, and results)."""
-    taken: set[str] = set()
-    for message in messages:
-        taken.update(call.id for call in message.tool_calls)
-        if message.tool_call_id is not None:
-            taken.add(message.tool_call_id)
+    listed = messages if isinstance(messages, list) else list(messages)
+    taken = {call.id for message in listed for call in message.tool_calls}
+    taken.update(m.tool_call_id for m in listed if m.tool_call_id is not None)
     return taken
 
 

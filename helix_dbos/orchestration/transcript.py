@@ -5,7 +5,8 @@ call's id is unique, `call_ids.py`) and the messages the model is sent (the
 transcript without system messages, `messages.build_messages_for_llm`). Derived
 afresh, both walk the whole conversation in Python every step; kept here and
 topped up with the rows each step appends, a step costs the same at message 10 and
-message 1,000. Built from the same messages, they are the same on a replay or in a
+message 1,000 (and so does whether any message has attachments, `holds_parts`, which
+spares each request a walk for stored parts). Built from the same messages, they are the same on a replay or in a
 fresh process (which builds them once from its first read). So are the token count the
 history budget compares with the model's window (`tokens`), summed once per message,
 and where the transcript may be cut (`cuts`), which compaction starts from.
@@ -28,12 +29,15 @@ class Transcript:
     time: readers use it within their step and must not change it.
     """
 
-    __slots__ = ("_counted", "_cuts", "call_ids", "for_llm", "messages")
+    __slots__ = ("_counted", "_cuts", "call_ids", "for_llm", "holds_parts", "messages")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self.messages: list[Message] = []
         self.call_ids: set[str] = set()
         self.for_llm: list[Message] = []  # without system messages
+        # Whether a message has attachments (images, documents): without any, a request
+        # built from the transcript has no stored part to resolve, and no walk looks.
+        self.holds_parts = False
         self._cuts: SafeCuts | None = None  # built by the first `cuts`, then kept up
         # (counter, how many messages counted, their tokens): topped up by `tokens`.
         self._counted: tuple[TokenCounter, int, int] | None = None
@@ -44,6 +48,7 @@ class Transcript:
         self.messages.extend(new)
         self.call_ids.update(transcript_call_ids(new))
         self.for_llm.extend(m for m in new if m.role != "system")
+        self.holds_parts = self.holds_parts or any(m.attachments for m in new)
         if self._cuts is not None:
             self._cuts.extend(new)
 

@@ -250,7 +250,10 @@ async def llm_step(
         request = _request(agent, mode, view, history, hooks.state)
     started, started_ns = time.perf_counter(), spans.now_ns()
     try:
-        generated = await _generate(rt, agent, request, session_id, run_id, step)
+        # Stored parts are resolved only if the transcript has any (a handoff's input
+        # filter is the user's code: it is not taken at its word).
+        parts = history.holds_parts or history_filter is not None
+        generated = await _generate(rt, agent, request, session_id, run_id, step, parts)
     except Exception as exc:  # retryable: DBOS runs the step again
         _trace_call(agent, request, session_id, run_id, step, started_ns, error=str(exc))
         await hooks.after_call(request, _ms_since(started), error=str(exc))
@@ -405,13 +408,21 @@ async def _transcript(
 
 
 async def _generate(
-    rt: Runtime, agent: Agent, request: LLMRequest, session_id: str, run_id: str, step: int
+    rt: Runtime,
+    agent: Agent,
+    request: LLMRequest,
+    session_id: str,
+    run_id: str,
+    step: int,
+    parts: bool,
 ) -> StepResult:
     """One model call, streaming text deltas live; a non-retryable failure becomes an
     `ErrorStepResult` (the run fails with the provider's message). On the step's last
-    attempt, a retryable failure moves on to the agent's fallback models."""
+    attempt, a retryable failure moves on to the agent's fallback models. `parts`: the
+    request may hold stored parts, whose bytes the adapter gets instead."""
     deltas = DeltaWriter(rt, session_id, run_id, agent.name, step)
-    request = await resolve_request(rt, request)  # stored parts' bytes, for the adapter only
+    if parts:
+        request = await resolve_request(rt, request)
     try:
         result = await _call(rt, agent, request, deltas)
     except LLMProviderError as exc:
