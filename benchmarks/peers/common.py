@@ -57,7 +57,9 @@ class Script:
     The decision itself is the same for every system: with `done` tool results since
     the last user message, call `ping(i=done)` while done < steps - 1, else answer
     with the structured output. Each system's model counts `done` in its own message
-    format."""
+    format, back from the last message to the last user one, so the harness's own work
+    does not grow with the history (a forward walk of every message was counted in
+    every system's step until 2026-12-07)."""
 
     steps: int = 21
     calls: list[float] = field(default_factory=list)

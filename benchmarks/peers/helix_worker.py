@@ -40,8 +40,11 @@ async def ping(i: int) -> str:
 
 def respond(request: LLMRequest) -> dict[str, Any]:
     SCRIPT.called()
-    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
-    done = sum(1 for m in request.messages[last_user:] if m.role == "tool")
+    done = 0
+    for m in reversed(request.messages):  # back to the last user message only
+        if m.role == "user":
+            break
+        done += m.role == "tool"
     if SCRIPT.wants_tool(done):
         call = {"id": f"c{done}", "name": "ping", "arguments": {"i": done}}
     else:
@@ -79,12 +82,13 @@ class Helix:
     def __init__(self) -> None:
         self.helix: HelixDBOS | None = None
         self.sql: psycopg.Connection[Any] | None = None
+        self.mock = MockLLM(respond)
 
     def _make(self, database_url: str, executor_id: str) -> HelixDBOS:
         return HelixDBOS(
             [agent],
             database_url=database_url,
-            llm=MockLLM(respond),
+            llm=self.mock,
             executor_id=executor_id,
             application_version=APP_VERSION,
             worker_lease_seconds=4,  # a relaunch under the same id waits this long at most
@@ -118,6 +122,7 @@ class Helix:
         assert self.helix is not None
         handle = await self.helix.execute(agent, "go", session_id=prepared)
         result = await handle.result()
+        self.mock.inputs.clear()  # MockLLM keeps every request for tests; a model does not
         if result.status != "completed":
             raise RuntimeError(f"helix run ended {result.status}: {result.error}")
         return dict(result.output)

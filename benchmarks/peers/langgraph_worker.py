@@ -62,11 +62,10 @@ class ScriptedChat(BaseChatModel):
     ) -> ChatResult:
         SCRIPT.called()
         done = 0
-        for m in messages:
+        for m in reversed(messages):  # back to the last user message only
             if isinstance(m, HumanMessage):
-                done = 0
-            elif isinstance(m, ToolMessage):
-                done += 1
+                break
+            done += isinstance(m, ToolMessage)
         if SCRIPT.wants_tool(done):
             call = {"name": "ping", "args": {"i": done}, "id": f"c{done}", "type": "tool_call"}
         else:

@@ -53,11 +53,10 @@ class ScriptedModel(Model):
         SCRIPT.called()
         items = kwargs.get("input", args[1] if len(args) > 1 else "")
         done = 0
-        for item in [] if isinstance(items, str) else items:
+        for item in reversed([] if isinstance(items, str) else items):  # to the last user one
             if _field(item, "role") == "user":
-                done = 0
-            elif _field(item, "type") == "function_call_output":
-                done += 1
+                break
+            done += _field(item, "type") == "function_call_output"
         output: list[Any]
         if SCRIPT.wants_tool(done):
             call = ResponseFunctionToolCall(

@@ -56,12 +56,10 @@ NAME = "pydantic_ai_dbosagent" if VARIANT == "wrapper" else "pydantic_ai"
 def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     SCRIPT.called()
     done = 0
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, UserPromptPart):
-                done = 0
-            elif isinstance(part, ToolReturnPart) and part.tool_name == "ping":
-                done += 1
+    for part in (p for m in reversed(messages) for p in reversed(m.parts)):  # to the last user part
+        if isinstance(part, UserPromptPart):
+            break
+        done += isinstance(part, ToolReturnPart) and part.tool_name == "ping"
     if SCRIPT.wants_tool(done):
         return ModelResponse(parts=[ToolCallPart("ping", {"i": done}, tool_call_id=f"c{done}")])
     output_tool = info.output_tools[0].name
