@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 
 import pytest
 from dbos import DBOS
@@ -24,6 +25,7 @@ from helix_dbos.errors import SessionAgentMismatchError
 from helix_dbos.runtime.loop import agent_loop, final_write, step_ahead
 from helix_dbos.runtime.process.event_loop import on_target_loop
 from helix_dbos.runtime.process.process_runtime import is_transient_db_error
+from helix_dbos.store import repository as repo
 
 
 class Verdict(BaseModel):
@@ -261,6 +263,51 @@ async def test_reopening_a_legacy_session_heals_an_unpaired_finish(
         ("tool", "legacy_f"),
     ]
     assert sent[4].content == "new question"
+
+
+@pytest.mark.parametrize(
+    ("layout", "unpaired"),
+    [
+        # the legacy shape: the run's last message is its __finish__ call
+        ([("user", None), ("assistant", ["f"])], ["f"]),
+        # a call beside it was answered after it: the walk back passes that result
+        ([("user", None), ("assistant", ["p", "f"]), ("tool", "p")], ["f"]),
+        # healed already, or not the last assistant message: nothing to heal
+        ([("assistant", ["f"]), ("tool", "f")], []),
+        ([("assistant", ["f"]), ("user", None), ("assistant", None)], []),
+        ([("user", None)], []),
+        ([], []),
+    ],
+)
+async def test_unpaired_finish_calls_are_those_of_the_last_assistant_message(
+    helix, database_url, layout, unpaired
+):
+    session_id = f"unpaired_{uuid.uuid4().hex}"
+    sql(
+        database_url,
+        "INSERT INTO helix.sessions (session_id, agent_name, status) VALUES (%s, 'x', 'completed')",
+        session_id,
+    )
+    for seq, (role, what) in enumerate(layout, 1):
+        names = {"f": "__finish__", "p": "ping"}
+        calls_ = [{"id": c, "name": names[c], "arguments": {}} for c in what or []]
+        sql(
+            database_url,
+            "INSERT INTO helix.messages (session_id, seq, role, content, tool_calls, tool_call_id) "
+            "VALUES (%s, %s, %s, %s, %s::jsonb, %s)",
+            session_id,
+            seq * 10,  # seqs with gaps, as a rollback leaves them
+            role,
+            "text" if role != "assistant" else None,
+            json.dumps(calls_) if role == "assistant" and calls_ else None,
+            what if role == "tool" else None,
+        )
+
+    async def read() -> list[str]:
+        async with helix.runtime.engine.connect() as conn:
+            return await repo.unpaired_finish_call_ids(conn, session_id)
+
+    assert await on_target_loop(read) == unpaired
 
 
 async def test_usage_is_queryable_per_model_with_plain_sql(

@@ -1218,19 +1218,30 @@ async def message_seqs_of_run(conn: SQLConnection, run_id: str) -> set[int]:
 async def unpaired_finish_call_ids(conn: SQLConnection, session_id: str) -> list[str]:
     """`__finish__` calls with no tool result (left by older code as a run's last
     message), found in SQL. Only the last assistant message can hold one: every turn
-    opened since heals it. One index probe, so a long session's next turn does not scan
-    its transcript."""
-    rows = await conn.execute(
-        _sql(
-            "SELECT c->>'id' FROM (SELECT seq, tool_calls FROM helix.messages "
-            "WHERE session_id = :sid AND role = 'assistant' ORDER BY seq DESC LIMIT 1) m, "
-            "jsonb_array_elements(m.tool_calls) c WHERE c->>'name' = '__finish__' "
-            "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
-            "AND t.seq > m.seq AND t.role = 'tool' AND t.tool_call_id = c->>'id')"
-        ),
-        {"sid": session_id},
-    )
+    opened since heals it.
+
+    The last assistant message is found by walking back from the session's last message
+    one row at a time (`ORDER BY seq DESC LIMIT 1`, a backward step of the primary key,
+    whatever the statistics say): filtered on `role` instead, a session written since
+    the last ANALYZE was planned as a scan of its whole transcript and a sort (0.5 ms
+    at 1,000 messages)."""
+    rows = await conn.execute(_UNPAIRED_FINISH, {"sid": session_id})
     return [r[0] for r in rows]
+
+
+_UNPAIRED_FINISH = _sql(
+    "WITH RECURSIVE back AS ("
+    "(SELECT seq, role, tool_calls FROM helix.messages WHERE session_id = :sid "
+    "ORDER BY seq DESC LIMIT 1) "
+    "UNION ALL "
+    "SELECT p.seq, p.role, p.tool_calls FROM back b CROSS JOIN LATERAL "
+    "(SELECT seq, role, tool_calls FROM helix.messages WHERE session_id = :sid "
+    "AND seq < b.seq ORDER BY seq DESC LIMIT 1) p WHERE b.role <> 'assistant') "
+    "SELECT c->>'id' FROM back m, jsonb_array_elements(m.tool_calls) c "
+    "WHERE m.role = 'assistant' AND c->>'name' = '__finish__' "
+    "AND NOT EXISTS (SELECT 1 FROM helix.messages t WHERE t.session_id = :sid "
+    "AND t.seq > m.seq AND t.role = 'tool' AND t.tool_call_id = c->>'id')"
+)
 
 
 async def run_waits(
