@@ -18,15 +18,9 @@ def last_user_of(request) -> str:
     return next(m.content or "" for m in reversed(request.messages) if m.role == "user")
 
 
-async def test_a_rollback_after_an_interrupting_run_leaves_nothing_in_the_cached_transcript(
-    helix, make_agent, scripted, gate, database_url
-):
-    """An `interrupt` message, then a `rollback` one, sent to the same live run: the
-    interrupting run starts first and reads the live run's messages (this process caches
-    them); the rolling-back run then removes them from the middle of that transcript, and
-    its model must not see them (it did, from the cache, before the first read counted
-    the session's rolled-back runs)."""
-    agent = make_agent(tools=[gate.tool, gate.bump])
+async def interrupt_then_roll_back(helix, agent, gate) -> tuple[str, str, str]:
+    """A run that bumps the state and holds at the gate; an `interrupt` message, then a
+    `rollback` one to it. Returns the session and the two messages' run ids, all ended."""
     first = await helix.execute(agent, "bump then hold")
     await gate.wait_entered()
     sid = first.session_id
@@ -37,6 +31,19 @@ async def test_a_rollback_after_an_interrupting_run_leaves_nothing_in_the_cached
     gate.release.set()
     r1, r2, r3 = await first.result(), await between.result(), await over.result()
     assert (r1.status, r2.output, r3.output) == ("aborted", "re: in between", "re: start over")
+    return sid, between.run_id, over.run_id
+
+
+async def test_a_rollback_after_an_interrupting_run_leaves_nothing_in_the_cached_transcript(
+    helix, make_agent, scripted, gate, database_url
+):
+    """An `interrupt` message, then a `rollback` one, sent to the same live run: the
+    interrupting run starts first and reads the live run's messages (this process caches
+    them); the rolling-back run then removes them from the middle of that transcript, and
+    its model must not see them (it did, from the cache, before the first read counted
+    the session's rolled-back runs)."""
+    agent = make_agent(tools=[gate.tool, gate.bump])
+    sid, _, _ = await interrupt_then_roll_back(helix, agent, gate)
     sent = {
         last_user_of(r): [(m.role, m.content) for m in r.messages if m.role != "system"]
         for r in scripted.inputs
@@ -97,22 +104,14 @@ async def test_the_interrupting_runs_checkpoint_counts_only_visible_usage(
     visible usage through it, so the interrupting run's checkpoint no longer counts the
     rolled-back run's model calls (migration 0013's stored rows did)."""
     agent = make_agent(tools=[gate.tool, gate.bump])
-    first = await helix.execute(agent, "bump then hold")
-    await gate.wait_entered()
-    sid = first.session_id
-    between = await helix.execute(
-        agent, "in between", session_id=sid, multitask_strategy="interrupt"
-    )
-    over = await helix.execute(agent, "start over", session_id=sid, multitask_strategy="rollback")
-    gate.release.set()
-    await first.result(), await between.result(), await over.result()
+    sid, between, over = await interrupt_then_roll_back(helix, agent, gate)
     listed = sql(
         database_url,
         "SELECT run_id, llm_calls, tool_calls FROM helix.session_checkpoints "
         "WHERE session_id = %s ORDER BY ord",
         sid,
     )
-    assert [r[0] for r in listed] == [between.run_id, over.run_id]
+    assert [r[0] for r in listed] == [between, over]
     assert [(r[1], r[2]) for r in listed] == [(1, 0), (2, 0)]
     usage = await helix.get_usage(session_id=sid)
     assert (usage.llm_calls, usage.tool_calls) == (2, 0)
