@@ -9,9 +9,18 @@ visible usage, without it, as `helix.usage` does. The last test here pins that."
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import forkserver
 from helpers import sql
 
 pytest_plugins = ["double_texting_support"]  # the gate and the scripted model
+APP = Path(__file__).parent / "apps" / "rollback_elsewhere_app.py"
 
 
 def last_user_of(request) -> str:
@@ -68,33 +77,53 @@ async def test_a_rollback_after_an_interrupting_run_leaves_nothing_in_the_cached
     ]
 
 
-async def test_a_rollback_elsewhere_is_seen_by_the_next_run_here(
+async def test_a_rollback_sent_from_another_process_reaches_this_ones_cache(
     helix, make_agent, scripted, gate, database_url
 ):
-    """The run that rolls back may run in another process of the fleet: this one's
-    cached transcript still holds the rolled-back run's messages. Another process's
-    rollback is its SQL (`rollback.roll_back_run`), done here on a connection of its
-    own, behind this process's back."""
+    """The `rollback` message comes from another process of the fleet (a real one),
+    while this process runs the live run and holds its messages in its cache. Whichever
+    process runs the message's run, and this process's next run, no model sees the
+    rolled-back messages."""
     agent = make_agent(tools=[gate.tool, gate.bump])
     warm = await (await helix.execute(agent, "warm up")).result()
     sid = warm.session_id
-    gone = await (await helix.execute(agent, "forget this", session_id=sid)).result()
-    assert gone.output == "re: forget this"
-    assert sid in helix.runtime.history._entries  # what the next run would read on from
-    sql(
-        database_url,
-        "WITH r AS (UPDATE helix.runs SET rolled_back_at = now() WHERE run_id = %s "
-        "RETURNING run_id) DELETE FROM helix.messages WHERE run_id IN (SELECT run_id FROM r)",
-        gone.run_id,
+    first = await helix.execute(agent, "bump then hold", session_id=sid)
+    await gate.wait_entered()
+    assert sid in helix.runtime.history._entries  # what a next run here reads on from
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    other = forkserver.Popen(
+        [sys.executable, str(APP), database_url, agent.name, sid, "start over"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
-    after = await (await helix.execute(agent, "what now?", session_id=sid)).result()
-    assert after.output == "re: what now?"
-    last = [r for r in scripted.inputs if r.agent_name == agent.name][-1]
-    assert [(m.role, m.content) for m in last.messages if m.role != "system"] == [
-        ("user", "warm up"),
-        ("assistant", "re: warm up"),
-        ("user", "what now?"),
+    try:
+        assert other.stdout is not None
+        stored = await asyncio.to_thread(other.stdout.readline)
+        assert json.loads(stored or "{}") == {"stored": True}, other.stderr
+        gate.release.set()  # the aborted run's workflow ends at its next step
+        assert (await first.result()).status == "aborted"
+        out, err = await asyncio.to_thread(other.communicate, timeout=120)
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert other.returncode == 0, err
+    ended = json.loads(out.splitlines()[-1])
+    assert (ended["status"], ended["output"]) == ("completed", "re: start over")
+    again = await (await helix.execute(agent, "what now?", session_id=sid)).result()
+    assert again.output == "re: what now?"
+    here = [
+        [m.content for m in r.messages if m.role == "user"]
+        for r in scripted.inputs
+        if r.agent_name == agent.name
     ]
+    for users in here[2:] + ended["seen"]:  # every model call after the rollback's store
+        if users[-1] in ("start over", "what now?"):
+            assert "bump then hold" not in users, (here, ended["seen"])
+    assert here[-1] == ["warm up", "start over", "what now?"]
+    stored_users = [m.content for m in await helix.get_messages(sid) if m.role == "user"]
+    assert stored_users == ["warm up", "start over", "what now?"]
 
 
 async def test_the_interrupting_runs_checkpoint_counts_only_visible_usage(
