@@ -18,6 +18,7 @@ from helix_dbos.orchestration.parts import StoredBlob
 from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.orchestration.types import Message, ToolCall
 from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.process.process_runtime import HistoryCache
 from helix_dbos.store import repository as repo
 
 
@@ -106,3 +107,25 @@ async def test_ids_reused_across_steps_and_runs_are_rekeyed_from_the_cache(
     # The last model call was sent all of it (after the system prompt, if any).
     sent = [r for r in mock_llm.inputs if r.agent_name == agent.name][-1].messages
     assert [m for m in sent if m.role != "system"] == cached.for_llm
+
+
+def test_the_cache_is_bounded_by_messages_and_drops_the_least_recently_used():
+    """A process serving many long sessions keeps at most `max_messages` cached messages
+    (the least recently used sessions go first), and always the session just used."""
+    cache = HistoryCache(max_sessions=10, max_messages=5)
+
+    def said(*texts: str) -> list[Message]:
+        return [Message(role="user", content=t) for t in texts]
+
+    cache.seed_new_run("a", "ra", said("1", "2"), {})
+    cache.seed_new_run("b", "rb", said("1", "2"), {})
+    assert set(cache._entries) == {"a", "b"} and cache._held == 4
+    cache.take("a", (3, said("3")))  # "a" is the most recently used now, 5 messages held
+    assert list(cache._entries) == ["b", "a"] and cache._held == 5
+    cache.take("a", (4, said("4")))  # 6 > 5: "b" goes
+    assert list(cache._entries) == ["a"] and cache._held == 4
+    cache.seed_new_run("c", "rc", said(*"123456"), {})  # alone beyond the bound: kept
+    assert list(cache._entries) == ["c"] and cache._held == 6
+    assert cache.take_new_run("a", "ra") is None  # its entry went: the step reads instead
+    cache.forget("c")
+    assert not cache._entries and cache._held == 0

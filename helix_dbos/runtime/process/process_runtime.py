@@ -66,9 +66,14 @@ class HistoryCache:
     since the cached one was read.
     """
 
-    def __init__(self, max_sessions: int = 1024) -> None:
+    def __init__(self, max_sessions: int = 1024, max_messages: int = 100_000) -> None:
         self._entries: OrderedDict[str, _Cached] = OrderedDict()
         self._max = max_sessions
+        # Bounded by messages too: a process serving many long sessions would otherwise
+        # hold them all (memory, and the collector's time). The least recently used
+        # sessions go first; the one just used stays, however long.
+        self._max_messages = max_messages
+        self._held = 0  # messages in the cached transcripts
         # Runs on a new session that this process opened and runs: their first step's
         # transcript and state are what the open wrote, so it reads nothing.
         self._new_runs: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -100,7 +105,7 @@ class HistoryCache:
     async def read(self, conn: repo.SQLConnection, session_id: str) -> tuple[Transcript, int]:
         """A live run's transcript after a step whose rows the cache did not take. No run
         of the session but this one can be rolled back while it is live."""
-        entry = self._entries.pop(session_id, None)
+        entry = self._pop(session_id)
         last_seq = entry.last_seq if entry else 0
         rows = await repo.load_messages(conn, session_id, after_seq=last_seq)
         kept = self._top_up(session_id, entry, rows, entry.rollbacks if entry else 0)
@@ -112,7 +117,7 @@ class HistoryCache:
         """A run's first read (`repo.first_read`) in one round trip, and the transcript
         topped up; a second, whole read if a run of the session was rolled back since the
         cached transcript was read."""
-        entry = self._entries.pop(session_id, None)
+        entry = self._pop(session_id)
         after = entry.last_seq if entry else 0
         read = await repo.first_read(conn, workflow_id, session_id, run_id, after_seq=after)
         if entry is not None and read.rollbacks != entry.rollbacks:
@@ -141,10 +146,25 @@ class HistoryCache:
         self._keep(session_id, entry)
         return entry
 
+    def _pop(self, session_id: str) -> _Cached | None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self._held -= len(entry.transcript)
+        return entry
+
     def _keep(self, session_id: str, entry: _Cached) -> None:
+        self._pop(session_id)
         self._entries[session_id] = entry
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        self._held += len(entry.transcript)
+        self._bound()
+
+    def _bound(self) -> None:
+        """Drop the least recently used transcripts beyond the bounds (never the last)."""
+        while len(self._entries) > 1 and (
+            len(self._entries) > self._max or self._held > self._max_messages
+        ):
+            _, dropped = self._entries.popitem(last=False)
+            self._held -= len(dropped.transcript)
 
     def take(
         self, session_id: str, written: tuple[int, list[Message]]
@@ -156,13 +176,15 @@ class HistoryCache:
             return None
         entry.last_seq += len(written[1])
         entry.transcript.extend(written[1])
+        self._held += len(written[1])
         self._entries.move_to_end(session_id)
+        self._bound()
         return entry.transcript, entry.last_seq + 1
 
     def forget(self, session_id: str) -> None:
         """Drop a session's transcript (rows written elsewhere; a parked run's, which may
         wait for days): its next read reads it whole, as a fresh process does."""
-        self._entries.pop(session_id, None)
+        self._pop(session_id)
 
 
 class Runtime:
