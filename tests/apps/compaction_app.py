@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,18 @@ markers = Path(marker_dir)
 mark = marker(markers)
 
 
-def respond(request: LLMRequest) -> dict[str, Any]:
+# Set once the turn's run id is printed: `execute()` returns after the run's workflow has
+# started, so under load its summary call can come first, and a kill there would leave the
+# test waiting on the turn before (which has ended: nothing to recover, nothing asked). The
+# run is on DBOS's loop, in another thread than `main()`'s.
+PRINTED = threading.Event()
+
+
+async def respond(request: LLMRequest) -> dict[str, Any]:
     if is_summary_request(request.messages):
         mark("summaries.log", str(os.getpid()))
         if mode == "start-kill":
+            await asyncio.to_thread(PRINTED.wait, 60)
             os.kill(os.getpid(), signal.SIGKILL)  # inside the summary step, before its row
         return {"type": "text", "content": f"summary by {os.getpid()}"}
     mark("prompts.log", json.dumps(request.system))
@@ -66,10 +75,12 @@ async def main() -> None:
     if mode.startswith("start"):
         session_id = None
         for turn in range(100):
+            PRINTED.clear()
             handle = await helix.execute(
                 agent, f"message {turn} " + "q" * 60, session_id=session_id
             )
             print(json.dumps({"run_id": handle.run_id}), flush=True)
+            PRINTED.set()
             session_id = (await handle.result()).session_id
         print(json.dumps({"status": "no summary"}), flush=True)
         await asyncio.sleep(3600)
