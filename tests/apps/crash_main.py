@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,9 +28,29 @@ def outcome(run: RunInfo) -> dict[str, Any]:
     return {"status": run.status, "output": run.output, "error": run.error}
 
 
+# Set once `start_and_sleep` has printed the run's ids. The run is on DBOS's loop, in
+# another thread than `main()`'s, and `execute()` returns after its workflow started: under
+# load it can reach the point where an app kills itself before the ids are printed, and
+# the test would have none. An app's kill waits for this (`kill_once_printed`).
+PRINTED = threading.Event()
+
+
+def kill_once_printed() -> None:
+    """SIGKILL this process once the run's ids are out (in a thread: a sync tool)."""
+    PRINTED.wait(60)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def kill_once_printed_async() -> None:
+    """The same on an event loop (a model's responder: MockLLM awaits what it returns)."""
+    await asyncio.to_thread(PRINTED.wait, 60)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 async def start_and_sleep(helix: HelixDBOS, agent: Agent, message: str) -> None:
     handle = await helix.execute(agent, message)
     print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
+    PRINTED.set()
     await asyncio.sleep(3600)  # killed by the test before this ends
 
 

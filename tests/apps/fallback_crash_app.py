@@ -13,15 +13,13 @@ the fallback has answered, its LLM step is checkpointed, the next step has not r
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
 import httpx
 import httpx2
 from app_marks import marker
-from crash_main import crash_main
+from crash_main import crash_main, kill_once_printed
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "llm"))  # the wire formats
 from wire import openai_sse, openai_stream_text_and_tool
@@ -82,7 +80,7 @@ def get_weather(city: str, days: int = 1) -> str:
     """Weather forecast for a city."""
     mark("tool.log", city)
     if mode == "start":  # after the fallback's answer was checkpointed, before the next step
-        os.kill(os.getpid(), signal.SIGKILL)
+        kill_once_printed()
     return f"{city}: sunny for {days} days"
 
 

@@ -12,14 +12,13 @@ call (the handoff row is written, the target's first step is not checkpointed).
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from app_marks import marker
-from crash_main import crash_main, outcome
+from crash_main import crash_main, kill_once_printed, kill_once_printed_async, outcome
 
 from helix_dbos import Agent, HelixDBOS, MockLLM, RunInfo, tool
 from helix_dbos.orchestration.types import LLMRequest
@@ -31,11 +30,11 @@ markers = Path(marker_dir)
 mark = marker(markers)
 
 
-def reply(request: LLMRequest) -> dict:
+def reply(request: LLMRequest) -> dict | Coroutine[Any, Any, None]:
     mark("llm.log", request.agent_name)
     if request.agent_name == "handoff_billing":
         if mode == "start" and kill_at == "target":
-            os.kill(os.getpid(), signal.SIGKILL)
+            return kill_once_printed_async()  # awaited by MockLLM
         return {"type": "text", "content": "You owe 10 EUR."}
     calls = [
         {"id": "look", "name": "lookup", "arguments": {"order": "42"}},
@@ -49,7 +48,7 @@ def lookup(order: str) -> str:
     """Look an order up."""
     mark("tool.log", order)
     if mode == "start" and kill_at == "tool":
-        os.kill(os.getpid(), signal.SIGKILL)
+        kill_once_printed()
     return f"order {order}: unpaid"
 
 

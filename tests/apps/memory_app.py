@@ -22,7 +22,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,22 @@ def remember_then_recall(request: LLMRequest) -> dict[str, Any]:
     return {"type": "text", "content": results[-1].content}
 
 
-def respond(request: LLMRequest) -> dict[str, Any]:
+# Set once the run id is printed (the run is on DBOS's loop, another thread than
+# `main()`'s: under load its model call can come before `execute()` has returned).
+PRINTED = threading.Event()
+
+
+async def die_once_printed() -> None:
+    await asyncio.to_thread(PRINTED.wait, 60)
+    os.kill(os.getpid(), signal.SIGKILL)  # mid-step: the recall is recorded, no reply
+
+
+def respond(request: LLMRequest) -> dict[str, Any] | Coroutine[Any, Any, None]:
     if mode.startswith("remember"):
         return remember_then_recall(request)
     mark("prompts.log", json.dumps(request.system))
     if mode == "inject-start":
-        os.kill(os.getpid(), signal.SIGKILL)  # mid-step: the recall is recorded, no reply
+        return die_once_printed()  # awaited by MockLLM
     return {"type": "text", "content": "done"}
 
 
@@ -121,6 +132,7 @@ async def main() -> None:
         await memory.save("The user likes green tea too", resource_id=RESOURCE)
         handle = await helix.execute(agent, "Which tea does the user drink?", resource_id=RESOURCE)
         print(json.dumps({"run_id": handle.run_id}), flush=True)
+        PRINTED.set()
         await asyncio.sleep(3600)
     else:
         await wait_for_end(
