@@ -20,6 +20,7 @@ from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.orchestration.types import LLMRequest
 from helix_dbos.runtime.loop import agent_loop, final_write
 from helix_dbos.runtime.process.event_loop import on_target_loop
+from helix_dbos.runtime.starts.run_starts import CANCEL_GRACE_SECONDS
 from helix_dbos.runtime.steps.step_types import RunOptions
 
 
@@ -228,7 +229,12 @@ async def test_a_workflow_cancelled_behind_helix_back_closes_its_run_as_aborted(
     handle = await helix.execute(agent, "go")
     await on_target_loop(lambda: DBOS.cancel_workflow_async(handle.workflow_id))
     release.set()
-    assert handle.run_id in await helix.reconcile_runs()
+    # The periodic sweep leaves a workflow cancelled moments ago to its canceller (an
+    # abort closes the run with its own reason right after): CANCEL_GRACE_SECONDS.
+    swept = await helix._starts.reconcile_runs(cancel_grace_seconds=CANCEL_GRACE_SECONDS)
+    assert handle.run_id not in swept
+    assert (await helix.get_run(handle.run_id)).status == "running"
+    assert handle.run_id in await helix.reconcile_runs()  # asked for: no grace
     run = await helix.get_run(handle.run_id)
     assert run.status == "aborted" and run.error == "Run aborted: its workflow was cancelled"
     result = await asyncio.wait_for(handle.result(), timeout=15)

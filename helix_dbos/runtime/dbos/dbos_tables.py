@@ -36,6 +36,9 @@ _LIVE_RUNS_WITH_ENDED_WORKFLOW = _sql(
     "SELECT r.run_id FROM helix.runs r LEFT JOIN dbos.workflow_status w "
     "ON w.workflow_uuid = r.workflow_id "
     f"WHERE r.status IN {_LIVE} AND (w.workflow_uuid IS NULL OR w.status IN {_ENDED}) "
+    # A workflow cancelled moments ago is its canceller's to close, with its own reason.
+    "AND NOT (w.status = 'CANCELLED' AND w.updated_at > "
+    "CAST(EXTRACT(epoch FROM now()) * 1000 AS bigint) - CAST(:grace_ms AS bigint)) "
     # A sub-agent's workflow is started by its parent's workflow, which a recovery
     # replays: while the parent is live, a child not started yet is not stale.
     "AND NOT (w.workflow_uuid IS NULL AND EXISTS (SELECT 1 FROM helix.sessions s "
@@ -44,9 +47,14 @@ _LIVE_RUNS_WITH_ENDED_WORKFLOW = _sql(
 )
 
 
-async def live_runs_with_ended_workflow(conn: SQLConnection) -> list[str]:
-    """Live runs whose DBOS workflow does not exist or has ended (DBOS's own table)."""
-    rows = await conn.execute(_LIVE_RUNS_WITH_ENDED_WORKFLOW)
+async def live_runs_with_ended_workflow(
+    conn: SQLConnection, *, cancel_grace_seconds: float = 0
+) -> list[str]:
+    """Live runs whose DBOS workflow does not exist or has ended (DBOS's own table),
+    but those whose workflow was cancelled less than `cancel_grace_seconds` ago: an
+    abort cancels, then closes the run with its reason, a moment later."""
+    params = {"grace_ms": int(cancel_grace_seconds * 1000)}
+    rows = await conn.execute(_LIVE_RUNS_WITH_ENDED_WORKFLOW, params)
     return [str(run_id) for (run_id,) in rows]
 
 

@@ -403,12 +403,18 @@ class RunStarts:
                 )
             return closed
 
-    async def reconcile_runs(self) -> list[str]:
+    async def reconcile_runs(self, *, cancel_grace_seconds: float = 0) -> list[str]:
         """Close every live run whose workflow ended without closing it (cancelled from
         outside, failed in a way the run could not record) or never started (its starter
         was killed between opening and starting it): `failed`, or `aborted` for a
-        cancelled workflow, with a readable error. Returns the closed run ids."""
-        rows = await self.reads.read(dbos_tables.live_runs_with_ended_workflow)
+        cancelled workflow, with a readable error. Returns the closed run ids.
+
+        `cancel_grace_seconds`: leave a workflow cancelled less than that ago to its
+        canceller (an abort, here or in another process, cancels and then closes the
+        run with the reason it was given); the periodic sweep waits `CANCEL_GRACE_SECONDS`."""
+        rows = await self.reads.read(
+            dbos_tables.live_runs_with_ended_workflow, cancel_grace_seconds=cancel_grace_seconds
+        )
         closed: list[str] = []
         for run_id in rows:
             if await on_target_loop(functools.partial(self.close_if_stale, run_id)):
@@ -420,10 +426,14 @@ class RunStarts:
     async def reconcile_forever(self, every_seconds: float) -> None:
         while True:
             try:
-                await self.reconcile_runs()
+                await self.reconcile_runs(cancel_grace_seconds=CANCEL_GRACE_SECONDS)
             except Exception as exc:  # a database outage: try again next time
                 logger.warning("helix could not reconcile runs: %s", exc)
             await asyncio.sleep(every_seconds)
+
+
+#: How long the periodic sweep leaves a cancelled workflow's live run to its canceller.
+CANCEL_GRACE_SECONDS = 10.0
 
 
 async def open_or_refuse(conn: repo.SQLConnection, request: OpenRunRequest) -> OpenedRun:
