@@ -36,9 +36,10 @@ _LIVE_RUNS_WITH_ENDED_WORKFLOW = _sql(
     "SELECT r.run_id FROM helix.runs r LEFT JOIN dbos.workflow_status w "
     "ON w.workflow_uuid = r.workflow_id "
     f"WHERE r.status IN {_LIVE} AND (w.workflow_uuid IS NULL OR w.status IN {_ENDED}) "
-    # A workflow cancelled moments ago is its canceller's to close, with its own reason.
-    "AND NOT (w.status = 'CANCELLED' AND w.updated_at > "
-    "CAST(EXTRACT(epoch FROM now()) * 1000 AS bigint) - CAST(:grace_ms AS bigint)) "
+    # A workflow cancelled moments ago is its canceller's to close, with its own reason
+    # (COALESCE: a run whose workflow never started has no status row to compare).
+    "AND NOT COALESCE(w.status = 'CANCELLED' AND w.updated_at > "
+    "CAST(EXTRACT(epoch FROM now()) * 1000 AS bigint) - CAST(:grace_ms AS bigint), false) "
     # A sub-agent's workflow is started by its parent's workflow, which a recovery
     # replays: while the parent is live, a child not started yet is not stale.
     "AND NOT (w.workflow_uuid IS NULL AND EXISTS (SELECT 1 FROM helix.sessions s "
