@@ -6,10 +6,11 @@ transcript without system messages, `messages.build_messages_for_llm`). Derived
 afresh, both walk the whole conversation in Python every step; kept here and
 topped up with the rows each step appends, a step costs the same at message 10 and
 message 1,000 (and so does whether any message has attachments, `holds_parts`, which
-spares each request a walk for stored parts). Built from the same messages, they are the same on a replay or in a
-fresh process (which builds them once from its first read). So are the token count the
-history budget compares with the model's window (`tokens`), summed once per message,
-and where the transcript may be cut (`cuts`), which compaction starts from.
+spares each request a walk for stored parts). Built from the same messages, they are
+the same on a replay or in a fresh process (which builds them once from its first
+read). So are the token count the history budget compares with the model's window
+(`tokens`), summed once per message, and where the transcript may be cut (`cuts`),
+which compaction starts from.
 """
 
 from __future__ import annotations

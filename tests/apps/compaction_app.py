@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from app_marks import marker
-from crash_main import wait_for_end
+from crash_main import PRINTED, kill_once_printed_async, print_ids, wait_for_end
 
 from helix_dbos import Agent, HelixDBOS, HistoryPolicy, MockLLM, Summarize, is_summary_request
 from helix_dbos.orchestration.types import LLMRequest
@@ -36,19 +34,12 @@ markers = Path(marker_dir)
 mark = marker(markers)
 
 
-# Set once the turn's run id is printed: `execute()` returns after the run's workflow has
-# started, so under load its summary call can come first, and a kill there would leave the
-# test waiting on the turn before (which has ended: nothing to recover, nothing asked). The
-# run is on DBOS's loop, in another thread than `main()`'s.
-PRINTED = threading.Event()
-
-
 async def respond(request: LLMRequest) -> dict[str, Any]:
     if is_summary_request(request.messages):
         mark("summaries.log", str(os.getpid()))
         if mode == "start-kill":
-            await asyncio.to_thread(PRINTED.wait, 60)
-            os.kill(os.getpid(), signal.SIGKILL)  # inside the summary step, before its row
+            # Not before the turn's run id is out: else the test waits on the turn before.
+            await kill_once_printed_async()  # inside the summary step, before its row
         return {"type": "text", "content": f"summary by {os.getpid()}"}
     mark("prompts.log", json.dumps(request.system))
     last = request.messages[-1].content or ""
@@ -79,8 +70,7 @@ async def main() -> None:
             handle = await helix.execute(
                 agent, f"message {turn} " + "q" * 60, session_id=session_id
             )
-            print(json.dumps({"run_id": handle.run_id}), flush=True)
-            PRINTED.set()
+            print_ids({"run_id": handle.run_id})
             session_id = (await handle.result()).session_id
         print(json.dumps({"status": "no summary"}), flush=True)
         await asyncio.sleep(3600)

@@ -22,12 +22,12 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from app_marks import marker
+from crash_main import once_printed, print_ids
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -57,15 +57,9 @@ def first_life() -> bool:
     return mode == "start"
 
 
-# Set once the first life has printed its run's ids: under load, the run can reach the
-# point where it kills this process before `execute()` has returned to print them. (The
-# run is on DBOS's loop, in another thread than `main()`'s.)
-STARTED = threading.Event()
-
-
 async def die(name: str) -> None:
     """Mark `name` and SIGKILL this process, once the test has the run's ids."""
-    await asyncio.to_thread(STARTED.wait, 60)
+    await once_printed()
     mark(name)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -375,8 +369,7 @@ async def main() -> None:
         await asyncio.sleep(3600)
     elif mode == "start":
         handle = await helix.execute(agent, run_input())
-        print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-        STARTED.set()
+        print_ids({"run_id": handle.run_id, "session_id": handle.session_id})
         await asyncio.sleep(3600)  # killed by the test (or by itself) before this ends
     else:
         run_id = sys.argv[6]

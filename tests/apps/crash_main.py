@@ -31,8 +31,20 @@ def outcome(run: RunInfo) -> dict[str, Any]:
 # Set once `start_and_sleep` has printed the run's ids. The run is on DBOS's loop, in
 # another thread than `main()`'s, and `execute()` returns after its workflow started: under
 # load it can reach the point where an app kills itself before the ids are printed, and
-# the test would have none. An app's kill waits for this (`kill_once_printed`).
+# the test would have none. An app's kill waits for this (`kill_once_printed`); an app
+# that prints ids once per turn clears it before each turn.
 PRINTED = threading.Event()
+
+
+def print_ids(ids: dict[str, Any]) -> None:
+    """Print a run's ids for the test, then let a kill that waits for them go ahead."""
+    print(json.dumps(ids), flush=True)
+    PRINTED.set()
+
+
+async def once_printed() -> None:
+    """Wait on an event loop until the run's ids are out."""
+    await asyncio.to_thread(PRINTED.wait, 60)
 
 
 def kill_once_printed() -> None:
@@ -43,14 +55,13 @@ def kill_once_printed() -> None:
 
 async def kill_once_printed_async() -> None:
     """The same on an event loop (a model's responder: MockLLM awaits what it returns)."""
-    await asyncio.to_thread(PRINTED.wait, 60)
+    await once_printed()
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def start_and_sleep(helix: HelixDBOS, agent: Agent, message: str) -> None:
     handle = await helix.execute(agent, message)
-    print(json.dumps({"run_id": handle.run_id, "session_id": handle.session_id}), flush=True)
-    PRINTED.set()
+    print_ids({"run_id": handle.run_id, "session_id": handle.session_id})
     await asyncio.sleep(3600)  # killed by the test before this ends
 
 

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sys
-import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 from app_marks import marker
-from crash_main import wait_for_end
+from crash_main import kill_once_printed_async, print_ids, wait_for_end
 
 from helix_dbos import Agent, HelixDBOS, MockLLM
 from helix_dbos.memory import BackgroundEmbeddingExecutor, HashingEmbedder, recall_hooks
@@ -69,22 +66,13 @@ def remember_then_recall(request: LLMRequest) -> dict[str, Any]:
     return {"type": "text", "content": results[-1].content}
 
 
-# Set once the run id is printed (the run is on DBOS's loop, another thread than
-# `main()`'s: under load its model call can come before `execute()` has returned).
-PRINTED = threading.Event()
-
-
-async def die_once_printed() -> None:
-    await asyncio.to_thread(PRINTED.wait, 60)
-    os.kill(os.getpid(), signal.SIGKILL)  # mid-step: the recall is recorded, no reply
-
-
 def respond(request: LLMRequest) -> dict[str, Any] | Coroutine[Any, Any, None]:
     if mode.startswith("remember"):
         return remember_then_recall(request)
     mark("prompts.log", json.dumps(request.system))
     if mode == "inject-start":
-        return die_once_printed()  # awaited by MockLLM
+        # Mid-step (the recall is recorded, no reply), once the run id is out.
+        return kill_once_printed_async()  # awaited by MockLLM
     return {"type": "text", "content": "done"}
 
 
@@ -131,8 +119,7 @@ async def main() -> None:
         await memory.save("The user drinks oolong tea", resource_id=RESOURCE)
         await memory.save("The user likes green tea too", resource_id=RESOURCE)
         handle = await helix.execute(agent, "Which tea does the user drink?", resource_id=RESOURCE)
-        print(json.dumps({"run_id": handle.run_id}), flush=True)
-        PRINTED.set()
+        print_ids({"run_id": handle.run_id})
         await asyncio.sleep(3600)
     else:
         await wait_for_end(
