@@ -120,7 +120,13 @@ async def test_a_run_recorded_before_the_patch_replays_its_timeout(
         if [p.tool_call_id for p in pending] == ["a1"]:
             break
         await asyncio.sleep(0.05)
-    recorded = await _steps(handle.workflow_id)
+    # The waiting row is visible once `helix.suspend` committed; a1's `recv` records its
+    # timer (`DBOS.sleep`) a moment later: the history to replay ends there.
+    for _ in range(200):
+        recorded = await _steps(handle.workflow_id)
+        if recorded[-1] == "DBOS.sleep":
+            break
+        await asyncio.sleep(0.05)
     monkeypatch.undo()  # the upgrade
 
     # A replay of the whole history on the patched code: the parked wait lets go of its
