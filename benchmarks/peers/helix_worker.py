@@ -49,7 +49,10 @@ def respond(request: LLMRequest) -> dict[str, Any]:
         call = {"id": f"c{done}", "name": "ping", "arguments": {"i": done}}
     else:
         call = {"id": "fin", "name": "__finish__", "arguments": final_answer(done)}
-    return {"type": "tool_calls", "tool_calls": [call]}
+    # A usage of its own, as the OpenAI Agents worker's model reports `Usage()`: without
+    # one, MockLLM counts the characters of every message of every request (harness
+    # work that grows with the history).
+    return {"type": "tool_calls", "tool_calls": [call], "usage": {}}
 
 
 agent = Agent(
