@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from helix_dbos.orchestration.types import Message
-from helix_dbos.store.repository import SQLConnection, _json, _message_from_row, _sql
+from helix_dbos.store.repository import (
+    MESSAGE_COLUMNS,
+    SQLConnection,
+    _json,
+    _message_from_row,
+    _sql,
+)
 from helix_dbos.store.storable import storable_text
 
 USAGE_COLUMNS = (
@@ -92,8 +98,8 @@ async def messages_until(conn: SQLConnection, session_id: str, message_seq: int)
     """The transcript as a checkpoint saw it: the messages with seq <= `message_seq`."""
     rows = await conn.execute(
         _sql(
-            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error, "
-            "parts FROM helix.messages WHERE session_id = :sid AND seq <= :top ORDER BY seq"
+            f"SELECT {MESSAGE_COLUMNS} FROM helix.messages "
+            "WHERE session_id = :sid AND seq <= :top ORDER BY seq"
         ),
         {"sid": session_id, "top": message_seq},
     )

@@ -9,16 +9,19 @@ for API calls.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from pydantic import TypeAdapter
 from sqlalchemy import TextClause, text
 
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
-from helix_dbos.orchestration.types import LLMUsage, Message
+from helix_dbos.orchestration.parts import Attachment
+from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
 from helix_dbos.store.storable import dumps, storable_text
 
 
@@ -378,11 +381,23 @@ _MESSAGE_RECORDSET = f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS m({_MESSAGE_T
 
 
 _MESSAGE_VALIDATOR = Message.__pydantic_validator__
+# A transcript row's JSON columns are read as text and validated from it by pydantic's
+# JSON parser (`MESSAGE_COLUMNS`): psycopg's jsonb loader (`json.loads` of bytes), then a
+# second pass over the dicts it made, cost three times as much (4.6 against 1.6 µs for
+# one tool call: a cold read of a long session builds thousands).
+_TOOL_CALLS = TypeAdapter(list[ToolCall])
+_THINKING = TypeAdapter(list[ThinkingBlock])
+_ATTACHMENTS = TypeAdapter(list[Attachment])
+# What `_message_from_row` reads, in its order; `parts` (as text) is always the last.
+MESSAGE_COLUMNS = (
+    "seq, role, content, tool_calls::text, tool_call_id, tool_name, thinking::text, "
+    "is_error, parts::text"
+)
 
 
 def _message_from_row(row: Any) -> tuple[int, Message]:
-    """A transcript row (seq, role, content, tool_calls, tool_call_id, tool_name,
-    thinking, is_error, ...) as its message.
+    """A transcript row (`MESSAGE_COLUMNS`, or a statement with the same first eight and
+    the same last) as its message.
 
     Only the columns that differ from the model's defaults go into the validator's input:
     a long session's first read builds thousands of these, and this is two to three times
@@ -390,18 +405,18 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
     fields: dict[str, Any] = {"role": row[1]}
     if row[2] is not None:
         fields["content"] = row[2]
-    if row[3]:
-        fields["tool_calls"] = row[3]
+    if row[3] is not None:
+        fields["tool_calls"] = _TOOL_CALLS.validate_json(row[3])
     if row[4] is not None:
         fields["tool_call_id"] = row[4]
     if row[5] is not None:
         fields["tool_name"] = row[5]
-    if row[6]:
-        fields["thinking"] = row[6]
+    if row[6] is not None:
+        fields["thinking"] = _THINKING.validate_json(row[6])
     if row[7]:
         fields["is_error"] = True
-    if row[-1]:  # `parts`, the last column of every statement that reads messages
-        fields["attachments"] = row[-1]
+    if row[-1] is not None:
+        fields["attachments"] = _ATTACHMENTS.validate_json(row[-1])
     return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
 
 
@@ -410,8 +425,8 @@ async def load_messages(
 ) -> list[tuple[int, Message]]:
     rows = await conn.execute(
         _sql(
-            "SELECT seq, role, content, tool_calls, tool_call_id, tool_name, thinking, is_error, "
-            "parts FROM helix.messages WHERE session_id = :sid AND seq > :after ORDER BY seq"
+            f"SELECT {MESSAGE_COLUMNS} FROM helix.messages "
+            "WHERE session_id = :sid AND seq > :after ORDER BY seq"
         ),
         {"sid": session_id, "after": after_seq},
     )
@@ -1023,6 +1038,9 @@ class FirstRead:
     rollbacks: int = 0
 
 
+_SEQ = operator.itemgetter(0)
+
+
 async def first_read(
     conn: SQLConnection, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
 ) -> FirstRead:
@@ -1035,13 +1053,18 @@ async def first_read(
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
                 f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING}, "
                 f"{_ROLLBACKS}, NULL "
-                "UNION ALL SELECT seq, role, content, tool_calls, tool_call_id, tool_name, "
-                "thinking, is_error, NULL, NULL, NULL, NULL, parts FROM helix.messages "
-                "WHERE session_id = :sid AND seq > :after ORDER BY 1"
+                "UNION ALL SELECT seq, role, content, tool_calls::text, tool_call_id, "
+                "tool_name, thinking::text, is_error, NULL, NULL, NULL, NULL, parts::text "
+                "FROM helix.messages "
+                "WHERE session_id = :sid AND seq > :after"
             ),
             {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},
         )
     ).all()
+    # Ordered here, not by the server: the rows come (nearly) in order already, which
+    # Python's sort takes in one pass, where the server sorted every row (0.7 ms at
+    # 1,000 messages). The header's seq is 0, below every message's.
+    rows.sort(key=_SEQ)
     header, messages = rows[0], rows[1:]
     return FirstRead(
         run_exists=header[9] is not None,
