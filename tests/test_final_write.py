@@ -299,16 +299,3 @@ async def test_the_last_write_is_one_short_call_of_a_function_the_migration_made
     ).one()
     assert row[0] == "plpgsql" and "OUT ended boolean, OUT llm_calls bigint" in row[1]
 
-
-async def test_the_final_write_is_planned_once_per_connection(conn: AsyncConnection) -> None:
-    """Migration 0034: PL/pgSQL kept planning the function's statement afresh at each
-    run's end (a custom plan looked cheaper to it), ~0.45 ms a run and more on a long
-    session; the function forces its generic plan. A later migration that recreates the
-    function must keep the setting (the property test above runs on that plan)."""
-    config = (
-        await conn.exec_driver_sql(
-            "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = 'helix' AND p.proname = 'end_step_and_run'"
-        )
-    ).scalar_one()
-    assert config == ["plan_cache_mode=force_generic_plan"]
