@@ -298,4 +298,3 @@ async def test_the_last_write_is_one_short_call_of_a_function_the_migration_made
         )
     ).one()
     assert row[0] == "plpgsql" and "OUT ended boolean, OUT llm_calls bigint" in row[1]
-
