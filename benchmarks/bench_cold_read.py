@@ -1,0 +1,107 @@
+"""A run's first read of a session the process has not cached, timed per read.
+
+The one part of a run that still grows with the session (issue 48): the first step reads
+every message and builds them, once a run, when this process holds no transcript of the
+session (a fresh process, a session last run by another worker, one written with SQL).
+This times `repository.first_read` and the `Transcript` built from it, whichever
+`helix_dbos` Python imports: run it on this checkout and, in the same sitting, with
+`PYTHONPATH=<a checkout of older code>`, and compare.
+
+    .venv/bin/python benchmarks/bench_cold_read.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
+
+A fresh database; one session of `--messages` messages shaped as the peer benchmark's
+history (a user message, a tool call, its result, an answer, over again), read `--reads`
+times on one psycopg connection after `--warmup` untimed reads. Prints one JSON line:
+the code's path, and the median, p10 and p90 in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # `benchmarks`, after PYTHONPATH
+
+from bench_common import percentile
+
+import helix_dbos
+from benchmarks.peers.helix_worker import history_rows
+from helix_dbos import HelixDBOS
+from helix_dbos.orchestration.transcript import Transcript
+from helix_dbos.store import repository as repo
+from helix_dbos.store.database import libpq_url
+from helix_dbos.store.driver import DriverConnection
+
+
+async def measure(url: str, messages: int, reads: int, warmup: int) -> list[float]:
+    raw = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
+    try:
+        session_id = f"ses_cold_{uuid.uuid4().hex}"
+        await raw.execute(
+            "INSERT INTO helix.sessions (session_id, agent_name, status) "
+            "VALUES (%s, 'bench', 'completed')",
+            (session_id,),
+        )
+        async with raw.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO helix.messages (session_id, seq, role, content, tool_calls, "
+                "tool_call_id, tool_name) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)",
+                [(session_id, seq, *row) for seq, row in enumerate(history_rows(messages), 1)],
+            )
+        conn = DriverConnection(raw)
+        timings: list[float] = []
+        for i in range(warmup + reads):
+            started = time.perf_counter()
+            read = await repo.first_read(conn, "wf_none", session_id, "run_none", after_seq=0)
+            Transcript(m for _, m in read.messages)
+            elapsed = time.perf_counter() - started
+            assert len(read.messages) >= messages
+            if i >= warmup:
+                timings.append(elapsed * 1e3)
+        return timings
+    finally:
+        await raw.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--reads", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    args = parser.parse_args()
+    name = f"helix_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = args.database_url.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        HelixDBOS(database_url=url).migrate()  # helix's schema and DBOS's system tables
+        timings = asyncio.run(measure(url, args.messages, args.reads, args.warmup))
+    finally:
+        with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(
+        json.dumps(
+            {
+                "code": str(Path(helix_dbos.__file__).resolve().parent.parent),
+                "messages": args.messages,
+                "reads": len(timings),
+                "median_ms": round(statistics.median(timings), 2),
+                "p10_ms": round(percentile(timings, 10), 2),
+                "p90_ms": round(percentile(timings, 90), 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
