@@ -135,3 +135,30 @@ async def test_every_read_gives_back_the_stored_messages(
     # reads back as an int, -0.0 as 0, equal to it; a float beyond 2**53 as an int that
     # is not, so the floats drawn stay below).
     assert loaded == messages
+
+
+async def test_rows_written_with_sql_read_as_before(conn: DriverConnection) -> None:
+    """JSON columns a user's SQL may leave empty in other ways than helix does (a JSON
+    null, an empty list) read as the model's defaults, as the old decoding read them."""
+    session_id = f"ses_{uuid.uuid4().hex}"
+    await conn.execute(
+        repo._sql(
+            "INSERT INTO helix.sessions (session_id, agent_name, status) "
+            "VALUES (:sid, 'reads', 'completed')"
+        ),
+        {"sid": session_id},
+    )
+    await conn.execute(
+        repo._sql(
+            "INSERT INTO helix.messages (session_id, seq, role, content, tool_calls, "
+            "thinking, parts) VALUES (:sid, 1, 'assistant', 'a', 'null', 'null', 'null'), "
+            "(:sid, 2, 'assistant', 'b', '[]', '[]', '[]'), "
+            "(:sid, 3, 'assistant', 'c', NULL, NULL, NULL)"
+        ),
+        {"sid": session_id},
+    )
+    expected = [Message(role="assistant", content=c) for c in "abc"]
+    assert await decoded_by_psycopg(conn, session_id) == expected
+    assert [m for _, m in await repo.load_messages(conn, session_id)] == expected
+    read = await repo.first_read(conn, None, session_id, "run_none", after_seq=0)
+    assert [m for _, m in read.messages] == expected

@@ -388,6 +388,9 @@ _MESSAGE_VALIDATOR = Message.__pydantic_validator__
 _TOOL_CALLS = TypeAdapter(list[ToolCall])
 _THINKING = TypeAdapter(list[ThinkingBlock])
 _ATTACHMENTS = TypeAdapter(list[Attachment])
+# A JSON column with nothing in it: SQL NULL, or a JSON null a row written with SQL may
+# hold (the old decoding read it as None, so as the model's default).
+_NO_JSON = (None, "null")
 # What `_message_from_row` reads, in its order; `parts` (as text) is always the last.
 MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls::text, tool_call_id, tool_name, thinking::text, "
@@ -405,17 +408,17 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
     fields: dict[str, Any] = {"role": row[1]}
     if row[2] is not None:
         fields["content"] = row[2]
-    if row[3] is not None:
+    if row[3] not in _NO_JSON:
         fields["tool_calls"] = _TOOL_CALLS.validate_json(row[3])
     if row[4] is not None:
         fields["tool_call_id"] = row[4]
     if row[5] is not None:
         fields["tool_name"] = row[5]
-    if row[6] is not None:
+    if row[6] not in _NO_JSON:
         fields["thinking"] = _THINKING.validate_json(row[6])
     if row[7]:
         fields["is_error"] = True
-    if row[-1] is not None:
+    if row[-1] not in _NO_JSON:
         fields["attachments"] = _ATTACHMENTS.validate_json(row[-1])
     return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
 
