@@ -10,7 +10,8 @@ This times `repository.first_read` and the `Transcript` built from it, whichever
     .venv/bin/python benchmarks/bench_cold_read.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
 A fresh database; one session of `--messages` messages shaped as the peer benchmark's
-history (a user message, a tool call, its result, an answer, over again), read `--reads`
+history (`bench_agent_loop.history_rows`: a user message, a tool call, its result, an
+answer, over again), read `--reads`
 times on one psycopg connection after `--warmup` untimed reads. Prints one JSON line:
 the code's path, and the median, p10 and p90 in milliseconds.
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -29,12 +29,11 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # `benchmarks`, after PYTHONPATH
 
-from bench_common import percentile
+from bench_agent_loop import fresh_database, history_rows
+from bench_common import spread
 
 import helix_dbos
-from benchmarks.peers.helix_worker import history_rows
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.transcript import Transcript
 from helix_dbos.store import repository as repo
@@ -79,26 +78,13 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
-    name = f"helix_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = args.database_url.rsplit("/", 1)[0] + f"/{name}"
-    try:
+    with fresh_database(args.database_url) as url:
         HelixDBOS(database_url=url).migrate()  # helix's schema and DBOS's system tables
         timings = asyncio.run(measure(url, args.messages, args.reads, args.warmup))
-    finally:
-        with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    code = str(Path(helix_dbos.__file__).resolve().parent.parent)
     print(
         json.dumps(
-            {
-                "code": str(Path(helix_dbos.__file__).resolve().parent.parent),
-                "messages": args.messages,
-                "reads": len(timings),
-                "median_ms": round(statistics.median(timings), 2),
-                "p10_ms": round(percentile(timings, 10), 2),
-                "p90_ms": round(percentile(timings, 90), 2),
-            }
+            {"code": code, "messages": args.messages, "reads": len(timings)} | spread(timings, "ms")
         )
     )
 

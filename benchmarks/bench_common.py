@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import statistics
 import threading
 import uuid
 from collections.abc import Iterator
@@ -54,6 +55,15 @@ def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def spread(values: list[float], unit: str) -> dict[str, float]:
+    """The median, p10 and p90 of timings, rounded, keyed with their unit (`median_ms`)."""
+    return {
+        f"median_{unit}": round(statistics.median(values), 2),
+        f"p10_{unit}": round(percentile(values, 10), 2),
+        f"p90_{unit}": round(percentile(values, 90), 2),
+    }
 
 
 @contextmanager

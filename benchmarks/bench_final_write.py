@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -29,7 +28,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import percentile
+from bench_agent_loop import fresh_database
+from bench_common import spread
 
 import helix_dbos
 from helix_dbos.orchestration.types import LLMUsage, Message, ToolCall
@@ -111,11 +111,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--no-flush", action="store_true", help="synchronous_commit = off")
     args = parser.parse_args()
-    name = f"helix_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = args.database_url.rsplit("/", 1)[0] + f"/{name}"
-    try:
+    with fresh_database(args.database_url) as url:
         apply_migrations(url)
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             # DBOS's table the older statement names (no DBOS launched here: nothing in it)
@@ -125,20 +121,8 @@ def main() -> None:
                 "PRIMARY KEY (workflow_id, function_id))"
             )
         timings = asyncio.run(measure(url, args.calls, args.warmup, args.no_flush))
-    finally:
-        with psycopg.connect(libpq_url(args.database_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    print(
-        json.dumps(
-            {
-                "code": str(Path(helix_dbos.__file__).resolve().parent.parent),
-                "calls": len(timings),
-                "median_us": round(statistics.median(timings), 1),
-                "p10_us": round(percentile(timings, 10), 1),
-                "p90_us": round(percentile(timings, 90), 1),
-            }
-        )
-    )
+    code = str(Path(helix_dbos.__file__).resolve().parent.parent)
+    print(json.dumps({"code": code, "calls": len(timings)} | spread(timings, "us")))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,18 @@ async def conn(helix: HelixDBOS, session_database_url: str) -> AsyncIterator[Dri
         await raw.close()
 
 
+async def new_session(conn: DriverConnection) -> str:
+    session_id = f"ses_{uuid.uuid4().hex}"
+    await conn.execute(
+        repo._sql(
+            "INSERT INTO helix.sessions (session_id, agent_name, status) "
+            "VALUES (:sid, 'reads', 'completed')"
+        ),
+        {"sid": session_id},
+    )
+    return session_id
+
+
 async def decoded_by_psycopg(conn: DriverConnection, session_id: str) -> list[Message]:
     """The old read: jsonb columns as psycopg decodes them, then validated as dicts."""
     rows = await conn.execute(
@@ -112,14 +124,7 @@ async def decoded_by_psycopg(conn: DriverConnection, session_id: str) -> list[Me
 async def test_every_read_gives_back_the_stored_messages(
     conn: DriverConnection, messages: list[Message]
 ) -> None:
-    session_id = f"ses_{uuid.uuid4().hex}"
-    await conn.execute(
-        repo._sql(
-            "INSERT INTO helix.sessions (session_id, agent_name, status) "
-            "VALUES (:sid, 'reads', 'completed')"
-        ),
-        {"sid": session_id},
-    )
+    session_id = await new_session(conn)
     assert await repo.insert_messages(conn, session_id, None, 1, messages) == len(messages) + 1
     old = await decoded_by_psycopg(conn, session_id)
     loaded = [m for _, m in await repo.load_messages(conn, session_id)]
@@ -140,14 +145,7 @@ async def test_every_read_gives_back_the_stored_messages(
 async def test_rows_written_with_sql_read_as_before(conn: DriverConnection) -> None:
     """JSON columns a user's SQL may leave empty in other ways than helix does (a JSON
     null, an empty list) read as the model's defaults, as the old decoding read them."""
-    session_id = f"ses_{uuid.uuid4().hex}"
-    await conn.execute(
-        repo._sql(
-            "INSERT INTO helix.sessions (session_id, agent_name, status) "
-            "VALUES (:sid, 'reads', 'completed')"
-        ),
-        {"sid": session_id},
-    )
+    session_id = await new_session(conn)
     await conn.execute(
         repo._sql(
             "INSERT INTO helix.messages (session_id, seq, role, content, tool_calls, "
