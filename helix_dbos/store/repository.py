@@ -391,7 +391,8 @@ _ATTACHMENTS = TypeAdapter(list[Attachment])
 # A JSON column with nothing in it: SQL NULL, or a JSON null a row written with SQL may
 # hold (the old decoding read it as None, so as the model's default).
 _NO_JSON = (None, "null")
-# What `_message_from_row` reads, in its order; `parts` (as text) is always the last.
+# What `_message_from_row` reads, in its order: the first columns of every statement that
+# reads messages.
 MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls::text, tool_call_id, tool_name, thinking::text, "
     "is_error, parts::text"
@@ -399,8 +400,7 @@ MESSAGE_COLUMNS = (
 
 
 def _message_from_row(row: Any) -> tuple[int, Message]:
-    """A transcript row (`MESSAGE_COLUMNS`, or a statement with the same first eight and
-    the same last) as its message.
+    """A transcript row (its first columns `MESSAGE_COLUMNS`) as its message.
 
     Only the columns that differ from the model's defaults go into the validator's input:
     a long session's first read builds thousands of these, and this is two to three times
@@ -418,8 +418,8 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
         fields["thinking"] = _THINKING.validate_json(row[6])
     if row[7]:
         fields["is_error"] = True
-    if row[-1] not in _NO_JSON:
-        fields["attachments"] = _ATTACHMENTS.validate_json(row[-1])
+    if row[8] not in _NO_JSON:
+        fields["attachments"] = _ATTACHMENTS.validate_json(row[8])
     return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
 
 
@@ -1047,19 +1047,18 @@ _SEQ = operator.itemgetter(0)
 async def first_read(
     conn: SQLConnection, workflow_id: str | None, session_id: str, run_id: str, *, after_seq: int
 ) -> FirstRead:
-    """`FirstRead` in one round trip: a header row at seq 0, which no message has, then
-    the messages after `after_seq`."""
+    """`FirstRead` in one round trip: a header row at seq 0, which no message has (its
+    values after the message columns), then the messages after `after_seq`."""
     rows = (
         await conn.execute(
             _sql(
-                f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, {_INTERRUPT_PENDING}, "
+                "SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+                f"{_INTERRUPT_PENDING}, "
                 "(SELECT state FROM helix.sessions WHERE session_id = :sid), "
                 f"(SELECT status FROM helix.runs WHERE run_id = :rid), {STEER_PENDING}, "
-                f"{_ROLLBACKS}, NULL "
-                "UNION ALL SELECT seq, role, content, tool_calls::text, tool_call_id, "
-                "tool_name, thinking::text, is_error, NULL, NULL, NULL, NULL, parts::text "
-                "FROM helix.messages "
-                "WHERE session_id = :sid AND seq > :after"
+                f"{_ROLLBACKS} "
+                f"UNION ALL SELECT {MESSAGE_COLUMNS}, NULL, NULL, NULL, NULL, NULL "
+                "FROM helix.messages WHERE session_id = :sid AND seq > :after"
             ),
             {"wid": workflow_id, "sid": session_id, "rid": run_id, "after": after_seq},
         )
@@ -1070,13 +1069,13 @@ async def first_read(
     rows.sort(key=_SEQ)
     header, messages = rows[0], rows[1:]
     return FirstRead(
-        run_exists=header[9] is not None,
-        run_ended=header[9] is not None and header[9] not in ("running", "waiting", "paused"),
-        interrupted=bool(header[7]),
-        state=dict(header[8] or {}),
+        run_exists=header[11] is not None,
+        run_ended=header[11] is not None and header[11] not in ("running", "waiting", "paused"),
+        interrupted=bool(header[9]),
+        state=dict(header[10] or {}),
         messages=[_message_from_row(r) for r in messages],
-        steer_pending=bool(header[10]),
-        rollbacks=int(header[11]),
+        steer_pending=bool(header[12]),
+        rollbacks=int(header[13]),
     )
 
 
