@@ -9,11 +9,11 @@ This times `repository.first_read` and the `Transcript` built from it, whichever
 
     .venv/bin/python benchmarks/bench_cold_read.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
-A fresh database; one session of `--messages` messages shaped as the peer benchmark's
-history (`bench_agent_loop.history_rows`: a user message, a tool call, its result, an
-answer, over again), read `--reads`
-times on one psycopg connection after `--warmup` untimed reads. Prints one JSON line:
-the code's path, and the median, p10 and p90 in milliseconds.
+A fresh database; one session of `--messages` messages, as the agent loop benchmark
+seeds them (`bench_agent_loop.create_session_with_history`: a user message, a tool call,
+its result, an answer, over again), read `--reads` times on one psycopg connection after
+`--warmup` untimed reads. Prints one JSON line: the code's path, and the median, p10 and
+p90 in milliseconds.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ import asyncio
 import json
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_agent_loop import fresh_database, history_rows
+from bench_agent_loop import create_session_with_history, fresh_database
 from bench_common import spread
 
 import helix_dbos
@@ -41,21 +40,9 @@ from helix_dbos.store.database import libpq_url
 from helix_dbos.store.driver import DriverConnection
 
 
-async def measure(url: str, messages: int, reads: int, warmup: int) -> list[float]:
+async def measure(url: str, session_id: str, messages: int, reads: int, warmup: int) -> list[float]:
     raw = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
     try:
-        session_id = f"ses_cold_{uuid.uuid4().hex}"
-        await raw.execute(
-            "INSERT INTO helix.sessions (session_id, agent_name, status) "
-            "VALUES (%s, 'bench', 'completed')",
-            (session_id,),
-        )
-        async with raw.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO helix.messages (session_id, seq, role, content, tool_calls, "
-                "tool_call_id, tool_name) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)",
-                [(session_id, seq, *row) for seq, row in enumerate(history_rows(messages), 1)],
-            )
         conn = DriverConnection(raw)
         timings: list[float] = []
         for i in range(warmup + reads):
@@ -80,7 +67,9 @@ def main() -> None:
     args = parser.parse_args()
     with fresh_database(args.database_url) as url:
         HelixDBOS(database_url=url).migrate()  # helix's schema and DBOS's system tables
-        timings = asyncio.run(measure(url, args.messages, args.reads, args.warmup))
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            session_id = create_session_with_history(conn, args.messages)
+        timings = asyncio.run(measure(url, session_id, args.messages, args.reads, args.warmup))
     code = str(Path(helix_dbos.__file__).resolve().parent.parent)
     print(
         json.dumps(
