@@ -381,6 +381,19 @@ async def test_prune_removes_old_rows_of_ended_runs_and_keeps_the_last_k(
         if kinds == ["step", "head"]:  # step 1, and step 2's head (its tool holds)
             break
         await asyncio.sleep(0.05)
+    # and the held call's live `tool_start`, written apart from the head (the counts below
+    # would otherwise see it land after they were taken: CI saw 2 chunks, then 3)
+    for _ in range(200):
+        started = sql(
+            database_url,
+            "SELECT count(*) FROM helix.stream_chunks WHERE session_id = %s "
+            "AND type = 'tool_start' AND payload ->> 'tool_name' = 'hold'",
+            live.session_id,
+        )
+        if started == [(1,)]:
+            break
+        await asyncio.sleep(0.05)
+    assert started == [(1,)], "the held call's tool_start was written"
     for table in ("helix.checkpoints", "test_shadow.checkpoints", "helix.messages"):
         sql(
             database_url,
