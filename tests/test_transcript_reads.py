@@ -10,6 +10,9 @@ validated): any value the two parsers read apart fails here.
 
 from __future__ import annotations
 
+import copy
+import json
+import pickle
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,7 +24,7 @@ from hypothesis import strategies as st
 
 from helix_dbos import HelixDBOS
 from helix_dbos.orchestration.parts import StoredBlob
-from helix_dbos.orchestration.types import Message, ThinkingBlock, ToolCall
+from helix_dbos.orchestration.types import NO_ITEMS, Message, ThinkingBlock, ToolCall
 from helix_dbos.store import checkpoint_rows
 from helix_dbos.store import repository as repo
 from helix_dbos.store.driver import DriverConnection
@@ -160,3 +163,59 @@ async def test_rows_written_with_sql_read_as_before(conn: DriverConnection) -> N
     assert [m for _, m in await repo.load_messages(conn, session_id)] == expected
     read = await repo.first_read(conn, None, session_id, "run_none", after_seq=0)
     assert [m for _, m in read.messages] == expected
+
+
+async def test_read_messages_share_one_empty_list_that_refuses_to_grow(
+    conn: DriverConnection,
+) -> None:
+    """A read message holds no empty list of its own (the collector walks each one a
+    cached transcript holds, issue 48): its empty list fields are one shared list, which
+    raises when changed, and whose copies, pickles and dumps are plain lists."""
+    session_id = await new_session(conn)
+    call = ToolCall(id="c1", name="ping", arguments={"n": 1})
+    written = [
+        Message(role="user", content="hi"),
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content="pong", tool_call_id="c1", tool_name="ping"),
+    ]
+    await repo.insert_messages(conn, session_id, None, 1, written)
+    first = await repo.first_read(conn, None, session_id, "run_none", after_seq=0)
+    reads = [
+        [m for _, m in await repo.load_messages(conn, session_id)],
+        [m for _, m in first.messages],
+        await checkpoint_rows.messages_until(conn, session_id, 3),
+    ]
+    for read in reads:
+        assert read == written
+        user, assistant, _ = read
+        assert user.tool_calls is NO_ITEMS and user.thinking is NO_ITEMS
+        assert user.attachments is NO_ITEMS
+        assert assistant.tool_calls == [call] and assistant.tool_calls is not NO_ITEMS
+    shared = reads[0][0].tool_calls
+    for change in (
+        lambda: shared.append(call),
+        lambda: shared.extend([call]),
+        lambda: shared.insert(0, call),
+        lambda: shared.__iadd__([call]),
+        lambda: shared.__setitem__(slice(0, 0), [call]),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert NO_ITEMS == [] and len(NO_ITEMS) == 0
+    # Changing a message means giving it a list of its own, as with any pydantic model.
+    user = reads[0][0]
+    copied = user.model_copy(deep=True)
+    copied.tool_calls.append(call)
+    assert copied.tool_calls == [call] and user.tool_calls == []
+    user.tool_calls = [call]
+    assert reads[1][0].tool_calls == []  # the other reads' messages are untouched
+    for value in (
+        copy.copy(NO_ITEMS),
+        copy.deepcopy(NO_ITEMS),
+        pickle.loads(pickle.dumps(NO_ITEMS)),
+    ):
+        assert type(value) is list and value == []
+    again = pickle.loads(pickle.dumps(reads[1][0]))
+    assert again == written[0] and type(again.thinking) is list
+    assert reads[1][0].model_dump()["thinking"] == []
+    assert json.loads(reads[1][0].model_dump_json())["attachments"] == []

@@ -21,7 +21,14 @@ from sqlalchemy import TextClause, text
 
 from helix_dbos.api.runs import ToolCallKind as ToolCallKind
 from helix_dbos.orchestration.parts import Attachment
-from helix_dbos.orchestration.types import LLMUsage, Message, ThinkingBlock, ToolCall
+from helix_dbos.orchestration.types import (
+    MESSAGE_LIST_FIELDS,
+    NO_ITEMS,
+    LLMUsage,
+    Message,
+    ThinkingBlock,
+    ToolCall,
+)
 from helix_dbos.store.storable import dumps, storable_text
 
 
@@ -420,7 +427,12 @@ def _message_from_row(row: Any) -> tuple[int, Message]:
         fields["is_error"] = True
     if row[8] not in _NO_JSON:
         fields["attachments"] = _ATTACHMENTS.validate_json(row[8])
-    return row[0], _MESSAGE_VALIDATOR.validate_python(fields)
+    message = _MESSAGE_VALIDATOR.validate_python(fields)
+    values = message.__dict__
+    for name in MESSAGE_LIST_FIELDS:  # one shared empty list, not three of its own
+        if not values[name]:
+            values[name] = NO_ITEMS
+    return row[0], message
 
 
 async def load_messages(
