@@ -71,8 +71,8 @@ async def per_run(bench: Bench, clock: CollectorClock, history: int, runs: int) 
         "runs": runs,
         "step_ms_median": statistics.median(steps),
         "collector_ms_per_run": sum(clock.seconds) * 1e3 / runs,
-        "by_generation_ms_per_run": [s * 1e3 / runs for s in clock.seconds],
-        "collections_per_run": [c / runs for c in clock.count],
+        "by_generation_ms_per_run": [round(s * 1e3 / runs, 3) for s in clock.seconds],
+        "collections_per_run": [round(c / runs, 3) for c in clock.count],
     }
 
 

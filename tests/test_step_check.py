@@ -3,20 +3,23 @@
 The check's two SELECTs (is the workflow cancelled? is the step recorded?) ran in a
 READ COMMITTED transaction, where each statement sees its own snapshot anyway; helix
 runs them as one joined statement in autocommit, three round trips and a commit fewer
-per DBOS step. These tests watch the real statements on DBOS's engine and check that the
-answers are the same: recorded steps are found, a cancelled workflow stops.
+per DBOS step. These tests watch the real statements sent to psycopg (helix sends them
+on connections of DBOS's pool without SQLAlchemy's `Connection`, DBOS through it) and
+check that the answers are the same: recorded steps are found, a cancelled workflow stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
 from dbos import DBOS
 from helpers import calls
-from sqlalchemy import event
 
 from helix_dbos import tool
 from helix_dbos.runtime.dbos import dbos_internals, step_bookkeeping
@@ -27,13 +30,38 @@ def text(content: str) -> dict:
     return {"type": "text", "content": content}
 
 
+@contextmanager
+def statements_seen(
+    monkeypatch: pytest.MonkeyPatch, seen: Callable[[psycopg.Cursor, str, Any], None]
+) -> Iterator[None]:
+    """Call `seen(cursor, statement, parameters)` before every statement a psycopg
+    cursor sends (from any thread), for the block's duration."""
+    original = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        seen(self, str(query), params)
+        return original(self, query, params, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", execute)
+        yield
+
+
+def in_a_transaction(cursor: psycopg.Cursor) -> bool:
+    """Whether the statement about to be sent runs in a transaction (one open already,
+    or one psycopg opens for it: a connection not in autocommit)."""
+    connection = cursor.connection
+    idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    return not (idle and connection.autocommit)
+
+
 @tool
 def echo(text: str) -> str:
     """Say something back."""
     return text
 
 
-async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, mock_llm):
+async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, mock_llm, monkeypatch):
     agent = make_agent(tools=[echo])
     mock_llm.add_responses(
         calls(("a", "echo", {"text": "1"})),
@@ -44,19 +72,17 @@ async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, moc
     checks: list[tuple[str, bool]] = []  # (workflow id, a transaction was open)
     statuses: list[str] = []  # workflow ids whose check read the status in that statement
 
-    def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
+    def on_statement(cursor, statement, parameters) -> None:
         if not statement.lstrip().startswith("SELECT") or "dbos.operation_outputs" not in statement:
             return
         if "function_id" not in str(parameters):
             return
-        status = cursor.connection.info.transaction_status
         ids = [v for v in (parameters or {}).values() if isinstance(v, str)]
-        checks.extend((i, status != psycopg.pq.TransactionStatus.IDLE) for i in ids)
+        checks.extend((i, in_a_transaction(cursor)) for i in ids)
         statuses.extend(i for i in ids if "dbos.workflow_status" in statement)
 
     sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
-    event.listen(sys_db.engine, "before_cursor_execute", on_statement)
-    try:
+    with statements_seen(monkeypatch, on_statement):
         handle = await helix.execute(agent, "go")
         result = await asyncio.wait_for(handle.result(), 60)
         assert result.status == "completed"
@@ -72,8 +98,6 @@ async def test_each_step_check_runs_outside_a_transaction(helix, make_agent, moc
         checks.clear()
         assert sys_db.check_operation_execution(handle.workflow_id, 10_000, "x") is None
         assert checks == [(handle.workflow_id, True)]
-    finally:
-        event.remove(sys_db.engine, "before_cursor_execute", on_statement)
 
 
 async def test_a_cancelled_workflow_still_stops_at_its_next_check(helix, make_agent, mock_llm):
@@ -108,23 +132,20 @@ async def test_a_cancelled_workflow_still_stops_at_its_next_check(helix, make_ag
     assert ran == ["1"], "no step ran after the cancellation"
 
 
-async def test_each_step_record_is_one_statement_outside_a_transaction(helix, make_agent, mock_llm):
+async def test_each_step_record_is_one_statement_outside_a_transaction(
+    helix, make_agent, mock_llm, monkeypatch
+):
     agent = make_agent(tools=[echo])
     mock_llm.add_responses(calls(("a", "echo", {"text": "1"})), text("done"), agent=agent.name)
     records: list[tuple[str, bool]] = []  # (statement, a transaction was open)
 
-    def on_statement(conn, cursor, statement, parameters, context, executemany) -> None:
+    def on_statement(cursor, statement, parameters) -> None:
         if "dbos.operation_outputs" in statement and "INSERT" in statement:
-            status = cursor.connection.info.transaction_status
-            records.append((statement, status != psycopg.pq.TransactionStatus.IDLE))
+            records.append((statement, in_a_transaction(cursor)))
 
-    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
-    event.listen(sys_db.engine, "before_cursor_execute", on_statement)
-    try:
+    with statements_seen(monkeypatch, on_statement):
         handle = await helix.execute(agent, "go")
         assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
-    finally:
-        event.remove(sys_db.engine, "before_cursor_execute", on_statement)
     mine = [in_tx for statement, in_tx in records if "FOR NO KEY UPDATE" in statement]
     assert len(mine) >= 3, records  # two LLM steps and a tool step, each recorded once
     assert not any(mine), "a step's record ran inside a transaction"
@@ -220,3 +241,63 @@ async def test_the_one_statement_check_answers_as_dboss_own(helix, make_agent, m
         both(wid, first["function_id"], "another") == [step_bookkeeping.DBOSUnexpectedStepError] * 2
     )
     assert both("no-such-workflow", 1, "x") == [AssertionError] * 2
+
+
+async def test_a_check_and_a_record_on_a_lost_connection_are_retried_on_a_new_one(
+    helix, make_agent, mock_llm, database_url
+):
+    """helix's statements go to psycopg on DBOS's pooled connections: one the server
+    dropped is invalidated and the statement retried on a new one (DBOS's `db_retry`),
+    as through SQLAlchemy, not raised to the workflow."""
+    wid = await _completed_workflow(helix, make_agent, mock_llm)
+    sys_db = dbos_internals._dbos_module._get_dbos_instance()._sys_db
+    steps = await asyncio.to_thread(lambda: DBOS.list_workflow_steps(wid))
+    first = steps[0]
+    owner = "the-owner"
+
+    def drop_every_other_connection() -> int:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE dbos.workflow_status SET owner_xid = %s WHERE workflow_uuid = %s",
+                (owner, wid),
+            )
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            ).fetchone()
+        return int(row[0])
+
+    def check() -> object:
+        return sys_db.check_operation_execution(wid, first["function_id"], first["function_name"])
+
+    def record() -> None:
+        sys_db.record_operation_result(
+            {
+                "workflow_uuid": wid,
+                "function_id": 9_100,
+                "function_name": "probe",
+                "output": '"x"',
+                "error": None,
+                "serialization": None,
+                "started_at_epoch_ms": 1,
+                "child_workflow_id": None,
+            },
+            owner_xid=owner,
+            completed_at_epoch_ms=7,
+        )
+
+    expected = await asyncio.to_thread(_in_a_helix_workflow, check)
+    assert expected is not None
+    # Every pooled connection is dead now: the first statement meets one.
+    assert await asyncio.to_thread(drop_every_other_connection) >= 1
+    assert await asyncio.to_thread(_in_a_helix_workflow, check) == expected
+    assert await asyncio.to_thread(drop_every_other_connection) >= 1
+    await asyncio.to_thread(_in_a_helix_workflow, record)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT output, completed_at_epoch_ms FROM dbos.operation_outputs "
+            "WHERE workflow_uuid = %s AND function_id = 9100",
+            (wid,),
+        ).fetchall()
+    assert rows == [('"x"', 7)]

@@ -14,6 +14,10 @@ workflows (the context variable `dbos_internals.checks_in_autocommit` sets; a wo
 started from their code copies it), on an unsharded PostgreSQL system database whose
 schema is `dbos`, as every statement of this folder assumes; any other workflow of the
 process, an application's own, gets DBOS's own code.
+
+Both statements go to psycopg on a connection of DBOS's own pool (`_one_row`), not
+through a SQLAlchemy `Connection`, whose Python took 60–85 µs of each (four a step), as
+`store/driver.py` does for helix's own statements.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
+import psycopg
 from dbos._context import current_owner_xid
 from dbos._debug_trigger import DebugTriggers
 from dbos._error import (
@@ -38,34 +42,72 @@ from dbos._sys_db import (
     WorkflowStatusString,
     db_retry,
 )
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+
+from helix_dbos.store.driver import compiled
 
 InHelixWorkflow = contextvars.ContextVar[bool]
 
 # The step's record if any, beside the workflow's status (a row that always exists).
-_CHECK = sa.text(
-    "SELECT ws.status, oo.function_id, oo.output, oo.error, oo.function_name, "
-    "oo.child_workflow_id, oo.serialization FROM dbos.workflow_status ws "
-    "LEFT JOIN dbos.operation_outputs oo ON oo.workflow_uuid = ws.workflow_uuid "
-    "AND oo.function_id = :function_id WHERE ws.workflow_uuid = :workflow_id"
+_CHECK = compiled(
+    text(
+        "SELECT ws.status, oo.function_id, oo.output, oo.error, oo.function_name, "
+        "oo.child_workflow_id, oo.serialization FROM dbos.workflow_status ws "
+        "LEFT JOIN dbos.operation_outputs oo ON oo.workflow_uuid = ws.workflow_uuid "
+        "AND oo.function_id = :function_id WHERE ws.workflow_uuid = :workflow_id"
+    )
 )
 
 # The owner's lock and the insert in one statement. The insert happens only while the
 # execution still owns the workflow; the outer SELECT says who owns it and, when the
 # row was there already (a retry of this write, or another execution's), its time.
-_RECORD = sa.text(
-    "WITH own AS (SELECT owner_xid FROM dbos.workflow_status "
-    "WHERE workflow_uuid = :workflow_id FOR NO KEY UPDATE), "
-    "ins AS (INSERT INTO dbos.operation_outputs AS o (workflow_uuid, function_id, "
-    "function_name, started_at_epoch_ms, completed_at_epoch_ms, output, error, "
-    "child_workflow_id, serialization, application_name, retention_timestamp) "
-    "SELECT :workflow_id, :function_id, :function_name, :started_at, :completed_at, "
-    ":output, :error, :child_workflow_id, :serialization, :application_name, "
-    "CAST(EXTRACT(epoch FROM now()) * 1000 AS BIGINT) FROM own WHERE own.owner_xid = :owner_xid "
-    "ON CONFLICT (workflow_uuid, function_id) DO UPDATE "
-    "SET completed_at_epoch_ms = o.completed_at_epoch_ms RETURNING o.completed_at_epoch_ms) "
-    "SELECT (SELECT owner_xid FROM own), (SELECT completed_at_epoch_ms FROM ins)"
+_RECORD = compiled(
+    text(
+        "WITH own AS (SELECT owner_xid FROM dbos.workflow_status "
+        "WHERE workflow_uuid = :workflow_id FOR NO KEY UPDATE), "
+        "ins AS (INSERT INTO dbos.operation_outputs AS o (workflow_uuid, function_id, "
+        "function_name, started_at_epoch_ms, completed_at_epoch_ms, output, error, "
+        "child_workflow_id, serialization, application_name, retention_timestamp) "
+        "SELECT :workflow_id, :function_id, :function_name, :started_at, :completed_at, "
+        ":output, :error, :child_workflow_id, :serialization, :application_name, "
+        "CAST(EXTRACT(epoch FROM now()) * 1000 AS BIGINT) FROM own WHERE own.owner_xid = :owner_xid "
+        "ON CONFLICT (workflow_uuid, function_id) DO UPDATE "
+        "SET completed_at_epoch_ms = o.completed_at_epoch_ms RETURNING o.completed_at_epoch_ms) "
+        "SELECT (SELECT owner_xid FROM own), (SELECT completed_at_epoch_ms FROM ins)"
+    )
 )
+
+
+def _one_row(sys_db: Any, sql: str, parameters: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The first row of one autocommit statement, on a connection of DBOS's pool.
+
+    Errors are raised as SQLAlchemy raises them, so `db_retry` and DBOS's checks tell
+    them apart the same way; a lost connection is invalidated (its pool opens another)."""
+    try:
+        pooled = sys_db.engine.raw_connection()
+    except psycopg.Error as error:  # no connection to be had: as `engine.connect()` raises
+        raise DBAPIError.instance(None, None, error, psycopg.Error) from error
+    try:
+        driver: psycopg.Connection[Any] = pooled.driver_connection
+        try:
+            driver.autocommit = True  # one round trip: no BEGIN, no COMMIT
+            try:
+                with driver.cursor() as cursor:
+                    cursor.execute(sql, parameters)
+                    return cursor.fetchone()
+            finally:
+                if not (driver.closed or driver.broken):
+                    driver.autocommit = False  # as the pool's other users expect it
+        except psycopg.Error as error:
+            lost = driver.closed or driver.broken
+            if lost:
+                pooled.invalidate()
+            raise DBAPIError.instance(
+                sql, parameters, error, psycopg.Error, connection_invalidated=lost
+            ) from error
+    finally:
+        pooled.close()
 
 
 def _recorded_step(
@@ -104,12 +146,9 @@ def check_in_one_statement(
     def one_statement(
         workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
     ) -> RecordedResult | None:
-        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            row = conn.execute(
-                _CHECK, {"workflow_id": workflow_id, "function_id": function_id}
-            ).first()
-            return _recorded_step(row, workflow_id, function_id, function_name)
+        with sys_db._own_key(workflow_id, key=owner_key):
+            row = _one_row(sys_db, _CHECK, {"workflow_id": workflow_id, "function_id": function_id})
+        return _recorded_step(row, workflow_id, function_id, function_name)
 
     def check_operation_execution(
         workflow_id: str, function_id: int, function_name: str, **kwargs: Any
@@ -176,14 +215,15 @@ def _one_statement_record(sys_db: Any) -> Callable[[OperationResultInternal, int
             "application_name": sys_db.app_name,
             "owner_xid": owner,
         }
-        with sys_db._own_key(workflow_id), sys_db.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
+        with sys_db._own_key(workflow_id):
             try:
-                current_owner, stored_at = conn.execute(_RECORD, values).one()
+                row = _one_row(sys_db, _RECORD, values)
             except DBAPIError as error:
                 if sys_db._is_unique_constraint_violation(error):
                     raise DBOSStepNondeterminismError(workflow_id, result["function_id"]) from error
                 raise
+        assert row is not None  # the outer SELECT has no FROM: always one row
+        current_owner, stored_at = row
         if current_owner != owner:
             raise DBOSWorkflowConflictIDError(workflow_id)
         # The row was there already with another time: not this write's own retry.
