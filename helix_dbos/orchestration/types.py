@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from helix_dbos.orchestration.parts import Attachment
 
@@ -34,20 +36,60 @@ ToolChoice = Literal["auto", "required"]
 
 
 def fill_field_defaults(model: type[BaseModel], state: dict[Any, Any]) -> None:
-    """Give a pickled model's missing fields their defaults, in place.
+    """Give a pickled model's missing fields their defaults, in place, in field order.
 
-    DBOS pickles step outputs and results; one pickled before a field was added lacks
-    it, and pydantic would raise AttributeError on access instead of using the default.
+    DBOS pickles step outputs and results: one pickled before a field was added lacks
+    it, and helix leaves out the fields at their defaults (`_Model.__getstate__`);
+    pydantic would raise AttributeError on access instead of using the default.
     """
     values = state.get("__dict__")
-    if isinstance(values, dict):
-        for name, info in model.model_fields.items():
-            if name not in values and not info.is_required():
-                values[name] = info.get_default(call_default_factory=True)
+    if not isinstance(values, dict):
+        return
+    fields = model.model_fields
+    if all(name in values for name in fields):
+        return
+    filled: dict[str, Any] = {}
+    for name, info in fields.items():
+        if name in values:
+            filled[name] = values[name]
+        elif not info.is_required():
+            filled[name] = info.get_default(call_default_factory=True)
+    filled.update((k, v) for k, v in values.items() if k not in filled)
+    state["__dict__"] = filled
+
+
+def at_plain_default(value: Any, default: Any) -> bool:
+    """Whether `value` is a field's plain default (None, a bool, an int, a str, or an
+    empty tuple), so a pickle may leave it out: loading gives back an equal value of
+    the same type. Floats are kept (-0.0 equals 0.0)."""
+    if value is default:
+        return True
+    kind = type(default)
+    return kind in (int, str, tuple) and type(value) is kind and value == default
+
+
+def _at_field_default(info: FieldInfo, value: Any) -> bool:
+    factory = info.default_factory
+    if factory is not None:  # an empty list or dict made by `list` or `dict`
+        return factory in (list, dict) and type(value) is factory and not value
+    return info.default is not PydanticUndefined and at_plain_default(value, info.default)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """Pickled without the fields at their defaults (`fill_field_defaults` gives them
+        back): every LLM step's checkpoint is one of these, and each default field
+        pickled its name and value (a third of the model's reply, issue 48)."""
+        state = super().__getstate__()
+        fields = type(self).model_fields
+        state["__dict__"] = {
+            name: value
+            for name, value in self.__dict__.items()
+            if name not in fields or not _at_field_default(fields[name], value)
+        }
+        return state
 
     def __setstate__(self, state: dict[Any, Any]) -> None:
         fill_field_defaults(type(self), state)

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from helix_dbos.llm.base import LLMProviderError
 from helix_dbos.llm.openai_responses import OpenAIResponsesAdapter
@@ -250,7 +251,7 @@ def test_the_openai_responses_prefix_resolves_to_this_adapter() -> None:
 def test_a_thinking_block_checkpointed_before_item_id_existed_still_loads() -> None:
     """DBOS pickles the LLM step's output: a recovered run may hold an older block."""
     block = ThinkingBlock(text="t", signature="s")
-    state = block.__getstate__()
+    state = BaseModel.__getstate__(block)  # every field, as pydantic pickles a model
     del state["__dict__"]["item_id"]
     old = ThinkingBlock.__new__(ThinkingBlock)
     old.__setstate__(state)

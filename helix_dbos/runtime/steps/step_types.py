@@ -8,18 +8,33 @@ loop needs to decide the next move.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
 from helix_dbos.definitions.agent import TerminatingConfig
 from helix_dbos.definitions.request_tools import ClientToolSpec
 from helix_dbos.orchestration.messages import to_json_text
 from helix_dbos.orchestration.parts import DocumentUrl, ImageUrl, StoredBlob, attachment_names
-from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall
+from helix_dbos.orchestration.types import LLMUsage, StepResult, ToolCall, at_plain_default
 from helix_dbos.orchestration.usage_limits import AncestorLimits, UsageLimits
 from helix_dbos.store.repository import ToolCallKind
 
 GateKind = ToolCallKind
+
+
+def compact_state(value: Any) -> dict[str, Any]:
+    """A dataclass step output's pickled state without its fields at plain defaults:
+    when it is loaded, the class's attributes give them back (issue 48: every tool
+    step's checkpoint is a `ToolOutcome`, two thirds of whose fields are mostly at
+    their defaults)."""
+    values = value.__dict__
+    return {
+        f.name: values[f.name]
+        for f in fields(value)
+        if f.default is MISSING or not at_plain_default(values[f.name], f.default)
+    }
+
+
 UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms", "subagent"]
 FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
 
@@ -67,6 +82,9 @@ class ModelReply:
     result: StepResult
     state: dict[str, Any]
     state_changed: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return compact_state(self)
 
 
 @dataclass(frozen=True)
@@ -156,6 +174,9 @@ class ToolOutcome:
     # Images and documents the tool returned, as references (their bytes are in
     # helix.blobs before this outcome is checkpointed): docs/content-parts.md.
     attachments: tuple[StoredBlob | ImageUrl | DocumentUrl, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return compact_state(self)
 
     @classmethod
     def executed(
