@@ -166,6 +166,31 @@ def _record_in_a_helix_workflow(sys_db, result, **kwargs) -> None:
     _in_a_helix_workflow(sys_db.record_operation_result, result, **kwargs)
 
 
+def probe_result(workflow_id: str, function_id: int) -> dict:
+    """A step's result as DBOS hands it to `record_operation_result` (output `"x"`)."""
+    return {
+        "workflow_uuid": workflow_id,
+        "function_id": function_id,
+        "function_name": "probe",
+        "output": '"x"',
+        "error": None,
+        "serialization": None,
+        "started_at_epoch_ms": 1,
+        "child_workflow_id": None,
+    }
+
+
+def probes_recorded(database_url: str, workflow_id: str) -> list[tuple]:
+    """The workflow's step records written by these tests (function ids above 9,000)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT function_id, output, completed_at_epoch_ms, retention_timestamp > 0 "
+            "FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_id > 9000 "
+            "ORDER BY function_id",
+            (workflow_id,),
+        ).fetchall()
+
+
 async def _completed_workflow(helix, make_agent, mock_llm) -> str:
     """The workflow id of a one-step run that completed."""
     agent = make_agent()
@@ -188,16 +213,7 @@ async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
         )
 
     def result(function_id: int) -> dict:
-        return {
-            "workflow_uuid": wid,
-            "function_id": function_id,
-            "function_name": "probe",
-            "output": '"x"',
-            "error": None,
-            "serialization": None,
-            "started_at_epoch_ms": 1,
-            "child_workflow_id": None,
-        }
+        return probe_result(wid, function_id)
 
     # Another execution's token: refused, nothing written (DBOS's fence).
     with pytest.raises(step_bookkeeping.DBOSWorkflowConflictIDError):
@@ -207,13 +223,7 @@ async def test_a_record_keeps_dboss_fence_and_its_nondeterminism_check(
     _record_in_a_helix_workflow(sys_db, result(9_002), owner_xid=owner, completed_at_epoch_ms=5)
     with pytest.raises(step_bookkeeping.DBOSStepNondeterminismError):
         _record_in_a_helix_workflow(sys_db, result(9_002), owner_xid=owner, completed_at_epoch_ms=6)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT function_id, output, completed_at_epoch_ms, retention_timestamp > 0 "
-            "FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_id > 9000",
-            (wid,),
-        ).fetchall()
-    assert rows == [(9_002, '"x"', 5, True)]
+    assert probes_recorded(database_url, wid) == [(9_002, '"x"', 5, True)]
 
 
 async def test_the_one_statement_check_answers_as_dboss_own(helix, make_agent, mock_llm):
@@ -273,18 +283,7 @@ async def test_a_check_and_a_record_on_a_lost_connection_are_retried_on_a_new_on
 
     def record() -> None:
         sys_db.record_operation_result(
-            {
-                "workflow_uuid": wid,
-                "function_id": 9_100,
-                "function_name": "probe",
-                "output": '"x"',
-                "error": None,
-                "serialization": None,
-                "started_at_epoch_ms": 1,
-                "child_workflow_id": None,
-            },
-            owner_xid=owner,
-            completed_at_epoch_ms=7,
+            probe_result(wid, 9_100), owner_xid=owner, completed_at_epoch_ms=7
         )
 
     expected = await asyncio.to_thread(_in_a_helix_workflow, check)
@@ -294,10 +293,4 @@ async def test_a_check_and_a_record_on_a_lost_connection_are_retried_on_a_new_on
     assert await asyncio.to_thread(_in_a_helix_workflow, check) == expected
     assert await asyncio.to_thread(drop_every_other_connection) >= 1
     await asyncio.to_thread(_in_a_helix_workflow, record)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT output, completed_at_epoch_ms FROM dbos.operation_outputs "
-            "WHERE workflow_uuid = %s AND function_id = 9100",
-            (wid,),
-        ).fetchall()
-    assert rows == [('"x"', 7)]
+    assert probes_recorded(database_url, wid) == [(9_100, '"x"', 7, True)]
