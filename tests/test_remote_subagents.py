@@ -68,6 +68,16 @@ def release(markers: Path, topic: str) -> None:
     (markers / f"release_{topic}").touch()
 
 
+def slow_steps_recorded(database_url: str) -> int:
+    """DBOS's records of the child's `slow` tool steps."""
+    [(count,)] = sql(
+        database_url,
+        "SELECT count(*) FROM dbos.operation_outputs WHERE function_name = %s",
+        "helix.tool:slow",
+    )
+    return int(count)
+
+
 def remote_row(database_url: str, parent_session: str) -> tuple:
     [row] = sql(
         database_url,
@@ -258,6 +268,8 @@ def test_kill_the_remote_server_mid_run_its_recovery_finishes(
         run = client.start("lead", "bats")
         wait_for(lambda: (tmp_path / "slow_bats.log").exists())
         child.kill()
+        # The premise: the call was in flight when the child died, not recorded.
+        assert slow_steps_recorded(child_database_url) == 0, "the tool ended before the kill"
         time.sleep(1.0)  # the parent's stream drops and retries meanwhile
         release(tmp_path, "bats")
         child.start()  # same executor id: DBOS recovers the child's run
@@ -267,6 +279,7 @@ def test_kill_the_remote_server_mid_run_its_recovery_finishes(
     child_session = remote_session_id(run.session_id, "r1")
     assert [r[1] for r in child_runs(child_database_url, child_session)] == ["completed"]
     assert len(lines(tmp_path, "slow_bats.log")) == 2, "the call in flight ran again"
+    assert slow_steps_recorded(child_database_url) == 1
     assert len(lines(tmp_path, "llm_lead.log")) == 2
 
 
