@@ -15,7 +15,9 @@ three warm-up runs, then `--runs` 21-step runs, each on a new session seeded wit
 each size, the collector's time per run by generation (`gc.callbacks`), and, from three
 more runs at 1,000 messages each between two full collections, the objects a run leaves
 alive (all of them the cached transcript) per message read. Run it with
-`PYTHONPATH=<an older checkout>` in the same sitting to compare. Prints one JSON line.
+`PYTHONPATH=<an older checkout>` in the same sitting to compare. `--freeze` calls
+`gc.freeze()` after the warm-up runs (what docs/fleet.md suggests a long-lived worker may
+do): the objects alive then are left out of every later collection. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -89,13 +91,15 @@ async def survivors_per_message(bench: Bench, history: int) -> float:
     return statistics.median(counts)
 
 
-async def run(database_url: str, runs: int) -> dict[str, Any]:
+async def run(database_url: str, runs: int, freeze: bool) -> dict[str, Any]:
     clock = CollectorClock()
     with fresh_database(database_url) as url:
         bench = launch_bench(url)
         try:
             for _ in range(3):
                 await bench.agent_run(STEPS)
+            if freeze:
+                gc.freeze()
             small = await per_run(bench, clock, 10, runs)
             large = await per_run(bench, clock, 1000, runs)
             survivors = await survivors_per_message(bench, 1000)
@@ -109,6 +113,7 @@ async def run(database_url: str, runs: int) -> dict[str, Any]:
             bench.helix.shutdown()
     return {
         "code": str(Path(helix_dbos.__file__).resolve().parent.parent),
+        "frozen_at_start": gc.get_freeze_count(),
         "history_10": small,
         "history_1000": large,
         "objects_left_per_message_read": survivors,
@@ -121,8 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() after warm-up")
     args = parser.parse_args()
-    print(json.dumps(rounded(asyncio.run(run(args.database_url, args.runs)))))
+    print(json.dumps(rounded(asyncio.run(run(args.database_url, args.runs, args.freeze)))))
 
 
 if __name__ == "__main__":
