@@ -249,11 +249,22 @@ async def test_a_message_stored_before_the_park_is_found_when_the_run_settles(
     async def recv_registered() -> bool:
         return _dbos_waits_for(handle.workflow_id)
 
+    async def recv_looked() -> bool:
+        """DBOS's recv looked in the database once: it records its durable sleep (the
+        wait's deadline) only after that look (`recv_setup`)."""
+        [(sleeps,)] = sql(
+            database_url,
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s "
+            "AND function_name = 'DBOS.sleep'",
+            handle.workflow_id,
+        )
+        return bool(sleeps)
+
     # Not `parking.in_memory`: it counts the run from just before its `recv`, whose first
     # look in the database would find an answer sent now. DBOS registers the recv's
-    # notification inside the parking's wait, then looks once (the 0.2 s).
+    # notification inside the parking's wait, then looks once, then records its sleep.
     await _until(recv_registered)
-    await asyncio.sleep(0.2)
+    await _until(recv_looked)
     resumed = parking.resumed_total
     sql(database_url, "ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger")
     try:
