@@ -68,6 +68,12 @@ def release(markers: Path, topic: str) -> None:
     (markers / f"release_{topic}").touch()
 
 
+def marked(markers: Path, name: str) -> bool:
+    """Whether the app wrote its mark: a line, not only the file, which `open(..., "a")`
+    creates before the write (a SIGKILL between the two leaves it empty)."""
+    return bool(lines(markers, name))
+
+
 def slow_steps_recorded(database_url: str) -> int:
     """DBOS's records of the child's `slow` tool steps."""
     [(count,)] = sql(
@@ -111,7 +117,7 @@ def test_delegation_streams_through_and_rolls_up_usage(database_url, child_datab
         usage = client.get_usage(run.session_id)
         # Two calls in one step run at once: both children are in their tool together.
         fanout = client.start("lead_fanout", "moles")
-        wait_for(lambda: all((tmp_path / f"slow_moles-{i}.log").exists() for i in (1, 2)))
+        wait_for(lambda: all(marked(tmp_path, f"slow_moles-{i}.log") for i in (1, 2)))
         release(tmp_path, "moles-1")
         release(tmp_path, "moles-2")
         both = client.wait(fanout.session_id, fanout.run_id)
@@ -184,7 +190,7 @@ def test_kill_the_parent_mid_delegation_reattaches(database_url, child_database_
         HelixClient(parent.url, token=TOKEN) as client,
     ):
         run = client.start("lead", "owls")
-        wait_for(lambda: (tmp_path / "slow_owls.log").exists())
+        wait_for(lambda: marked(tmp_path, "slow_owls.log"))
         parent.kill()
         release(tmp_path, "owls")  # the child finishes while its parent is down
         child_session = remote_session_id(run.session_id, "r1")
@@ -235,7 +241,7 @@ def test_a_remote_childs_tokens_count_toward_the_parents_usage_limit(
         fast = client.start("lead_limited", "fast-spend")
         wait_for(lambda: run_status(database_url, fast.run_id) == "failed")
         run = client.start("lead_limited", "spend")
-        wait_for(lambda: (tmp_path / "slow_spend.log").exists())
+        wait_for(lambda: marked(tmp_path, "slow_spend.log"))
         parent.kill()
         release(tmp_path, "spend")  # the child spends while its parent is down
         child_session = remote_session_id(run.session_id, "r1")
@@ -266,7 +272,7 @@ def test_kill_the_remote_server_mid_run_its_recovery_finishes(
         HelixClient(parent.url, token=TOKEN) as client,
     ):
         run = client.start("lead", "bats")
-        wait_for(lambda: (tmp_path / "slow_bats.log").exists())
+        wait_for(lambda: marked(tmp_path, "slow_bats.log"))
         child.kill()
         # The premise: the call was in flight when the child died, not recorded.
         assert slow_steps_recorded(child_database_url) == 0, "the tool ended before the kill"
@@ -320,7 +326,7 @@ def test_interrupt_and_abort_of_the_parent_reach_the_remote_child(
         HelixClient(parent.url, token=TOKEN) as client,
     ):
         run = client.start("lead", "cats")
-        wait_for(lambda: (tmp_path / "slow_cats.log").exists())
+        wait_for(lambda: marked(tmp_path, "slow_cats.log"))
         reached = client.interrupt(run.session_id, reason="stop")
         assert reached.run_id == run.run_id
         child_session = remote_session_id(run.session_id, "r1")
@@ -344,7 +350,7 @@ def test_interrupt_and_abort_of_the_parent_reach_the_remote_child(
         assert remote_row(database_url, run.session_id)[4] == "interrupted"
 
         second = client.start("lead", "rats")
-        wait_for(lambda: (tmp_path / "slow_rats.log").exists())
+        wait_for(lambda: marked(tmp_path, "slow_rats.log"))
         client.abort(second.session_id, reason="enough")
         rats = remote_session_id(second.session_id, "r1")
         wait_for(lambda: child_runs(child_database_url, rats)[0][1] == "aborted", 30)
@@ -361,7 +367,7 @@ def test_an_abort_while_the_remote_child_starts_still_reaches_the_child(
         HelixClient(parent.url, token=TOKEN) as client,
     ):
         run = client.start("lead", "held-owls")
-        wait_for(lambda: (tmp_path / "start_held.log").exists())
+        wait_for(lambda: marked(tmp_path, "start_held.log"))
         client.abort(run.session_id, reason="enough")
         wait_for(lambda: run_status(database_url, run.run_id) == "aborted")
         child_session = remote_session_id(run.session_id, "r1")
