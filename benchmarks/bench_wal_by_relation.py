@@ -23,6 +23,7 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -34,7 +35,7 @@ from helix_dbos.store.database import libpq_url
 
 
 def by_relation(
-    conn: psycopg.Connection[tuple[object, ...]], start: str, end: str
+    conn: psycopg.Connection[Any], start: str, end: str
 ) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]], int]:
     """(bytes, records) by (relation, record type) between two LSNs, and the full-page
     image bytes among them."""
@@ -46,13 +47,13 @@ def by_relation(
         "FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)",
         (start, end),
     ).fetchall()
-    ours = {xid for xid, _, _, _, ref in records if block.search(str(ref)) and xid != "0"}
+    ours = {xid for xid, _, _, _, ref in records if block.search(ref) and xid != "0"}
     names: dict[int, str] = {}
     sizes: Counter[tuple[str, str]] = Counter()
     counts: Counter[tuple[str, str]] = Counter()
     images = 0
     for xid, record_type, length, image, ref in records:
-        hit = block.search(str(ref))
+        hit = block.search(ref)
         if hit is None and xid not in ours:
             continue  # another database's
         relation = "(commit)"
@@ -62,12 +63,12 @@ def by_relation(
                 found = conn.execute(
                     "SELECT coalesce(pg_filenode_relation(0, %s)::text, %s)", (node, str(node))
                 ).fetchone()
-                names[node] = str(found[0]) if found else str(node)
+                names[node] = found[0] if found else str(node)
             relation = names[node]
-        key = (relation, str(record_type).split()[0])
-        sizes[key] += int(str(length)) - int(str(image))
+        key = (relation, record_type.split()[0])
+        sizes[key] += length - image
         counts[key] += 1
-        images += int(str(image))
+        images += image
     return sizes, counts, images
 
 

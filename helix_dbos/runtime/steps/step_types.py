@@ -20,6 +20,8 @@ from helix_dbos.orchestration.usage_limits import AncestorLimits, UsageLimits
 from helix_dbos.store.repository import ToolCallKind
 
 GateKind = ToolCallKind
+UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms", "subagent"]
+FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
 
 
 def compact_state(value: Any) -> dict[str, Any]:
@@ -33,10 +35,6 @@ def compact_state(value: Any) -> dict[str, Any]:
         for f in fields(value)
         if f.default is MISSING or not at_plain_default(values[f.name], f.default)
     }
-
-
-UsageKind = Literal["tool", "client_tool_wait_ms", "human_input_wait_ms", "subagent"]
-FinalStatus = Literal["completed", "failed", "interrupted", "aborted"]
 
 
 @dataclass(frozen=True)
